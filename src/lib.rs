@@ -1,0 +1,20 @@
+#![doc = include_str!("../README.md")]
+#![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+pub mod error;
+pub mod exec;
+pub mod format;
+pub mod kernels;
+pub mod mem;
+pub mod model;
+pub mod ops;
+pub mod tensor;
+
+pub use error::{Code, Error, Result};
+pub use exec::{Executor, InlineExecutor, Schedule};
+pub use tensor::{DType, Shape, Storage, Tensor};

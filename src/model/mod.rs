@@ -1,0 +1,1 @@
+//! The Llama-family decoder: configuration, weights, the forward pass and sampling.
