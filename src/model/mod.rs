@@ -1,1 +1,2 @@
 //! The Llama-family decoder: configuration, weights, the forward pass and sampling.
+pub mod sample;
