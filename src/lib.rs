@@ -14,6 +14,8 @@ pub mod mem;
 pub mod model;
 pub mod ops;
 pub mod tensor;
+#[cfg(feature = "cli")]
+pub mod tokenizer;
 
 pub use error::{Code, Error, Result};
 pub use exec::{Executor, InlineExecutor, Schedule};
