@@ -41,12 +41,7 @@ pub fn dot_f16(w: &[u8], x: &[f32]) -> f32 {
         .sum()
 }
 
-fn dot_blocks(
-    w: &[u8],
-    x: &[f32],
-    block_bytes: usize,
-    dequant: fn(&[u8], &mut [f32]),
-) -> f32 {
+fn dot_blocks(w: &[u8], x: &[f32], block_bytes: usize, dequant: fn(&[u8], &mut [f32])) -> f32 {
     assert_eq!(x.len() % QK, 0);
     assert_eq!(w.len(), x.len() / QK * block_bytes);
     let mut tmp = [0f32; QK];
