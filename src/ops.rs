@@ -192,7 +192,7 @@ pub fn gemm(
     let threshold = if w.dtype.is_quantized() { PAR_ROWS_QUANT } else { PAR_ROWS_F32 };
     let out = SyncPtr(y.as_mut_ptr());
     let body = |range: Range<usize>| {
-        let out = out;
+        let out = &out;
         for r in range {
             for t in 0..n {
                 let v = w.dot_row(r, &x[t * k..(t + 1) * k]);
