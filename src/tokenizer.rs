@@ -9,10 +9,10 @@
 //! splits every digit on its own before the GPT-2 regex; `gpt2` / `default` use the GPT-2 regex
 //! alone.
 
-use std::format;
-use std::string::{String, ToString};
-use std::vec;
-use std::vec::Vec;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{Vocab, BPE};

@@ -189,7 +189,8 @@ pub fn rope_frequencies(config: &ModelConfig, out: &mut [f32]) {
                 } else if wavelen > low_wavelen {
                     inv / factor
                 } else {
-                    let smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                    let smooth =
+                        (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
                     (1.0 - smooth) * inv / factor + smooth * inv
                 } as f32;
             }
@@ -242,15 +243,15 @@ fn arena_bytes(c: &ModelConfig, n: usize, ctx: usize, act: Activations) -> Optio
         c.intermediate_size,
     );
     let floats = [
-        n.checked_mul(h)?,           // x
-        n.checked_mul(h)?,           // xn
-        n.checked_mul(qd)?,          // q
-        n.checked_mul(kvd)?,         // k
-        n.checked_mul(kvd)?,         // v
-        n.checked_mul(qd)?,          // attention output
-        n.checked_mul(i)?,           // gate
-        n.checked_mul(i)?,           // up
-        n.checked_mul(c.head_dim)?,  // cos and sin (head_dim / 2 each)
+        n.checked_mul(h)?,                       // x
+        n.checked_mul(h)?,                       // xn
+        n.checked_mul(qd)?,                      // q
+        n.checked_mul(kvd)?,                     // k
+        n.checked_mul(kvd)?,                     // v
+        n.checked_mul(qd)?,                      // attention output
+        n.checked_mul(i)?,                       // gate
+        n.checked_mul(i)?,                       // up
+        n.checked_mul(c.head_dim)?,              // cos and sin (head_dim / 2 each)
         c.num_attention_heads.checked_mul(ctx)?, // scores
     ];
     let mut total = 0usize;
@@ -339,9 +340,8 @@ impl<'a> DecoderLM<'a> {
             Error::resource_exhausted(format_args!("vocab_size {} overflows", config.vocab_size))
         })?;
         let logits = AlignedBlock::try_new(logits_bytes)?;
-        let arena_cap = arena_bytes(config, chunk, ctx, options.activations).ok_or_else(|| {
-            Error::resource_exhausted("decoder scratch size overflows usize")
-        })?;
+        let arena_cap = arena_bytes(config, chunk, ctx, options.activations)
+            .ok_or_else(|| Error::resource_exhausted("decoder scratch size overflows usize"))?;
         let arena = Arena::new(arena_cap)?;
         let mut inv_freq = Vec::new();
         inv_freq
@@ -514,12 +514,12 @@ impl<'a> DecoderLM<'a> {
 
     /// One chunk: at most `prefill_chunk` tokens, fitting in the context (checked by the
     /// caller).
-    fn step(
+    fn step<'o>(
         &mut self,
         tokens: &[u32],
         last: bool,
         all_logits: Option<&mut [f32]>,
-        mut observer: Option<&mut dyn FnMut(&Hidden<'_>)>,
+        mut observer: Option<&mut (dyn FnMut(&Hidden<'_>) + 'o)>,
     ) -> Result<()> {
         let DecoderLM { config: c, weights: w, exec, options, inv_freq, kv, logits, arena, pos } =
             self;
@@ -548,11 +548,8 @@ impl<'a> DecoderLM<'a> {
         let sin = arena.alloc_slice::<f32>(n * half)?;
         let span = p0 + n;
         let scores = arena.alloc_slice::<f32>(nh * span)?;
-        let scratch_len = [h, qd, inter]
-            .iter()
-            .map(|&kk| ops::scratch_bytes(kk, n, act))
-            .max()
-            .unwrap_or(0);
+        let scratch_len =
+            [h, qd, inter].iter().map(|&kk| ops::scratch_bytes(kk, n, act)).max().unwrap_or(0);
         let scratch = arena.alloc_slice_aligned::<u8>(scratch_len, ops_align())?;
 
         let emb = w.embedding.matrix()?;
@@ -567,7 +564,8 @@ impl<'a> DecoderLM<'a> {
         };
         observe(Stage::Embedding, x);
         for t in 0..n {
-            let (c_t, s_t) = (&mut cos[t * half..(t + 1) * half], &mut sin[t * half..(t + 1) * half]);
+            let (c_t, s_t) =
+                (&mut cos[t * half..(t + 1) * half], &mut sin[t * half..(t + 1) * half]);
             ops::rope_cos_sin(p0 + t, inv_freq, c_t, s_t);
         }
 
@@ -598,7 +596,8 @@ impl<'a> DecoderLM<'a> {
                         // SAFETY: head `hq` owns `scores[hq * span .. (hq + 1) * span]` and the
                         // output rows `[t * qd + hq * hd, + hd)`; chunks hold disjoint heads,
                         // and the arena slices outlive the parallel_for.
-                        let s = unsafe { core::slice::from_raw_parts_mut(sc.0.add(hq * span), span) };
+                        let s =
+                            unsafe { core::slice::from_raw_parts_mut(sc.0.add(hq * span), span) };
                         for t in 0..n {
                             let at = t * qd + hq * hd;
                             // SAFETY: as above.

