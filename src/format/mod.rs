@@ -5,7 +5,7 @@
 //! checked before use, and failures are [`crate::Error`]s naming the tensor or field.
 //!
 //! - [`safetensors::SafeTensors`]: a `.safetensors` file (header + data section).
-//! - `gguf::Gguf`: a GGUF v3 file (metadata, tensor infos, aligned data).
+//! - [`gguf::Gguf`]: a GGUF v3 file (metadata, tensor infos, aligned data).
 //! - [`hf_config::parse_config`]: a Hugging Face `config.json` into a
 //!   [`crate::model::config::ModelConfig`].
 //!
@@ -19,6 +19,7 @@ use core::fmt;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Shape, Tensor};
 
+pub mod gguf;
 pub mod hf_config;
 pub mod safetensors;
 
