@@ -10,6 +10,8 @@ pub mod error;
 pub mod exec;
 pub mod format;
 pub mod kernels;
+#[cfg(feature = "std")]
+pub mod load;
 pub mod mem;
 pub mod model;
 pub mod ops;
