@@ -3,11 +3,12 @@
 //! whole process, so no other test may run beside it.)
 #![cfg(feature = "std")]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use core::alloc::{GlobalAlloc, Layout};
+use core::ops::Range;
+use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use core::time::Duration;
+use std::alloc::System;
 use std::sync::mpsc;
-use std::time::Duration;
 
 use rml::exec::{Executor, Schedule, ThreadPool};
 

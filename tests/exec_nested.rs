@@ -2,10 +2,10 @@
 //! (Alone in its file so that no other test starts threads while this one counts them.)
 #![cfg(feature = "std")]
 
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use core::time::Duration;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{mpsc, Mutex};
-use std::time::Duration;
 
 use rml::exec::{Schedule, ThreadPool};
 

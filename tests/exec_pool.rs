@@ -4,11 +4,13 @@
 //! watchdog so that a hang fails the test instead.
 #![cfg(feature = "std")]
 
-use std::ops::Range;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use core::ops::Range;
+use core::panic::AssertUnwindSafe;
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use core::time::Duration;
+use std::panic::{catch_unwind, resume_unwind};
 use std::sync::{mpsc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -310,7 +312,7 @@ fn concurrent_callers_take_turns() {
 fn global_pool_is_shared_and_sized() {
     let a = ThreadPool::global();
     let b = ThreadPool::global();
-    assert!(std::ptr::eq(a, b));
+    assert!(core::ptr::eq(a, b));
     assert!(a.threads() >= 1);
     let sum = AtomicUsize::new(0);
     a.parallel_for(0..10_000, Schedule::Grain(64), &|r| {
@@ -335,7 +337,7 @@ fn oversubscribed_pool_is_not_pathological() {
                     sink.fetch_add(s as u32 & 1, Relaxed);
                 });
             }
-            std::hint::black_box(sink.load(Relaxed));
+            core::hint::black_box(sink.load(Relaxed));
             t.elapsed()
         };
         let one = ThreadPool::new(1);

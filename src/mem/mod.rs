@@ -1,5 +1,5 @@
 //! Memory: 64-byte aligned allocation over a pluggable [`Backend`], the four process-wide
-//! counters ([`stats`]), the bump [`Arena`] and (with `std`) the thread-local [`BufferPool`].
+//! counters ([`stats()`]), the bump [`Arena`] and (with `std`) the thread-local [`BufferPool`].
 
 pub mod aligned;
 pub mod arena;

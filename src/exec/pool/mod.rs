@@ -1,25 +1,5 @@
-//! [`ThreadPool`]: a persistent pool for many small parallel loops (std).
-//!
-//! A pool of `threads` has `threads - 1` worker threads; the thread that calls
-//! [`ThreadPool::parallel_for`] works too. A dispatch builds the job on the caller's stack (a
-//! `&dyn Fn` — data pointer plus vtable — and the [`ChunkPlan`]), publishes its address, wakes
-//! sleeping workers only if there are any, runs chunks itself and returns when every worker has
-//! left the job. Nothing is allocated per dispatch. Workers spin for a while after each job
-//! (`RML_THREAD_SPIN_US`, default [`DEFAULT_SPIN_US`]) and then sleep on a condvar, so an idle
-//! pool costs no CPU. The protocol, with the ordering of every atomic and the argument that no
-//! wake-up is lost, is in `src/exec/pool/README.md`.
-//!
-//! ```
-//! use core::sync::atomic::{AtomicUsize, Ordering};
-//! use rml::exec::{Schedule, ThreadPool};
-//!
-//! let pool = ThreadPool::new(2);
-//! let sum = AtomicUsize::new(0);
-//! pool.parallel_for(0..1000, Schedule::Grain(10), &|r| {
-//!     sum.fetch_add(r.sum::<usize>(), Ordering::Relaxed);
-//! });
-//! assert_eq!(sum.into_inner(), 999 * 1000 / 2);
-//! ```
+//! [`ThreadPool`]: a persistent pool for many small parallel loops (std). The protocol, with the
+//! ordering of every atomic and the argument that no wake-up is lost, is in `README.md` here.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -119,6 +99,7 @@ struct Shared {
     /// How long a worker polls before sleeping.
     spin: Duration,
     /// Yield while spinning: set when the pool has more threads than the process has CPUs.
+    #[cfg_attr(loom, allow(dead_code))]
     yield_in_spin: bool,
 }
 
@@ -271,7 +252,29 @@ impl ThreadPoolBuilder {
     }
 }
 
-/// A persistent thread pool; see the [module docs](self) and `src/exec/pool/README.md`.
+/// A persistent thread pool for many small parallel loops.
+///
+/// A pool of `threads` has `threads - 1` worker threads; the thread that calls
+/// [`parallel_for`](Self::parallel_for) works too. A dispatch builds the job on the caller's
+/// stack (a `&dyn Fn` — data pointer plus vtable — and the [`ChunkPlan`]), publishes its
+/// address, wakes sleeping workers only if there are any, runs chunks itself and returns when
+/// every worker has left the job. Nothing is allocated per dispatch. Workers spin for a while
+/// after each job (`RML_THREAD_SPIN_US`, default [`DEFAULT_SPIN_US`]) and then sleep on a
+/// condvar, so an idle pool costs no CPU. The protocol — who writes which atomic with which
+/// ordering, and why no wake-up is lost — is written up in `src/exec/pool/README.md` and
+/// model-checked by `tests/loom.rs`.
+///
+/// ```
+/// use core::sync::atomic::{AtomicUsize, Ordering};
+/// use rml::exec::{Schedule, ThreadPool};
+///
+/// let pool = ThreadPool::new(2);
+/// let sum = AtomicUsize::new(0);
+/// pool.parallel_for(0..1000, Schedule::Grain(10), &|r| {
+///     sum.fetch_add(r.sum::<usize>(), Ordering::Relaxed);
+/// });
+/// assert_eq!(sum.into_inner(), 999 * 1000 / 2);
+/// ```
 ///
 /// `ThreadPool` implements [`Executor`]; GEMV/GEMM use [`schedule`](Self::schedule) when their
 /// caller passes no schedule. Concurrent callers take turns (one job at a time); a
