@@ -10,10 +10,14 @@ pub mod error;
 pub mod exec;
 pub mod format;
 pub mod kernels;
+#[cfg(feature = "std")]
+pub mod load;
 pub mod mem;
 pub mod model;
 pub mod ops;
 pub mod tensor;
+#[cfg(feature = "cli")]
+pub mod tokenizer;
 
 pub use error::{Code, Error, Result};
 pub use exec::{Executor, InlineExecutor, Schedule};

@@ -264,3 +264,400 @@ pub fn gemm_with(
     }
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// Layer math for the decoder (design.md §3 "Decoder"): RMSNorm, RoPE, softmax, SiLU / SwiGLU
+// and attention for one head, on plain f32 slices. Single-threaded; the decoder parallelises
+// across heads. Everything here reduces in a fixed order, so results do not depend on how the
+// caller splits work.
+// ---------------------------------------------------------------------------------------------
+
+/// Dot product of two equal-length f32 slices with eight independent partial sums (so the
+/// compiler can vectorise it), combined in a fixed order.
+///
+/// # Panics
+///
+/// If the lengths differ.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot: length mismatch");
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut tail = 0f32;
+    for (x, y) in ra.iter().zip(rb) {
+        tail += x * y;
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}
+
+/// `y[i] += alpha * x[i]`.
+///
+/// # Panics
+///
+/// If the lengths differ.
+#[inline]
+pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "axpy: length mismatch");
+    for (yi, xi) in y.iter_mut().zip(x) {
+        *yi += alpha * xi;
+    }
+}
+
+/// `y[i] += x[i]` (the residual connection).
+///
+/// # Panics
+///
+/// If the lengths differ.
+#[inline]
+pub fn add_assign(y: &mut [f32], x: &[f32]) {
+    assert_eq!(x.len(), y.len(), "add_assign: length mismatch");
+    for (yi, xi) in y.iter_mut().zip(x) {
+        *yi += xi;
+    }
+}
+
+/// RMSNorm of one row (Llama's `LlamaRMSNorm`): `out[i] = x[i] / sqrt(mean(x²) + eps) * w[i]`.
+///
+/// The mean of squares is accumulated in f64: the residual stream of real models reaches
+/// ~2·10⁴, whose squares summed in f32 would lose digits.
+///
+/// # Panics
+///
+/// If `x`, `w` and `out` differ in length or are empty.
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    assert!(!x.is_empty() && x.len() == w.len() && x.len() == out.len(), "rms_norm: shapes");
+    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let inv = 1.0 / libm::sqrt(ss / x.len() as f64 + eps as f64);
+    let inv = inv as f32;
+    for ((o, &xi), &wi) in out.iter_mut().zip(x).zip(w) {
+        *o = wi * (xi * inv);
+    }
+}
+
+/// The RoPE inverse frequencies `inv_freq[i] = theta^(-2i/d)` for `i < d/2`, written to
+/// `out` (`d / 2` values), as Hugging Face's default rope computes them.
+///
+/// # Panics
+///
+/// If `out.len() * 2 != head_dim`.
+pub fn rope_inv_freq(theta: f32, head_dim: usize, out: &mut [f32]) {
+    assert_eq!(out.len() * 2, head_dim, "rope_inv_freq: out must hold head_dim / 2 values");
+    for (i, f) in out.iter_mut().enumerate() {
+        let e = (2 * i) as f64 / head_dim as f64;
+        *f = (1.0 / libm::pow(theta as f64, e)) as f32;
+    }
+}
+
+/// Fills `cos[i]` and `sin[i]` with the rotation for position `pos` and `inv_freq[i]`
+/// (angle `pos * inv_freq[i]`, rounded to f32 first as PyTorch does).
+///
+/// # Panics
+///
+/// If the three slices differ in length.
+pub fn rope_cos_sin(pos: usize, inv_freq: &[f32], cos: &mut [f32], sin: &mut [f32]) {
+    assert!(inv_freq.len() == cos.len() && cos.len() == sin.len(), "rope_cos_sin: shapes");
+    for ((&f, c), s) in inv_freq.iter().zip(cos.iter_mut()).zip(sin.iter_mut()) {
+        let angle = (pos as f32 * f) as f64;
+        *c = libm::cos(angle) as f32;
+        *s = libm::sin(angle) as f32;
+    }
+}
+
+/// How the two halves of each rotated pair sit inside a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RopeLayout {
+    /// Hugging Face's `rotate_half`: element `i` pairs with `i + d/2`.
+    RotateHalf,
+    /// GPT-J / llama.cpp style: element `2i` pairs with `2i + 1`. Equivalent to `RotateHalf`
+    /// on GGUF Llama weights, whose q/k rows are stored permuted so that pairs are adjacent.
+    Interleaved,
+}
+
+/// Applies RoPE in place to `x`, a run of heads of `2 * cos.len()` elements each. Pair `i` of
+/// every head is rotated by the angle whose cosine and sine are `cos[i]`, `sin[i]`:
+/// `(a, b) → (a cos − b sin, b cos + a sin)`.
+///
+/// # Panics
+///
+/// If `cos` and `sin` differ in length, are empty, or `x.len()` is not a whole number of heads.
+pub fn rope(x: &mut [f32], cos: &[f32], sin: &[f32], layout: RopeLayout) {
+    let half = cos.len();
+    assert!(half > 0 && sin.len() == half, "rope: cos/sin shapes");
+    assert_eq!(x.len() % (2 * half), 0, "rope: x is not a whole number of heads");
+    for head in x.chunks_exact_mut(2 * half) {
+        match layout {
+            RopeLayout::RotateHalf => {
+                let (lo, hi) = head.split_at_mut(half);
+                for i in 0..half {
+                    let (a, b) = (lo[i], hi[i]);
+                    lo[i] = a * cos[i] - b * sin[i];
+                    hi[i] = b * cos[i] + a * sin[i];
+                }
+            }
+            RopeLayout::Interleaved => {
+                for (i, pair) in head.chunks_exact_mut(2).enumerate() {
+                    let (a, b) = (pair[0], pair[1]);
+                    pair[0] = a * cos[i] - b * sin[i];
+                    pair[1] = b * cos[i] + a * sin[i];
+                }
+            }
+        }
+    }
+}
+
+/// Softmax in place: `x[i] = exp(x[i] − max) / Σ exp(x[j] − max)`. An empty slice is left
+/// alone. `-inf` entries get probability 0.
+pub fn softmax(x: &mut [f32]) {
+    if x.is_empty() {
+        return;
+    }
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for v in x.iter_mut() {
+        *v = libm::expf(*v - max);
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// SiLU (swish): `x · sigmoid(x) = x / (1 + e^(−x))`.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + libm::expf(-x))
+}
+
+/// The SwiGLU gate in place: `gate[i] = silu(gate[i]) * up[i]` (Llama's MLP before
+/// `down_proj`).
+///
+/// # Panics
+///
+/// If the lengths differ.
+pub fn swiglu(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "swiglu: length mismatch");
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = silu(*g) * u;
+    }
+}
+
+/// Scaled dot-product attention for one query head over `n` cached positions:
+/// `out = Σ_t softmax_t(scale · q·k_t) · v_t`.
+///
+/// `keys` and `values` hold positions `0..n` of one KV head, `q.len()` floats each, position
+/// `t` at `[t * d, (t + 1) * d)`; `scores` is scratch of at least `n` floats. Positions past
+/// `n` are not read (causality is the caller's choice of `n`).
+///
+/// # Panics
+///
+/// If `n == 0`, `out.len() != q.len()`, `keys`/`values` hold fewer than `n * q.len()` floats,
+/// or `scores` fewer than `n`.
+pub fn attention_head(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    n: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let d = q.len();
+    assert!(n > 0 && out.len() == d, "attention_head: shapes");
+    assert!(keys.len() >= n * d && values.len() >= n * d && scores.len() >= n);
+    let scores = &mut scores[..n];
+    for (t, s) in scores.iter_mut().enumerate() {
+        *s = dot(q, &keys[t * d..(t + 1) * d]) * scale;
+    }
+    softmax(scores);
+    out.fill(0.0);
+    for (t, &p) in scores.iter().enumerate() {
+        axpy(p, &values[t * d..(t + 1) * d], out);
+    }
+}
+
+/// Row `r` of `w` widened to f32 into `out` (`w.k()` floats): an embedding lookup.
+///
+/// # Panics
+///
+/// If `r >= w.rows()` or `out.len() != w.k()`.
+pub fn dequantize_row(w: &Matrix<'_>, r: usize, out: &mut [f32]) {
+    use crate::kernels::quant::{
+        dequantize_block_q4_0, dequantize_block_q4_1, dequantize_block_q8_0, QK,
+    };
+    assert_eq!(out.len(), w.k(), "dequantize_row: out must hold k floats");
+    let row = w.row(r);
+    let blocks = |bytes: usize, f: fn(&[u8], &mut [f32]), out: &mut [f32]| {
+        for (b, o) in row.chunks_exact(bytes).zip(out.chunks_exact_mut(QK)) {
+            f(b, o);
+        }
+    };
+    match w.dtype() {
+        DType::F32 => {
+            for (o, b) in out.iter_mut().zip(row.chunks_exact(4)) {
+                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        DType::F16 => {
+            for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
+                *o = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+            }
+        }
+        DType::BF16 => {
+            for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
+                *o = half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+            }
+        }
+        DType::Q8_0 => blocks(34, dequantize_block_q8_0, out),
+        DType::Q4_0 => blocks(18, dequantize_block_q4_0, out),
+        DType::Q4_1 => blocks(20, dequantize_block_q4_1, out),
+        // `Matrix::new` admits only the weight dtypes above.
+        _ => out.fill(0.0),
+    }
+}
+
+#[cfg(test)]
+mod layer_math_tests {
+    use super::*;
+
+    fn close(a: f32, b: f32, tol: f32) -> bool {
+        (a - b).abs() <= tol * (1.0 + b.abs())
+    }
+
+    #[test]
+    fn dot_matches_naive_sum_for_ragged_lengths() {
+        for n in [0usize, 1, 7, 8, 9, 31, 64, 100] {
+            let a: alloc::vec::Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: alloc::vec::Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
+            let naive: f64 = a.iter().zip(&b).map(|(x, y)| (*x as f64) * (*y as f64)).sum();
+            assert!(close(dot(&a, &b), naive as f32, 1e-5), "n = {n}");
+        }
+    }
+
+    #[test]
+    fn rms_norm_by_value() {
+        // mean(x²) = (9 + 16) / 2 = 12.5; 1 / sqrt(12.5 + 0.5) = 0.27735
+        let mut out = [0f32; 2];
+        rms_norm(&[3.0, -4.0], &[1.0, 2.0], 0.5, &mut out);
+        let inv = 1.0 / 13f32.sqrt();
+        assert!(close(out[0], 3.0 * inv, 1e-6) && close(out[1], -8.0 * inv, 1e-6), "{out:?}");
+    }
+
+    #[test]
+    fn softmax_by_value_and_masked_entries() {
+        let mut x = [1.0f32, 2.0, 3.0, f32::NEG_INFINITY];
+        softmax(&mut x);
+        let e: [f32; 3] = [(-2f32).exp(), (-1f32).exp(), 1.0];
+        let s: f32 = e.iter().sum();
+        for i in 0..3 {
+            assert!(close(x[i], e[i] / s, 1e-6));
+        }
+        assert_eq!(x[3], 0.0);
+        let mut big = [1e4f32, 1e4];
+        softmax(&mut big);
+        assert_eq!(big, [0.5, 0.5]);
+    }
+
+    #[test]
+    fn silu_and_swiglu_by_value() {
+        assert_eq!(silu(0.0), 0.0);
+        assert!(close(silu(1.0), 1.0 / (1.0 + (-1f32).exp()), 1e-6));
+        assert!(close(silu(-20.0), -20.0 * (-20f32).exp(), 1e-3));
+        let mut g = [2.0f32, -1.0];
+        swiglu(&mut g, &[3.0, 0.5]);
+        assert!(close(g[0], 3.0 * silu(2.0), 1e-6) && close(g[1], 0.5 * silu(-1.0), 1e-6));
+    }
+
+    #[test]
+    fn rope_rotates_pairs_in_both_layouts() {
+        let mut inv = [0f32; 2];
+        rope_inv_freq(100.0, 4, &mut inv);
+        assert_eq!(inv[0], 1.0);
+        assert!(close(inv[1], 0.1, 1e-6));
+        let (mut c, mut s) = ([0f32; 2], [0f32; 2]);
+        rope_cos_sin(3, &inv, &mut c, &mut s);
+        assert!(close(c[0], 3f32.cos(), 1e-6) && close(s[1], 0.3f32.sin(), 1e-6));
+        // Rotate-half: pairs (0, 2), (1, 3).
+        let mut x = [1.0f32, 2.0, 3.0, 4.0];
+        rope(&mut x, &c, &s, RopeLayout::RotateHalf);
+        let want = [
+            1.0 * c[0] - 3.0 * s[0],
+            2.0 * c[1] - 4.0 * s[1],
+            3.0 * c[0] + 1.0 * s[0],
+            4.0 * c[1] + 2.0 * s[1],
+        ];
+        for i in 0..4 {
+            assert!(close(x[i], want[i], 1e-6), "{x:?} vs {want:?}");
+        }
+        // Interleaved on the permuted vector [1, 3, 2, 4] gives the same numbers permuted.
+        let mut y = [1.0f32, 3.0, 2.0, 4.0];
+        rope(&mut y, &c, &s, RopeLayout::Interleaved);
+        assert_eq!(y, [want[0], want[2], want[1], want[3]]);
+        // Position 0 is the identity.
+        rope_cos_sin(0, &inv, &mut c, &mut s);
+        let mut z = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        rope(&mut z, &c, &s, RopeLayout::RotateHalf);
+        assert_eq!(z, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+    }
+
+    #[test]
+    fn attention_head_by_value() {
+        // Two positions, d = 2: scores = [q·k0, q·k1] * scale.
+        let q = [1.0f32, 0.0];
+        let keys = [0.0f32, 1.0, 2.0, 0.0];
+        let values = [10.0f32, 0.0, 0.0, 20.0];
+        let mut scores = [0f32; 4];
+        let mut out = [0f32; 2];
+        attention_head(&q, &keys, &values, 2, 0.5, &mut scores, &mut out);
+        let (p0, p1) = (1.0 / (1.0 + 1f32.exp()), 1f32.exp() / (1.0 + 1f32.exp()));
+        assert!(close(out[0], 10.0 * p0, 1e-6) && close(out[1], 20.0 * p1, 1e-6), "{out:?}");
+        // n = 1 attends to position 0 only.
+        attention_head(&q, &keys, &values, 1, 0.5, &mut scores, &mut out);
+        assert_eq!(out, [10.0, 0.0]);
+    }
+
+    #[test]
+    fn dequantize_row_every_dtype() {
+        let vals: [f32; 32] = core::array::from_fn(|i| i as f32 - 16.0);
+        let f32_bytes: alloc::vec::Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bf: alloc::vec::Vec<u8> =
+            vals.iter().flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes()).collect();
+        let hf: alloc::vec::Vec<u8> =
+            vals.iter().flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes()).collect();
+        // Q8_0 with d = 1: q = value.
+        let mut q8 = alloc::vec![0u8; 34];
+        q8[..2].copy_from_slice(&half::f16::from_f32(1.0).to_bits().to_le_bytes());
+        for (i, v) in vals.iter().enumerate() {
+            q8[2 + i] = (*v as i8) as u8;
+        }
+        // Q4_1 with d = 1, m = -16: both nibbles of byte j are j, so elements j and j + 16 are j - 16.
+        let mut q41 = alloc::vec![0u8; 20];
+        q41[..2].copy_from_slice(&half::f16::from_f32(1.0).to_bits().to_le_bytes());
+        q41[2..4].copy_from_slice(&half::f16::from_f32(-16.0).to_bits().to_le_bytes());
+        for j in 0..16 {
+            q41[4 + j] = j as u8 | ((j as u8) << 4);
+        }
+        let mut out = [0f32; 32];
+        let aligned = crate::mem::AlignedBlock::try_from_slice(&f32_bytes).unwrap();
+        for (dt, bytes) in [
+            (DType::F32, aligned.as_slice()),
+            (DType::BF16, &bf[..]),
+            (DType::F16, &hf[..]),
+            (DType::Q8_0, &q8[..]),
+        ] {
+            let m = Matrix::new(dt, 1, 32, bytes).unwrap();
+            dequantize_row(&m, 0, &mut out);
+            assert_eq!(out, vals, "{dt}");
+        }
+        let m = Matrix::new(DType::Q4_1, 1, 32, &q41).unwrap();
+        dequantize_row(&m, 0, &mut out);
+        let want: [f32; 32] = core::array::from_fn(|i| (i % 16) as f32 - 16.0);
+        assert_eq!(out, want);
+    }
+}

@@ -219,7 +219,10 @@ mod tests {
         for n in [usize::MAX - 8, usize::MAX, isize::MAX as usize, usize::MAX / 2 + 1] {
             let e = aligned_alloc(n).unwrap_err();
             assert_eq!(e.code(), crate::Code::ResourceExhausted);
-            assert_eq!(AlignedBlock::try_new(n).unwrap_err().code(), crate::Code::ResourceExhausted);
+            assert_eq!(
+                AlignedBlock::try_new(n).unwrap_err().code(),
+                crate::Code::ResourceExhausted
+            );
         }
     }
 

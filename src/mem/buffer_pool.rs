@@ -10,10 +10,11 @@
 //! thread-local, so a block dropped while its thread's locals are being destroyed is returned
 //! normally. The thread-local slot itself only holds an `Arc`.
 
-use std::cell::RefCell;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::vec::Vec;
+use std::sync::{Mutex, PoisonError};
 
 use crate::error::Result;
 use crate::mem::AlignedBlock;

@@ -1,5 +1,5 @@
 //! Memory: 64-byte aligned allocation over a pluggable [`Backend`], the four process-wide
-//! counters ([`stats`]), the bump [`Arena`] and (with `std`) the thread-local [`BufferPool`].
+//! counters ([`stats()`]), the bump [`Arena`] and (with `std`) the thread-local [`BufferPool`].
 
 pub mod aligned;
 pub mod arena;
@@ -10,9 +10,9 @@ pub mod stats;
 
 pub use aligned::{aligned_alloc, aligned_free, AlignedBlock, ALIGN};
 pub use arena::{Arena, Pod};
-pub use backend::{set_backend, Backend, GlobalBackend};
 #[cfg(feature = "std")]
 pub use backend::LibcBackend;
+pub use backend::{set_backend, Backend, GlobalBackend};
 #[cfg(feature = "std")]
 pub use buffer_pool::{BufferPool, PooledBlock, ScopedBufferPool};
 pub use stats::{reset_peak, stats, MemStats};

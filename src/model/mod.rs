@@ -1,1 +1,10 @@
 //! The Llama-family decoder: configuration, weights, the forward pass and sampling.
+
+pub mod config;
+pub mod decoder;
+pub mod sample;
+pub mod weights;
+
+pub use decoder::{DecoderLM, DecoderOptions, Hidden, KvCache, Stage};
+pub use sample::{Sampler, SamplerConfig};
+pub use weights::{WeightFormat, Weights};

@@ -1,0 +1,1243 @@
+//! GGUF (versions 2 and 3, little-endian) parsed from `&[u8]` with a small bounds-checked
+//! reader.
+//!
+//! Layout (facts from the GGUF specification in the ggml repository):
+//!
+//! ```text
+//! "GGUF"  u32 version  u64 tensor_count  u64 metadata_kv_count
+//! metadata_kv_count × { string key, u32 value_type, value }
+//! tensor_count × { string name, u32 n_dims, u64 ne[n_dims], u32 ggml_type, u64 offset }
+//! padding to `general.alignment` (default 32), then the data section
+//! ```
+//!
+//! A string is a u64 byte length and that many bytes (UTF-8). Value types: 0 u8, 1 i8, 2 u16,
+//! 3 i16, 4 u32, 5 i32, 6 f32, 7 bool, 8 string, 9 array (u32 element type, u64 count,
+//! elements), 10 u64, 11 i64, 12 f64. `ne[0]` is the innermost (contiguous) dimension;
+//! [`TensorInfo::shape`] lists dimensions outermost first, so `ne` is reversed. Tensor
+//! offsets are relative to the data section and multiples of the alignment.
+//!
+//! Every count and length is checked against the bytes left before anything is allocated
+//! (a tensor info takes at least 24 bytes, a key/value 13, an array element at least its
+//! fixed size), so a hostile header cannot make the parser reserve more memory than the
+//! file's size. Arrays are not copied: [`MetaArray`] keeps the array's bytes and decodes on
+//! iteration. Tensor data is never copied either: quantized tensors are views in place.
+//!
+//! Tensor types F32, F16, BF16, Q8_0, Q4_0 and Q4_1 map to rml's [`DType`]s; the other ggml
+//! types are parsed (their sizes are known, so ranges are still checked) and listed as
+//! [`FileDType::Unsupported`], refused with [`crate::Code::Unimplemented`] when used. A type
+//! id ggml does not define is a [`crate::Code::DataLoss`] at parse time.
+//!
+//! # q/k row order
+//!
+//! llama.cpp's converter permutes the rows of every `attn_q` / `attn_k` weight so that RoPE
+//! can rotate adjacent pairs (interleaved) instead of Hugging Face's halves (rotate-half).
+//! Within each head of `head_dim` rows, Hugging Face row `j * head_dim/2 + i` (`j` in 0..2,
+//! `i` in 0..head_dim/2) is stored at GGUF row `2 * i + j`. [`qk_gguf_row`] gives that map
+//! and [`unpermute_qk_rows`] restores Hugging Face order (whole rows move, so it works on
+//! quantized rows as they are). Either un-permute once at load and use rotate-half RoPE, or
+//! keep the GGUF order and rotate interleaved pairs `(2i, 2i+1)` with frequency `i`.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use hashbrown::HashMap;
+
+use super::{FileDType, TensorInfo, TensorSource, TensorView};
+use crate::error::{Error, Result};
+use crate::model::config::{ModelConfig, RopeScaling};
+use crate::tensor::{DType, Shape};
+
+/// The magic bytes at the start of every GGUF file.
+pub const MAGIC: [u8; 4] = *b"GGUF";
+/// The alignment of the data section and tensor offsets when `general.alignment` is absent.
+pub const DEFAULT_ALIGNMENT: usize = 32;
+/// The largest number of dimensions ggml tensors have (`GGML_MAX_DIMS`).
+pub const MAX_DIMS: usize = 4;
+/// How deep arrays of arrays may nest.
+pub const MAX_ARRAY_DEPTH: usize = 8;
+
+/// The GGUF metadata value types (the spec's `gguf_metadata_value_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum MetaType {
+    /// `u8`.
+    U8 = 0,
+    /// `i8`.
+    I8 = 1,
+    /// `u16`.
+    U16 = 2,
+    /// `i16`.
+    I16 = 3,
+    /// `u32`.
+    U32 = 4,
+    /// `i32`.
+    I32 = 5,
+    /// `f32`.
+    F32 = 6,
+    /// `bool` (one byte, 0 or 1).
+    Bool = 7,
+    /// A length-prefixed UTF-8 string.
+    String = 8,
+    /// An array of one element type.
+    Array = 9,
+    /// `u64`.
+    U64 = 10,
+    /// `i64`.
+    I64 = 11,
+    /// `f64`.
+    F64 = 12,
+}
+
+impl MetaType {
+    fn from_u32(v: u32) -> Option<Self> {
+        use MetaType::*;
+        Some(match v {
+            0 => U8,
+            1 => I8,
+            2 => U16,
+            3 => I16,
+            4 => U32,
+            5 => I32,
+            6 => F32,
+            7 => Bool,
+            8 => String,
+            9 => Array,
+            10 => U64,
+            11 => I64,
+            12 => F64,
+            _ => return None,
+        })
+    }
+
+    /// Bytes of a fixed-size value, or the smallest encoding of a variable one (a string's
+    /// length prefix; an array's type and count).
+    const fn min_size(self) -> usize {
+        use MetaType::*;
+        match self {
+            U8 | I8 | Bool => 1,
+            U16 | I16 => 2,
+            U32 | I32 | F32 => 4,
+            U64 | I64 | F64 | String => 8,
+            Array => 12,
+        }
+    }
+
+    /// The spec's name of the type, for messages and listings.
+    pub const fn name(self) -> &'static str {
+        use MetaType::*;
+        match self {
+            U8 => "u8",
+            I8 => "i8",
+            U16 => "u16",
+            I16 => "i16",
+            U32 => "u32",
+            I32 => "i32",
+            F32 => "f32",
+            Bool => "bool",
+            String => "string",
+            Array => "array",
+            U64 => "u64",
+            I64 => "i64",
+            F64 => "f64",
+        }
+    }
+}
+
+/// One metadata value, borrowing strings and arrays from the file.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MetaValue<'a> {
+    /// `u8`.
+    U8(u8),
+    /// `i8`.
+    I8(i8),
+    /// `u16`.
+    U16(u16),
+    /// `i16`.
+    I16(i16),
+    /// `u32`.
+    U32(u32),
+    /// `i32`.
+    I32(i32),
+    /// `f32`.
+    F32(f32),
+    /// `bool`.
+    Bool(bool),
+    /// A string (validated UTF-8).
+    Str(&'a str),
+    /// An array, decoded on iteration.
+    Array(MetaArray<'a>),
+    /// `u64`.
+    U64(u64),
+    /// `i64`.
+    I64(i64),
+    /// `f64`.
+    F64(f64),
+}
+
+impl<'a> MetaValue<'a> {
+    /// The value's type.
+    pub fn meta_type(&self) -> MetaType {
+        match self {
+            MetaValue::U8(_) => MetaType::U8,
+            MetaValue::I8(_) => MetaType::I8,
+            MetaValue::U16(_) => MetaType::U16,
+            MetaValue::I16(_) => MetaType::I16,
+            MetaValue::U32(_) => MetaType::U32,
+            MetaValue::I32(_) => MetaType::I32,
+            MetaValue::F32(_) => MetaType::F32,
+            MetaValue::Bool(_) => MetaType::Bool,
+            MetaValue::Str(_) => MetaType::String,
+            MetaValue::Array(_) => MetaType::Array,
+            MetaValue::U64(_) => MetaType::U64,
+            MetaValue::I64(_) => MetaType::I64,
+            MetaValue::F64(_) => MetaType::F64,
+        }
+    }
+
+    /// The value as an unsigned integer if it is a non-negative integer of any width.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            MetaValue::U8(v) => Some(v.into()),
+            MetaValue::U16(v) => Some(v.into()),
+            MetaValue::U32(v) => Some(v.into()),
+            MetaValue::U64(v) => Some(v),
+            MetaValue::I8(v) => u64::try_from(v).ok(),
+            MetaValue::I16(v) => u64::try_from(v).ok(),
+            MetaValue::I32(v) => u64::try_from(v).ok(),
+            MetaValue::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// The value as a signed integer if it is an integer that fits `i64`.
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            MetaValue::I8(v) => Some(v.into()),
+            MetaValue::I16(v) => Some(v.into()),
+            MetaValue::I32(v) => Some(v.into()),
+            MetaValue::I64(v) => Some(v),
+            _ => self.as_u64().and_then(|v| i64::try_from(v).ok()),
+        }
+    }
+
+    /// The value as a float if it is an `f32` or `f64` (`f32` widened exactly).
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            MetaValue::F32(v) => Some(v.into()),
+            MetaValue::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The string, if the value is one.
+    pub fn as_str(&self) -> Option<&'a str> {
+        match *self {
+            MetaValue::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The boolean, if the value is one.
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            MetaValue::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The array, if the value is one.
+    pub fn as_array(&self) -> Option<MetaArray<'a>> {
+        match *self {
+            MetaValue::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for MetaValue<'_> {
+    /// Scalars as themselves, strings quoted (at most 64 characters, then `…`), arrays as
+    /// `[type; len]` with their first few elements.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MetaValue::U8(v) => write!(f, "{v}"),
+            MetaValue::I8(v) => write!(f, "{v}"),
+            MetaValue::U16(v) => write!(f, "{v}"),
+            MetaValue::I16(v) => write!(f, "{v}"),
+            MetaValue::U32(v) => write!(f, "{v}"),
+            MetaValue::I32(v) => write!(f, "{v}"),
+            MetaValue::F32(v) => write!(f, "{v}"),
+            MetaValue::Bool(v) => write!(f, "{v}"),
+            MetaValue::U64(v) => write!(f, "{v}"),
+            MetaValue::I64(v) => write!(f, "{v}"),
+            MetaValue::F64(v) => write!(f, "{v}"),
+            MetaValue::Str(s) => {
+                let mut end = s.len().min(64);
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                if end < s.len() {
+                    write!(f, "{:?}…", &s[..end])
+                } else {
+                    write!(f, "{s:?}")
+                }
+            }
+            MetaValue::Array(a) => {
+                write!(f, "[{}; {}]", a.elem_type().name(), a.len())?;
+                if !a.is_empty() {
+                    f.write_str(" ")?;
+                    for (i, v) in a.iter().take(3).enumerate() {
+                        if i > 0 {
+                            f.write_str(", ")?;
+                        }
+                        write!(f, "{v}")?;
+                    }
+                    if a.len() > 3 {
+                        f.write_str(", …")?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A metadata array: its element type, its length and its (already validated) bytes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MetaArray<'a> {
+    elem: MetaType,
+    len: usize,
+    bytes: &'a [u8],
+}
+
+impl<'a> MetaArray<'a> {
+    /// The element type.
+    pub fn elem_type(&self) -> MetaType {
+        self.elem
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// `true` for an empty array.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The elements, decoded one by one.
+    pub fn iter(&self) -> impl Iterator<Item = MetaValue<'a>> + 'a {
+        let mut r = Reader { buf: self.bytes, pos: 0 };
+        let elem = self.elem;
+        // The parser walked these bytes with the same reader and depth limit: every element
+        // decodes, so `ok()` never ends the iteration early.
+        (0..self.len).map_while(move |_| r.value(elem, &"array element", 1).ok())
+    }
+
+    fn typed<T>(
+        &self,
+        key: &str,
+        want: &[MetaType],
+        f: impl Fn(MetaValue<'a>) -> Option<T>,
+    ) -> Result<Vec<T>> {
+        if !want.contains(&self.elem) {
+            return Err(Error::data_loss(format_args!(
+                "GGUF metadata {key:?}: array of {} where {} was expected",
+                self.elem.name(),
+                want.iter().map(|t| t.name()).collect::<Vec<_>>().join(" or ")
+            )));
+        }
+        let mut out = Vec::with_capacity(self.len);
+        for v in self.iter() {
+            out.push(f(v).ok_or_else(|| {
+                Error::data_loss(format_args!("GGUF metadata {key:?}: element {v} out of range"))
+            })?);
+        }
+        Ok(out)
+    }
+}
+
+/// A bounds-checked little-endian cursor.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn left(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    fn take(&mut self, n: usize, what: &dyn fmt::Display) -> Result<&'a [u8]> {
+        if n > self.left() {
+            return Err(Error::data_loss(format_args!(
+                "GGUF: {what}: needs {n} bytes at offset {}, only {} left in the file",
+                self.pos,
+                self.left()
+            )));
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self, what: &dyn fmt::Display) -> Result<[u8; N]> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N, what)?);
+        Ok(a)
+    }
+
+    fn u32(&mut self, what: &dyn fmt::Display) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    fn u64(&mut self, what: &dyn fmt::Display) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    /// A count or length that must fit in `usize` and in the bytes left, given that each
+    /// item takes at least `min_item` bytes.
+    fn count(&mut self, min_item: usize, what: &dyn fmt::Display) -> Result<usize> {
+        let at = self.pos;
+        let n = self.u64(what)?;
+        let fits = usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_mul(min_item))
+            .is_some_and(|b| b <= self.left());
+        if !fits {
+            return Err(Error::data_loss(format_args!(
+                "GGUF: {what}: count {n} (at offset {at}) is larger than the {} bytes left in \
+                 the file allow",
+                self.left()
+            )));
+        }
+        Ok(n as usize)
+    }
+
+    fn string(&mut self, what: &dyn fmt::Display) -> Result<&'a str> {
+        let n = self.count(1, &format_args!("{what}: string length"))?;
+        let bytes = self.take(n, what)?;
+        core::str::from_utf8(bytes)
+            .map_err(|e| Error::data_loss(format_args!("GGUF: {what}: string is not UTF-8: {e}")))
+    }
+
+    /// One value of type `t`; `depth` counts enclosing arrays.
+    fn value(
+        &mut self,
+        t: MetaType,
+        what: &dyn fmt::Display,
+        depth: usize,
+    ) -> Result<MetaValue<'a>> {
+        Ok(match t {
+            MetaType::U8 => MetaValue::U8(u8::from_le_bytes(self.array(what)?)),
+            MetaType::I8 => MetaValue::I8(i8::from_le_bytes(self.array(what)?)),
+            MetaType::U16 => MetaValue::U16(u16::from_le_bytes(self.array(what)?)),
+            MetaType::I16 => MetaValue::I16(i16::from_le_bytes(self.array(what)?)),
+            MetaType::U32 => MetaValue::U32(self.u32(what)?),
+            MetaType::I32 => MetaValue::I32(i32::from_le_bytes(self.array(what)?)),
+            MetaType::F32 => MetaValue::F32(f32::from_le_bytes(self.array(what)?)),
+            MetaType::U64 => MetaValue::U64(self.u64(what)?),
+            MetaType::I64 => MetaValue::I64(i64::from_le_bytes(self.array(what)?)),
+            MetaType::F64 => MetaValue::F64(f64::from_le_bytes(self.array(what)?)),
+            MetaType::Bool => match self.array::<1>(what)?[0] {
+                0 => MetaValue::Bool(false),
+                1 => MetaValue::Bool(true),
+                b => {
+                    return Err(Error::data_loss(format_args!(
+                        "GGUF: {what}: bool byte is {b}, not 0 or 1"
+                    )))
+                }
+            },
+            MetaType::String => MetaValue::Str(self.string(what)?),
+            MetaType::Array => {
+                if depth >= MAX_ARRAY_DEPTH {
+                    return Err(Error::data_loss(format_args!(
+                        "GGUF: {what}: arrays nested deeper than {MAX_ARRAY_DEPTH}"
+                    )));
+                }
+                let raw = self.u32(what)?;
+                let elem = MetaType::from_u32(raw).ok_or_else(|| {
+                    Error::data_loss(format_args!("GGUF: {what}: unknown array element type {raw}"))
+                })?;
+                let len = self.count(elem.min_size(), &format_args!("{what}: array length"))?;
+                let start = self.pos;
+                match elem {
+                    MetaType::String | MetaType::Array => {
+                        for _ in 0..len {
+                            self.value(elem, what, depth + 1)?;
+                        }
+                    }
+                    // Fixed-size elements: `count` checked that they fit; bools still need
+                    // their bytes checked.
+                    MetaType::Bool => {
+                        let b = self.take(len, what)?;
+                        if let Some(bad) = b.iter().find(|&&x| x > 1) {
+                            return Err(Error::data_loss(format_args!(
+                                "GGUF: {what}: bool byte is {bad}, not 0 or 1"
+                            )));
+                        }
+                    }
+                    _ => {
+                        self.take(len * elem.min_size(), what)?;
+                    }
+                }
+                MetaValue::Array(MetaArray { elem, len, bytes: &self.buf[start..self.pos] })
+            }
+        })
+    }
+}
+
+/// A ggml tensor type: its id, its name, elements per block and bytes per block (ggml's
+/// type traits). Ids 4, 5, 31..=33 and 36..=38 were removed from ggml and are not listed.
+struct GgmlType {
+    id: u32,
+    name: &'static str,
+    block: usize,
+    bytes: usize,
+}
+
+const GGML_TYPES: &[GgmlType] = &[
+    GgmlType { id: 0, name: "F32", block: 1, bytes: 4 },
+    GgmlType { id: 1, name: "F16", block: 1, bytes: 2 },
+    GgmlType { id: 2, name: "Q4_0", block: 32, bytes: 18 },
+    GgmlType { id: 3, name: "Q4_1", block: 32, bytes: 20 },
+    GgmlType { id: 6, name: "Q5_0", block: 32, bytes: 22 },
+    GgmlType { id: 7, name: "Q5_1", block: 32, bytes: 24 },
+    GgmlType { id: 8, name: "Q8_0", block: 32, bytes: 34 },
+    GgmlType { id: 9, name: "Q8_1", block: 32, bytes: 36 },
+    GgmlType { id: 10, name: "Q2_K", block: 256, bytes: 84 },
+    GgmlType { id: 11, name: "Q3_K", block: 256, bytes: 110 },
+    GgmlType { id: 12, name: "Q4_K", block: 256, bytes: 144 },
+    GgmlType { id: 13, name: "Q5_K", block: 256, bytes: 176 },
+    GgmlType { id: 14, name: "Q6_K", block: 256, bytes: 210 },
+    GgmlType { id: 15, name: "Q8_K", block: 256, bytes: 292 },
+    GgmlType { id: 16, name: "IQ2_XXS", block: 256, bytes: 66 },
+    GgmlType { id: 17, name: "IQ2_XS", block: 256, bytes: 74 },
+    GgmlType { id: 18, name: "IQ3_XXS", block: 256, bytes: 98 },
+    GgmlType { id: 19, name: "IQ1_S", block: 256, bytes: 50 },
+    GgmlType { id: 20, name: "IQ4_NL", block: 32, bytes: 18 },
+    GgmlType { id: 21, name: "IQ3_S", block: 256, bytes: 110 },
+    GgmlType { id: 22, name: "IQ2_S", block: 256, bytes: 82 },
+    GgmlType { id: 23, name: "IQ4_XS", block: 256, bytes: 136 },
+    GgmlType { id: 24, name: "I8", block: 1, bytes: 1 },
+    GgmlType { id: 25, name: "I16", block: 1, bytes: 2 },
+    GgmlType { id: 26, name: "I32", block: 1, bytes: 4 },
+    GgmlType { id: 27, name: "I64", block: 1, bytes: 8 },
+    GgmlType { id: 28, name: "F64", block: 1, bytes: 8 },
+    GgmlType { id: 29, name: "IQ1_M", block: 256, bytes: 56 },
+    GgmlType { id: 30, name: "BF16", block: 1, bytes: 2 },
+    GgmlType { id: 34, name: "TQ1_0", block: 256, bytes: 54 },
+    GgmlType { id: 35, name: "TQ2_0", block: 256, bytes: 66 },
+    GgmlType { id: 39, name: "MXFP4", block: 32, bytes: 17 },
+];
+
+fn ggml_type(id: u32) -> Option<&'static GgmlType> {
+    GGML_TYPES.iter().find(|t| t.id == id)
+}
+
+fn file_dtype(t: &GgmlType) -> FileDType {
+    match t.id {
+        0 => FileDType::Supported(DType::F32),
+        1 => FileDType::Supported(DType::F16),
+        2 => FileDType::Supported(DType::Q4_0),
+        3 => FileDType::Supported(DType::Q4_1),
+        8 => FileDType::Supported(DType::Q8_0),
+        30 => FileDType::Supported(DType::BF16),
+        _ => FileDType::Unsupported(t.name),
+    }
+}
+
+/// A parsed, validated GGUF file borrowing its bytes.
+#[derive(Debug)]
+pub struct Gguf<'a> {
+    file: &'a [u8],
+    version: u32,
+    alignment: usize,
+    data_start: usize,
+    metadata: Vec<(&'a str, MetaValue<'a>)>,
+    tensors: Vec<TensorInfo>,
+    ggml_type_ids: Vec<u32>,
+    index: HashMap<String, usize>,
+}
+
+impl<'a> Gguf<'a> {
+    /// Parses and validates a whole GGUF file.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::DataLoss`] for a malformed or truncated file: bad magic, counts or
+    /// lengths larger than the bytes left, invalid UTF-8, a key or tensor name given twice,
+    /// an unknown value or tensor type, a bad `general.alignment`, more than [`MAX_DIMS`]
+    /// dimensions, a size overflow, a misaligned offset, or tensor data outside the file or
+    /// overlapping another tensor (messages name the key or tensor);
+    /// [`crate::Code::Unimplemented`] for a version other than 2 or 3.
+    pub fn parse(file: &'a [u8]) -> Result<Self> {
+        let mut r = Reader { buf: file, pos: 0 };
+        let magic = r.array::<4>(&"magic")?;
+        if magic != MAGIC {
+            return Err(Error::data_loss(format_args!(
+                "GGUF: bad magic {magic:02x?}, expected \"GGUF\""
+            )));
+        }
+        let version = r.u32(&"version")?;
+        if version != 2 && version != 3 {
+            return Err(Error::unimplemented(format_args!(
+                "GGUF: version {version} is not supported (2 and 3 are)"
+            )));
+        }
+        // The smallest tensor info: empty name (8) + n_dims (4) + type (4) + offset (8).
+        let n_tensors_raw = r.u64(&"tensor count")?;
+        let n_kv = r.count(13, &"metadata key/value count")?;
+        let n_tensors = usize::try_from(n_tensors_raw)
+            .ok()
+            .filter(|n| n.checked_mul(24).is_some_and(|b| b <= r.left()))
+            .ok_or_else(|| {
+                Error::data_loss(format_args!(
+                    "GGUF: tensor count {n_tensors_raw} is larger than the {} bytes left in the \
+                     file allow",
+                    r.left()
+                ))
+            })?;
+
+        let mut metadata: Vec<(&'a str, MetaValue<'a>)> = Vec::with_capacity(n_kv);
+        let mut keys: HashMap<&'a str, ()> = HashMap::with_capacity(n_kv);
+        for i in 0..n_kv {
+            let key = r.string(&format_args!("metadata key #{i}"))?;
+            if keys.insert(key, ()).is_some() {
+                return Err(Error::data_loss(format_args!(
+                    "GGUF: metadata key {key:?} is given twice"
+                )));
+            }
+            let what = format_args!("metadata {key:?}");
+            let raw = r.u32(&what)?;
+            let t = MetaType::from_u32(raw).ok_or_else(|| {
+                Error::data_loss(format_args!("GGUF: metadata {key:?}: unknown value type {raw}"))
+            })?;
+            let v = r.value(t, &format_args!("metadata {key:?}"), 0)?;
+            metadata.push((key, v));
+        }
+
+        let alignment = match metadata.iter().find(|(k, _)| *k == "general.alignment") {
+            None => DEFAULT_ALIGNMENT,
+            Some((_, MetaValue::U32(a))) if a.is_power_of_two() && *a <= 1 << 30 => *a as usize,
+            Some((_, v)) => {
+                return Err(Error::data_loss(format_args!(
+                    "GGUF: general.alignment is {v} ({}), expected a u32 power of two",
+                    v.meta_type().name()
+                )))
+            }
+        };
+
+        let mut tensors = Vec::with_capacity(n_tensors);
+        let mut ggml_type_ids = Vec::with_capacity(n_tensors);
+        let mut index = HashMap::with_capacity(n_tensors);
+        let mut rel_offsets = Vec::with_capacity(n_tensors);
+        for i in 0..n_tensors {
+            let name = r.string(&format_args!("tensor #{i} name"))?;
+            let what = format_args!("tensor {name:?}");
+            let n_dims = r.u32(&what)? as usize;
+            if n_dims > MAX_DIMS {
+                return Err(Error::data_loss(format_args!(
+                    "GGUF: tensor {name:?}: {n_dims} dimensions, at most {MAX_DIMS} allowed"
+                )));
+            }
+            let mut ne = [0u64; MAX_DIMS];
+            for d in ne.iter_mut().take(n_dims) {
+                *d = r.u64(&what)?;
+            }
+            let type_id = r.u32(&what)?;
+            let offset = r.u64(&what)?;
+            let t = ggml_type(type_id).ok_or_else(|| {
+                Error::data_loss(format_args!(
+                    "GGUF: tensor {name:?}: unknown tensor type {type_id}"
+                ))
+            })?;
+            let ne = &ne[..n_dims];
+            let mut dims = [0usize; MAX_DIMS];
+            let mut numel: Option<usize> = Some(1);
+            // ne[0] is innermost: it becomes the last dimension.
+            for (k, &src) in ne.iter().enumerate() {
+                let v = usize::try_from(src).ok().filter(|&v| v <= i64::MAX as usize);
+                dims[n_dims - 1 - k] = v.unwrap_or(usize::MAX);
+                numel = numel.and_then(|n| v.and_then(|v| n.checked_mul(v)));
+            }
+            let dims = &dims[..n_dims];
+            let numel = numel.ok_or_else(|| {
+                Error::data_loss(format_args!(
+                    "GGUF: tensor {name:?}: ne {ne:?} element count overflows"
+                ))
+            })?;
+            let row = ne.first().copied().unwrap_or(1) as usize;
+            if t.block > 1 && row % t.block != 0 {
+                return Err(Error::data_loss(format_args!(
+                    "GGUF: tensor {name:?}: {} rows of {row} elements are not a multiple of its \
+                     block size {}",
+                    t.name, t.block
+                )));
+            }
+            let bytes = (numel / t.block).checked_mul(t.bytes).ok_or_else(|| {
+                Error::data_loss(format_args!(
+                    "GGUF: tensor {name:?}: ne {ne:?} of {} overflows in bytes",
+                    t.name
+                ))
+            })?;
+            if offset % alignment as u64 != 0 {
+                return Err(Error::data_loss(format_args!(
+                    "GGUF: tensor {name:?}: offset {offset} is not a multiple of the alignment \
+                     {alignment}"
+                )));
+            }
+            if index.insert(String::from(name), i).is_some() {
+                return Err(Error::data_loss(format_args!(
+                    "GGUF: tensor {name:?} is listed twice"
+                )));
+            }
+            // `dims` holds at most MAX_DIMS entries whose product fits usize.
+            let shape = Shape::new(dims)?;
+            tensors.push(TensorInfo {
+                name: String::from(name),
+                dtype: file_dtype(t),
+                shape,
+                offset: 0,
+                bytes,
+            });
+            ggml_type_ids.push(type_id);
+            rel_offsets.push(offset);
+        }
+
+        // The data section starts at the next multiple of the alignment.
+        let data_start = r.pos.div_ceil(alignment).saturating_mul(alignment);
+        let data_len = file.len().saturating_sub(data_start);
+        if !tensors.is_empty() && data_start > file.len() {
+            return Err(Error::data_loss(format_args!(
+                "GGUF: data section would start at {data_start}, past the end of the file ({} \
+                 bytes)",
+                file.len()
+            )));
+        }
+        for (t, &rel) in tensors.iter_mut().zip(&rel_offsets) {
+            let end = rel.checked_add(t.bytes as u64);
+            if end.is_none_or(|e| e > data_len as u64) {
+                return Err(Error::data_loss(format_args!(
+                    "GGUF: tensor {:?}: data [{rel}, {rel} + {}) runs past the end of the data \
+                     section ({data_len} bytes)",
+                    t.name, t.bytes
+                )));
+            }
+            t.offset = data_start + rel as usize;
+        }
+        let mut by_offset: Vec<usize> = (0..tensors.len()).collect();
+        by_offset.sort_by_key(|&i| (tensors[i].offset, tensors[i].bytes));
+        for w in by_offset.windows(2) {
+            let (a, b) = (&tensors[w[0]], &tensors[w[1]]);
+            if b.bytes > 0 && a.offset + a.bytes > b.offset {
+                return Err(Error::data_loss(format_args!(
+                    "GGUF: tensor {:?} overlaps tensor {:?}",
+                    b.name, a.name
+                )));
+            }
+        }
+        Ok(Gguf { file, version, alignment, data_start, metadata, tensors, ggml_type_ids, index })
+    }
+
+    /// The format version (2 or 3).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The data alignment (`general.alignment`, default 32).
+    pub fn alignment(&self) -> usize {
+        self.alignment
+    }
+
+    /// Byte offset of the data section in the file.
+    pub fn data_start(&self) -> usize {
+        self.data_start
+    }
+
+    /// All metadata key/values in file order.
+    pub fn metadata(&self) -> &[(&'a str, MetaValue<'a>)] {
+        &self.metadata
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: &str) -> Option<MetaValue<'a>> {
+        self.metadata.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+
+    fn typed<T>(
+        &self,
+        key: &str,
+        want: &str,
+        f: impl Fn(&MetaValue<'a>) -> Option<T>,
+    ) -> Result<Option<T>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => f(&v).map(Some).ok_or_else(|| {
+                Error::data_loss(format_args!(
+                    "GGUF metadata {key:?}: expected {want}, found {} {v}",
+                    v.meta_type().name()
+                ))
+            }),
+        }
+    }
+
+    /// `key` as a non-negative integer fitting `usize` (any integer type).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::DataLoss`] naming the key if the value is of another type or out of
+    /// range.
+    pub fn get_usize(&self, key: &str) -> Result<Option<usize>> {
+        self.typed(key, "a non-negative integer", |v| {
+            v.as_u64().and_then(|x| usize::try_from(x).ok())
+        })
+    }
+
+    /// `key` as a token id (a non-negative integer fitting u32).
+    ///
+    /// # Errors
+    ///
+    /// As [`Gguf::get_usize`].
+    pub fn get_u32(&self, key: &str) -> Result<Option<u32>> {
+        self.typed(key, "a u32", |v| v.as_u64().and_then(|x| u32::try_from(x).ok()))
+    }
+
+    /// `key` as a float (`f32` or `f64`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Gguf::get_usize`].
+    pub fn get_f64(&self, key: &str) -> Result<Option<f64>> {
+        self.typed(key, "a float", |v| v.as_f64())
+    }
+
+    /// `key` as a string.
+    ///
+    /// # Errors
+    ///
+    /// As [`Gguf::get_usize`].
+    pub fn get_str(&self, key: &str) -> Result<Option<&'a str>> {
+        self.typed(key, "a string", |v| v.as_str())
+    }
+
+    /// `key` as a boolean.
+    ///
+    /// # Errors
+    ///
+    /// As [`Gguf::get_usize`].
+    pub fn get_bool(&self, key: &str) -> Result<Option<bool>> {
+        self.typed(key, "a bool", |v| v.as_bool())
+    }
+
+    /// `key` as an array.
+    ///
+    /// # Errors
+    ///
+    /// As [`Gguf::get_usize`].
+    pub fn get_array(&self, key: &str) -> Result<Option<MetaArray<'a>>> {
+        self.typed(key, "an array", |v| v.as_array())
+    }
+
+    fn require<T>(&self, v: Result<Option<T>>, key: &str) -> Result<T> {
+        v?.ok_or_else(|| Error::data_loss(format_args!("GGUF: missing metadata {key:?}")))
+    }
+
+    /// `general.architecture` (`"llama"` for the models rml runs).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::DataLoss`] if absent or not a string.
+    pub fn architecture(&self) -> Result<&'a str> {
+        self.require(self.get_str("general.architecture"), "general.architecture")
+    }
+
+    /// The tensors' directory entries in file order (shapes outermost first).
+    pub fn infos(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// The entry for `name`, if present.
+    pub fn info(&self, name: &str) -> Option<&TensorInfo> {
+        self.index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// The ggml type id of tensor `name` as stored (0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0,
+    /// 30 BF16, ...).
+    pub fn ggml_type_id(&self, name: &str) -> Option<u32> {
+        self.index.get(name).map(|&i| self.ggml_type_ids[i])
+    }
+
+    /// The raw bytes of tensor `name`, whatever its type.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::NotFound`] if absent.
+    pub fn raw_bytes(&self, name: &str) -> Result<&'a [u8]> {
+        let info = self
+            .info(name)
+            .ok_or_else(|| Error::not_found(format_args!("tensor {name:?} is not in the file")))?;
+        Ok(&self.file[info.offset..info.offset + info.bytes])
+    }
+
+    // ------------------------------------------------------------- tokenizer.ggml.*
+
+    /// `tokenizer.ggml.model` (`"gpt2"` for byte-level BPE, `"llama"` for SentencePiece).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::DataLoss`] if present but not a string.
+    pub fn tokenizer_model(&self) -> Result<Option<&'a str>> {
+        self.get_str("tokenizer.ggml.model")
+    }
+
+    /// `tokenizer.ggml.pre`, the pre-tokenizer name (`"smollm"`, `"llama-bpe"`, ...).
+    ///
+    /// # Errors
+    ///
+    /// As [`Gguf::tokenizer_model`].
+    pub fn tokenizer_pre(&self) -> Result<Option<&'a str>> {
+        self.get_str("tokenizer.ggml.pre")
+    }
+
+    fn string_array(&self, key: &str) -> Result<Vec<&'a str>> {
+        let a = self.require(self.get_array(key), key)?;
+        a.typed(key, &[MetaType::String], |v| v.as_str())
+    }
+
+    /// `tokenizer.ggml.tokens`: the vocabulary, indexed by token id (borrowed, not copied).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::DataLoss`] if absent or not an array of strings.
+    pub fn tokens(&self) -> Result<Vec<&'a str>> {
+        self.string_array("tokenizer.ggml.tokens")
+    }
+
+    /// `tokenizer.ggml.merges`: BPE merges as `"left right"` strings, highest priority first.
+    ///
+    /// # Errors
+    ///
+    /// As [`Gguf::tokens`].
+    pub fn merges(&self) -> Result<Vec<&'a str>> {
+        self.string_array("tokenizer.ggml.merges")
+    }
+
+    /// `tokenizer.ggml.token_type`: per token, 1 normal, 2 unknown, 3 control,
+    /// 4 user-defined, 5 unused, 6 byte.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::DataLoss`] if absent or not an array of integers fitting i32.
+    pub fn token_types(&self) -> Result<Vec<i32>> {
+        let key = "tokenizer.ggml.token_type";
+        let a = self.require(self.get_array(key), key)?;
+        a.typed(key, &[MetaType::I32, MetaType::U32, MetaType::I8, MetaType::U8], |v| {
+            v.as_i64().and_then(|x| i32::try_from(x).ok())
+        })
+    }
+
+    /// `tokenizer.ggml.scores` (SentencePiece vocabularies), if present.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::DataLoss`] if present but not an array of f32.
+    pub fn scores(&self) -> Result<Option<Vec<f32>>> {
+        let key = "tokenizer.ggml.scores";
+        match self.get_array(key)? {
+            None => Ok(None),
+            Some(a) => a
+                .typed(key, &[MetaType::F32], |v| match v {
+                    MetaValue::F32(x) => Some(x),
+                    _ => None,
+                })
+                .map(Some),
+        }
+    }
+
+    /// `tokenizer.ggml.bos_token_id`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Gguf::get_u32`].
+    pub fn bos_token_id(&self) -> Result<Option<u32>> {
+        self.get_u32("tokenizer.ggml.bos_token_id")
+    }
+
+    /// `tokenizer.ggml.eos_token_id`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Gguf::get_u32`].
+    pub fn eos_token_id(&self) -> Result<Option<u32>> {
+        self.get_u32("tokenizer.ggml.eos_token_id")
+    }
+
+    /// `tokenizer.ggml.add_bos_token`: whether to prepend BOS when encoding.
+    ///
+    /// # Errors
+    ///
+    /// As [`Gguf::get_bool`].
+    pub fn add_bos_token(&self) -> Result<Option<bool>> {
+        self.get_bool("tokenizer.ggml.add_bos_token")
+    }
+
+    /// `tokenizer.chat_template` (Jinja), if present.
+    ///
+    /// # Errors
+    ///
+    /// As [`Gguf::get_str`].
+    pub fn chat_template(&self) -> Result<Option<&'a str>> {
+        self.get_str("tokenizer.chat_template")
+    }
+
+    // ------------------------------------------------------------- llama.*
+
+    /// The [`ModelConfig`] of a `llama` architecture file, from `llama.*` metadata:
+    /// `embedding_length`, `feed_forward_length`, `block_count`, `attention.head_count`
+    /// (required), `attention.head_count_kv` (default: head count), `attention.key_length`
+    /// (default: embedding / heads), `attention.layer_norm_rms_epsilon` (required),
+    /// `rope.freq_base` (default 10000), `context_length` (required), `vocab_size` (default:
+    /// the number of `tokenizer.ggml.tokens`, else `token_embd.weight`'s rows),
+    /// `rope.scaling.type` / `rope.scaling.factor` (`none` or `linear`); tied embeddings when
+    /// `output.weight` is absent; BOS/EOS from `tokenizer.ggml.*`; `dtype` from
+    /// `general.file_type`.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::Unimplemented`] for another architecture, a rope scaling type other
+    /// than none/linear, a `rope_freqs.weight` tensor (precomputed frequency factors), or
+    /// `rope.dimension_count` differing from the head width (partial rotary);
+    /// [`crate::Code::DataLoss`] naming a missing or mistyped key; the errors of
+    /// [`ModelConfig::validate`].
+    pub fn model_config(&self) -> Result<ModelConfig> {
+        let arch = self.architecture()?;
+        if arch != "llama" {
+            return Err(Error::unimplemented(format_args!(
+                "GGUF: architecture {arch:?} is not supported (only \"llama\")"
+            )));
+        }
+        let req = |k: &str| self.require(self.get_usize(k), k);
+        let hidden_size = req("llama.embedding_length")?;
+        let num_attention_heads = req("llama.attention.head_count")?;
+        let num_key_value_heads =
+            self.get_usize("llama.attention.head_count_kv")?.unwrap_or(num_attention_heads);
+        let head_dim = match self.get_usize("llama.attention.key_length")? {
+            Some(h) => h,
+            None => {
+                if num_attention_heads == 0 || hidden_size % num_attention_heads != 0 {
+                    return Err(Error::invalid_argument(format_args!(
+                        "GGUF: llama.embedding_length {hidden_size} is not a multiple of \
+                         llama.attention.head_count {num_attention_heads}"
+                    )));
+                }
+                hidden_size / num_attention_heads
+            }
+        };
+        if let Some(rot) = self.get_usize("llama.rope.dimension_count")? {
+            if rot != head_dim {
+                return Err(Error::unimplemented(format_args!(
+                    "GGUF: llama.rope.dimension_count {rot} differs from the head width \
+                     {head_dim} (partial rotary embeddings)"
+                )));
+            }
+        }
+        if self.info("rope_freqs.weight").is_some() {
+            return Err(Error::unimplemented(
+                "GGUF: rope_freqs.weight (precomputed RoPE frequency factors) is not supported",
+            ));
+        }
+        let rope_scaling = match self.get_str("llama.rope.scaling.type")? {
+            None | Some("none") => RopeScaling::None,
+            Some("linear") => RopeScaling::Linear {
+                factor: self.require(
+                    self.get_f64("llama.rope.scaling.factor"),
+                    "llama.rope.scaling.factor",
+                )?,
+            },
+            Some(other) => {
+                return Err(Error::unimplemented(format_args!(
+                    "GGUF: llama.rope.scaling.type {other:?} is not supported (none, linear are)"
+                )))
+            }
+        };
+        let vocab_size = match self.get_usize("llama.vocab_size")? {
+            Some(v) => v,
+            None => match self.get_array("tokenizer.ggml.tokens")? {
+                Some(a) => a.len(),
+                None => match self.info("token_embd.weight") {
+                    Some(t) => t.shape.dims().first().copied().unwrap_or(0),
+                    None => return Err(Error::data_loss("GGUF: no vocabulary size found")),
+                },
+            },
+        };
+        let dtype = self.get_usize("general.file_type")?.map(|ft| match ft {
+            0 => String::from("ALL_F32"),
+            1 => String::from("MOSTLY_F16"),
+            2 => String::from("MOSTLY_Q4_0"),
+            3 => String::from("MOSTLY_Q4_1"),
+            7 => String::from("MOSTLY_Q8_0"),
+            32 => String::from("MOSTLY_BF16"),
+            n => alloc::format!("file_type {n}"),
+        });
+        let cfg = ModelConfig {
+            vocab_size,
+            hidden_size,
+            intermediate_size: req("llama.feed_forward_length")?,
+            num_hidden_layers: req("llama.block_count")?,
+            num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            rms_norm_eps: self.require(
+                self.get_f64("llama.attention.layer_norm_rms_epsilon"),
+                "llama.attention.layer_norm_rms_epsilon",
+            )?,
+            rope_theta: self.get_f64("llama.rope.freq_base")?.unwrap_or(10_000.0),
+            rope_scaling,
+            max_position_embeddings: req("llama.context_length")?,
+            tie_word_embeddings: self.info("output.weight").is_none(),
+            bos_token_id: self.bos_token_id()?,
+            eos_token_ids: self.eos_token_id()?.into_iter().collect(),
+            dtype,
+        };
+        cfg.validate().map_err(|e| e.context("GGUF"))?;
+        Ok(cfg)
+    }
+}
+
+impl<'a> TensorSource<'a> for Gguf<'a> {
+    fn tensor(&self, name: &str) -> Result<TensorView<'a>> {
+        super::view_of(&self.tensors, &self.index, self.file, name)
+    }
+
+    fn tensor_names(&self) -> Vec<&str> {
+        self.tensors.iter().map(|t| t.name.as_str()).collect()
+    }
+}
+
+/// The Hugging Face name of a llama.cpp tensor name (`blk.3.attn_q.weight` →
+/// `model.layers.3.self_attn.q_proj.weight`, `token_embd.weight` →
+/// `model.embed_tokens.weight`, `output_norm.weight` → `model.norm.weight`, `output.weight`
+/// → `lm_head.weight`), or `None` for names outside the Llama set.
+pub fn hf_tensor_name(gguf_name: &str) -> Option<String> {
+    match gguf_name {
+        "token_embd.weight" => return Some(String::from("model.embed_tokens.weight")),
+        "output_norm.weight" => return Some(String::from("model.norm.weight")),
+        "output.weight" => return Some(String::from("lm_head.weight")),
+        _ => {}
+    }
+    let rest = gguf_name.strip_prefix("blk.")?;
+    let (layer, part) = rest.split_once('.')?;
+    if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let hf = match part {
+        "attn_norm.weight" => "input_layernorm.weight",
+        "ffn_norm.weight" => "post_attention_layernorm.weight",
+        "attn_q.weight" => "self_attn.q_proj.weight",
+        "attn_k.weight" => "self_attn.k_proj.weight",
+        "attn_v.weight" => "self_attn.v_proj.weight",
+        "attn_output.weight" => "self_attn.o_proj.weight",
+        "ffn_gate.weight" => "mlp.gate_proj.weight",
+        "ffn_up.weight" => "mlp.up_proj.weight",
+        "ffn_down.weight" => "mlp.down_proj.weight",
+        _ => return None,
+    };
+    Some(alloc::format!("model.layers.{layer}.{hf}"))
+}
+
+/// For a q or k projection with heads of `head_dim` rows: the GGUF row that holds Hugging
+/// Face row `hf_row` (see the module docs). Within a head, HF row `j * head_dim/2 + i` is
+/// GGUF row `2 * i + j`; heads stay in place.
+///
+/// # Panics
+///
+/// If `head_dim` is odd or zero.
+pub fn qk_gguf_row(hf_row: usize, head_dim: usize) -> usize {
+    assert!(head_dim > 0 && head_dim % 2 == 0, "head_dim {head_dim} must be even and non-zero");
+    let half = head_dim / 2;
+    let (head, r) = (hf_row / head_dim, hf_row % head_dim);
+    let (j, i) = (r / half, r % half);
+    head * head_dim + 2 * i + j
+}
+
+/// Copies a GGUF `attn_q` / `attn_k` weight (`src`: `rows` rows of `row_bytes` bytes each,
+/// any dtype — rows move whole) into `dst` in Hugging Face's rotate-half row order, for
+/// heads of `head_dim` rows ([`qk_gguf_row`]).
+///
+/// # Errors
+///
+/// [`crate::Code::InvalidArgument`] if `head_dim` is odd or zero or does not divide `rows`.
+///
+/// # Panics
+///
+/// If `src` or `dst` is not `rows * row_bytes` long.
+pub fn unpermute_qk_rows(
+    src: &[u8],
+    dst: &mut [u8],
+    rows: usize,
+    row_bytes: usize,
+    head_dim: usize,
+) -> Result<()> {
+    let total = rows.checked_mul(row_bytes);
+    assert!(
+        total == Some(src.len()) && total == Some(dst.len()),
+        "unpermute_qk_rows: src {} / dst {} bytes for {rows} rows of {row_bytes}",
+        src.len(),
+        dst.len()
+    );
+    if head_dim == 0 || head_dim % 2 != 0 || rows % head_dim != 0 {
+        return Err(Error::invalid_argument(format_args!(
+            "q/k un-permute: head_dim {head_dim} must be even, non-zero and divide {rows} rows"
+        )));
+    }
+    if row_bytes == 0 {
+        return Ok(());
+    }
+    for (hf_row, out) in dst.chunks_exact_mut(row_bytes).enumerate() {
+        let g = qk_gguf_row(hf_row, head_dim);
+        out.copy_from_slice(&src[g * row_bytes..(g + 1) * row_bytes]);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qk_row_map_inverts_llama_cpp_permute() {
+        // llama.cpp's converter: HF rows of one head [h0 .. h7] (two halves [0..4), [4..8))
+        // are stored interleaved: 0, 4, 1, 5, 2, 6, 3, 7.
+        let stored: Vec<usize> = (0..8).map(|g| (g % 2) * 4 + g / 2).collect();
+        assert_eq!(stored, [0, 4, 1, 5, 2, 6, 3, 7]);
+        for hf in 0..8 {
+            assert_eq!(stored[qk_gguf_row(hf, 8)], hf);
+        }
+        // Second head keeps its place.
+        assert_eq!(qk_gguf_row(8 + 4, 8), 8 + 1);
+    }
+
+    #[test]
+    fn unpermute_moves_whole_rows() {
+        let head_dim = 4;
+        // GGUF rows hold the HF row number in both bytes: stored order 0, 2, 1, 3.
+        let src = [0u8, 0, 2, 2, 1, 1, 3, 3];
+        let mut dst = [0u8; 8];
+        unpermute_qk_rows(&src, &mut dst, 4, 2, head_dim).unwrap();
+        assert_eq!(dst, [0, 0, 1, 1, 2, 2, 3, 3]);
+        assert!(unpermute_qk_rows(&src, &mut dst, 4, 2, 3).is_err());
+    }
+
+    #[test]
+    fn hf_names() {
+        assert_eq!(
+            hf_tensor_name("blk.12.attn_k.weight").as_deref(),
+            Some("model.layers.12.self_attn.k_proj.weight")
+        );
+        assert_eq!(hf_tensor_name("output.weight").as_deref(), Some("lm_head.weight"));
+        assert_eq!(hf_tensor_name("blk.x.attn_k.weight"), None);
+        assert_eq!(hf_tensor_name("rope_freqs.weight"), None);
+    }
+}

@@ -1,0 +1,352 @@
+//! Hugging Face `config.json` for Llama-family models → [`ModelConfig`].
+//!
+//! Three dialects are read (as transformers writes them):
+//! - transformers 5: `"rope_parameters": {"rope_theta": .., "rope_type": "default" | "linear"
+//!   | "llama3", ..scaling fields}` and `"dtype"`;
+//! - transformers 4: top-level `"rope_theta"`, `"rope_scaling": null | {"rope_type" (or
+//!   `"type"`): .., ..}` and `"dtype"`;
+//! - older files: as transformers 4 but `"torch_dtype"`.
+//!
+//! Absent optional keys take `LlamaConfig`'s defaults: `num_key_value_heads` =
+//! `num_attention_heads`, `head_dim` = `hidden_size / num_attention_heads`, `rms_norm_eps`
+//! 1e-6, `rope_theta` 10000, `max_position_embeddings` 2048, `tie_word_embeddings` false.
+//! `null` counts as absent. Unknown keys are ignored; a key given twice at the top level is an
+//! error. `model_type` other than `"llama"`, `hidden_act` other than `"silu"`, and
+//! `attention_bias` / `mlp_bias` set to true are [`crate::Code::Unimplemented`]: the decoder
+//! would compute something else.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::model::config::{ModelConfig, RopeScaling};
+
+/// The largest `config.json` accepted, in bytes (real ones are about 1 KB).
+pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+
+/// Parses a `config.json` text into a validated [`ModelConfig`].
+///
+/// # Errors
+///
+/// - [`crate::Code::DataLoss`]: not a JSON object, a key given twice, a required key
+///   (`vocab_size`, `hidden_size`, `intermediate_size`, `num_hidden_layers`,
+///   `num_attention_heads`) missing, or a value of the wrong type (the key is named);
+/// - [`crate::Code::Unimplemented`]: a `rope_type` other than default/linear/llama3 (named),
+///   or a non-Llama architecture as described in the module docs;
+/// - [`crate::Code::InvalidArgument`]: values that do not fit together (KV heads not dividing
+///   query heads — both named —, an odd or underived `head_dim`, zero sizes; see
+///   [`ModelConfig::validate`]);
+/// - [`crate::Code::ResourceExhausted`]: text longer than [`MAX_CONFIG_BYTES`].
+pub fn parse_config(text: &str) -> Result<ModelConfig> {
+    parse_config_inner(text).map_err(|e| e.context("config.json"))
+}
+
+fn parse_config_inner(text: &str) -> Result<ModelConfig> {
+    if text.len() > MAX_CONFIG_BYTES {
+        return Err(Error::resource_exhausted(format_args!(
+            "{} bytes is above the limit of {MAX_CONFIG_BYTES}",
+            text.len()
+        )));
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let obj = de
+        .deserialize_map(TopLevel)
+        .and_then(|o| de.end().map(|()| o))
+        .map_err(|e| Error::data_loss(format_args!("not a valid JSON object: {e}")))?;
+    let c = Obj { map: &obj, path: "" };
+
+    if let Some(t) = c.opt_str("model_type")? {
+        if t != "llama" {
+            return Err(Error::unimplemented(format_args!(
+                "model_type {t:?} is not supported (only \"llama\")"
+            )));
+        }
+    }
+    if let Some(act) = c.opt_str("hidden_act")? {
+        if act != "silu" {
+            return Err(Error::unimplemented(format_args!(
+                "hidden_act {act:?} is not supported (only \"silu\")"
+            )));
+        }
+    }
+    for key in ["attention_bias", "mlp_bias"] {
+        if c.opt_bool(key)? == Some(true) {
+            return Err(Error::unimplemented(format_args!("{key} = true is not supported")));
+        }
+    }
+
+    let hidden_size = c.req_uint("hidden_size")?;
+    let num_attention_heads = c.req_uint("num_attention_heads")?;
+    let num_key_value_heads = c.opt_uint("num_key_value_heads")?.unwrap_or(num_attention_heads);
+    let head_dim = match c.opt_uint("head_dim")? {
+        Some(h) => h,
+        None => {
+            if num_attention_heads == 0 || hidden_size % num_attention_heads != 0 {
+                return Err(Error::invalid_argument(format_args!(
+                    "no head_dim given and hidden_size {hidden_size} is not a multiple of \
+                     num_attention_heads {num_attention_heads}"
+                )));
+            }
+            hidden_size / num_attention_heads
+        }
+    };
+
+    // RoPE: transformers 5 nests everything in `rope_parameters`; older files keep
+    // `rope_theta` at the top level and the scaling in `rope_scaling`.
+    let (rope_theta, rope_scaling) = match c.opt_obj("rope_parameters")? {
+        Some(rp) => {
+            let theta = rp.opt_f64("rope_theta")?.unwrap_or(10_000.0);
+            (theta, rope_scaling(&rp, false)?)
+        }
+        None => {
+            let theta = c.opt_f64("rope_theta")?.unwrap_or(10_000.0);
+            let scaling = match c.opt_obj("rope_scaling")? {
+                Some(rs) => rope_scaling(&rs, true)?,
+                None => RopeScaling::None,
+            };
+            (theta, scaling)
+        }
+    };
+
+    let eos_token_ids = match c.get("eos_token_id") {
+        None => Vec::new(),
+        Some(Value::Array(items)) => {
+            let mut ids = Vec::with_capacity(items.len());
+            for (i, v) in items.iter().enumerate() {
+                ids.push(token_id(v).ok_or_else(|| {
+                    Error::data_loss(format_args!(
+                        "\"eos_token_id\"[{i}]: expected a token id, found {}",
+                        kind(v)
+                    ))
+                })?);
+            }
+            ids
+        }
+        Some(v) => Vec::from([token_id(v).ok_or_else(|| {
+            Error::data_loss(format_args!(
+                "\"eos_token_id\": expected a token id or a list of them, found {}",
+                kind(v)
+            ))
+        })?]),
+    };
+    let bos_token_id = match c.get("bos_token_id") {
+        None => None,
+        Some(v) => Some(token_id(v).ok_or_else(|| {
+            Error::data_loss(format_args!(
+                "\"bos_token_id\": expected a token id, found {}",
+                kind(v)
+            ))
+        })?),
+    };
+    let dtype = match c.opt_str("dtype")? {
+        Some(d) => Some(String::from(d)),
+        None => c.opt_str("torch_dtype")?.map(String::from),
+    };
+
+    let cfg = ModelConfig {
+        vocab_size: c.req_uint("vocab_size")?,
+        hidden_size,
+        intermediate_size: c.req_uint("intermediate_size")?,
+        num_hidden_layers: c.req_uint("num_hidden_layers")?,
+        num_attention_heads,
+        num_key_value_heads,
+        head_dim,
+        rms_norm_eps: c.opt_f64("rms_norm_eps")?.unwrap_or(1e-6),
+        rope_theta,
+        rope_scaling,
+        max_position_embeddings: c.opt_uint("max_position_embeddings")?.unwrap_or(2048),
+        tie_word_embeddings: c.opt_bool("tie_word_embeddings")?.unwrap_or(false),
+        bos_token_id,
+        eos_token_ids,
+        dtype,
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Reads the scaling described by `o` (`rope_parameters` or `rope_scaling`). In
+/// `rope_scaling` the type key is required; in `rope_parameters` its absence means default.
+fn rope_scaling(o: &Obj<'_>, type_required: bool) -> Result<RopeScaling> {
+    let ty = match o.opt_str("rope_type")? {
+        Some(t) => Some(t),
+        None => o.opt_str("type")?,
+    };
+    let ty = match ty {
+        Some(t) => t,
+        None if type_required => {
+            return Err(Error::data_loss(format_args!("{}: missing \"rope_type\"", o.path)))
+        }
+        None => "default",
+    };
+    match ty {
+        "default" => Ok(RopeScaling::None),
+        "linear" => Ok(RopeScaling::Linear { factor: o.req_f64("factor")? }),
+        "llama3" => Ok(RopeScaling::Llama3 {
+            factor: o.req_f64("factor")?,
+            low_freq_factor: o.req_f64("low_freq_factor")?,
+            high_freq_factor: o.req_f64("high_freq_factor")?,
+            original_max_position_embeddings: o.req_uint("original_max_position_embeddings")?,
+        }),
+        other => Err(Error::unimplemented(format_args!(
+            "{}: rope type {other:?} is not supported (default, linear, llama3 are)",
+            o.path
+        ))),
+    }
+}
+
+/// A token id: a non-negative integer that fits u32.
+fn token_id(v: &Value) -> Option<u32> {
+    v.as_u64().and_then(|x| u32::try_from(x).ok())
+}
+
+/// A short description of a JSON value's kind for messages (never the whole value).
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_f64() => "a fractional number",
+        Value::Number(n) if n.is_i64() && n.as_i64().is_some_and(|x| x < 0) => "a negative number",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A JSON object with typed, named accessors; `null` reads as absent.
+struct Obj<'m> {
+    map: &'m Map<String, Value>,
+    /// Where the object sits (`""` for the top level, `"rope_scaling"` ...), for messages.
+    path: &'static str,
+}
+
+impl<'m> Obj<'m> {
+    fn get(&self, key: &str) -> Option<&'m Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    fn name(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            alloc::format!("{key:?}")
+        } else {
+            alloc::format!("{}.{key}", self.path)
+        }
+    }
+
+    fn wrong(&self, key: &str, want: &str, v: &Value) -> Error {
+        Error::data_loss(format_args!("{}: expected {want}, found {}", self.name(key), kind(v)))
+    }
+
+    fn missing(&self, key: &str) -> Error {
+        if self.path.is_empty() {
+            Error::data_loss(format_args!("missing {key:?}"))
+        } else {
+            Error::data_loss(format_args!("{}: missing {key:?}", self.path))
+        }
+    }
+
+    fn opt_uint(&self, key: &str) -> Result<Option<usize>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|x| usize::try_from(x).ok())
+                .map(Some)
+                .ok_or_else(|| self.wrong(key, "a non-negative integer", v)),
+        }
+    }
+
+    fn req_uint(&self, key: &str) -> Result<usize> {
+        self.opt_uint(key)?.ok_or_else(|| self.missing(key))
+    }
+
+    fn opt_f64(&self, key: &str) -> Result<Option<f64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| self.wrong(key, "a number", v)),
+        }
+    }
+
+    fn req_f64(&self, key: &str) -> Result<f64> {
+        self.opt_f64(key)?.ok_or_else(|| self.missing(key))
+    }
+
+    fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_bool().map(Some).ok_or_else(|| self.wrong(key, "true or false", v)),
+        }
+    }
+
+    fn opt_str(&self, key: &str) -> Result<Option<&'m str>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_str().map(Some).ok_or_else(|| self.wrong(key, "a string", v)),
+        }
+    }
+
+    fn opt_obj(&self, key: &'static str) -> Result<Option<Obj<'m>>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Object(map)) => Ok(Some(Obj { map, path: key })),
+            Some(v) => Err(self.wrong(key, "an object", v)),
+        }
+    }
+}
+
+/// The top-level object, refusing a key given twice (serde_json's `Map` would keep the last).
+struct TopLevel;
+
+impl<'de> Visitor<'de> for TopLevel {
+    type Value = Map<String, Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
+        let mut map = Map::new();
+        while let Some(key) = access.next_key::<String>()? {
+            let value: Value = access.next_value()?;
+            if map.contains_key(&key) {
+                return Err(de::Error::custom(format_args!("key {key:?} is given twice")));
+            }
+            map.insert(key, value);
+        }
+        Ok(map)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = r#"{"vocab_size": 256, "hidden_size": 64, "intermediate_size": 176,
+        "num_hidden_layers": 2, "num_attention_heads": 4"#;
+
+    #[test]
+    fn minimal_takes_llama_defaults() {
+        let c = parse_config(&alloc::format!("{MIN}}}")).unwrap();
+        assert_eq!(c.num_key_value_heads, 4);
+        assert_eq!(c.head_dim, 16);
+        assert_eq!(c.rms_norm_eps, 1e-6);
+        assert_eq!(c.rope_theta, 10_000.0);
+        assert_eq!(c.rope_scaling, RopeScaling::None);
+        assert_eq!(c.max_position_embeddings, 2048);
+        assert!(!c.tie_word_embeddings);
+        assert_eq!(c.bos_token_id, None);
+        assert!(c.eos_token_ids.is_empty());
+        assert_eq!(c.dtype, None);
+    }
+
+    #[test]
+    fn duplicate_top_level_key_refused() {
+        let e = parse_config(&alloc::format!("{MIN}, \"hidden_size\": 32}}")).unwrap_err();
+        assert_eq!(e.code(), crate::Code::DataLoss);
+        assert!(e.message().contains("hidden_size"), "{e}");
+    }
+}

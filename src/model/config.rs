@@ -1,0 +1,161 @@
+//! [`ModelConfig`]: the hyper-parameters of a Llama-family decoder, whichever file they came
+//! from (Hugging Face `config.json` via [`crate::format::hf_config::parse_config`], or GGUF
+//! `llama.*` metadata via `crate::format::gguf::Gguf::model_config`).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::error::{Error, Result};
+
+/// RoPE frequency scaling (Hugging Face's `rope_scaling` / `rope_parameters.rope_type`).
+///
+/// Formulas as in transformers' `modeling_rope_utils.py`: `Linear` divides every inverse
+/// frequency by `factor`; `Llama3` keeps high frequencies (wavelength below
+/// `original_max_position_embeddings / high_freq_factor`), divides low frequencies
+/// (wavelength above `original_max_position_embeddings / low_freq_factor`) by `factor`, and
+/// interpolates smoothly in between.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    /// Plain RoPE (`rope_type: "default"` or `rope_scaling: null`).
+    None,
+    /// Position interpolation: `inv_freq / factor`.
+    Linear {
+        /// The divisor.
+        factor: f64,
+    },
+    /// Llama 3.1's frequency-dependent scaling.
+    Llama3 {
+        /// Divisor for the low frequencies.
+        factor: f64,
+        /// Wavelength threshold (as a divisor of the original context) for low frequencies.
+        low_freq_factor: f64,
+        /// Wavelength threshold (as a divisor of the original context) for high frequencies.
+        high_freq_factor: f64,
+        /// The context length the model was pretrained with.
+        original_max_position_embeddings: usize,
+    },
+}
+
+/// Hyper-parameters of a Llama-family decoder (Hugging Face `LlamaConfig` semantics).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    /// Rows of the token embedding and of the output head.
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the MLP's gate/up projections.
+    pub intermediate_size: usize,
+    /// Number of decoder layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (GQA; equal to `num_attention_heads` for plain MHA). Always divides
+    /// `num_attention_heads`.
+    pub num_key_value_heads: usize,
+    /// Width of one head (explicit in the file, else `hidden_size / num_attention_heads`).
+    /// Always even (RoPE rotates pairs).
+    pub head_dim: usize,
+    /// RMSNorm epsilon (added to the mean of squares), as the file stores it.
+    pub rms_norm_eps: f64,
+    /// RoPE base `theta` (`inv_freq[i] = theta^(-2i/head_dim)`).
+    pub rope_theta: f64,
+    /// RoPE frequency scaling.
+    pub rope_scaling: RopeScaling,
+    /// The longest context the model supports.
+    pub max_position_embeddings: usize,
+    /// `true` when the output head reuses the token embedding (no `lm_head.weight`).
+    pub tie_word_embeddings: bool,
+    /// Beginning-of-sequence token id, if the file names one.
+    pub bos_token_id: Option<u32>,
+    /// End-of-sequence token ids (`eos_token_id` may be one id or a list; empty if none).
+    pub eos_token_ids: Vec<u32>,
+    /// The weights' dtype as the file names it (`"float32"`, `"bfloat16"`; GGUF: the
+    /// `general.file_type` name such as `"MOSTLY_Q4_1"`), if any. Informational.
+    pub dtype: Option<String>,
+}
+
+impl ModelConfig {
+    /// Query heads per key/value head (`num_attention_heads / num_key_value_heads`).
+    pub fn kv_groups(&self) -> usize {
+        self.num_attention_heads / self.num_key_value_heads
+    }
+
+    /// Checks the invariants the decoder relies on: every size non-zero, KV heads dividing
+    /// query heads, an even head width, finite positive `rms_norm_eps` and `rope_theta`, and
+    /// positive finite scaling factors.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::InvalidArgument`] naming the field(s) and values.
+    pub fn validate(&self) -> Result<()> {
+        for (name, v) in [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("head_dim", self.head_dim),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ] {
+            if v == 0 {
+                return Err(Error::invalid_argument(format_args!("{name} is 0")));
+            }
+        }
+        if self.num_attention_heads % self.num_key_value_heads != 0 {
+            return Err(Error::invalid_argument(format_args!(
+                "num_key_value_heads {} does not divide num_attention_heads {}",
+                self.num_key_value_heads, self.num_attention_heads
+            )));
+        }
+        if self.head_dim % 2 != 0 {
+            return Err(Error::invalid_argument(format_args!(
+                "head_dim {} is odd (RoPE rotates pairs)",
+                self.head_dim
+            )));
+        }
+        for (name, v) in [("rms_norm_eps", self.rms_norm_eps), ("rope_theta", self.rope_theta)] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::invalid_argument(format_args!(
+                    "{name} {v} is not a positive finite number"
+                )));
+            }
+        }
+        let factors: &[(&str, f64)] = match &self.rope_scaling {
+            RopeScaling::None => &[],
+            RopeScaling::Linear { factor } => &[("factor", *factor)],
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, .. } => &[
+                ("factor", *factor),
+                ("low_freq_factor", *low_freq_factor),
+                ("high_freq_factor", *high_freq_factor),
+            ],
+        };
+        for &(name, v) in factors {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::invalid_argument(format_args!(
+                    "rope scaling {name} {v} is not a positive finite number"
+                )));
+            }
+        }
+        if let RopeScaling::Llama3 {
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+            ..
+        } = self.rope_scaling
+        {
+            if original_max_position_embeddings == 0 {
+                return Err(Error::invalid_argument(
+                    "rope scaling original_max_position_embeddings is 0",
+                ));
+            }
+            if high_freq_factor <= low_freq_factor {
+                return Err(Error::invalid_argument(format_args!(
+                    "rope scaling high_freq_factor {high_freq_factor} is not above \
+                     low_freq_factor {low_freq_factor}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}

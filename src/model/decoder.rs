@@ -1,0 +1,658 @@
+//! [`DecoderLM`]: the Llama-family forward pass with a KV cache (design.md §3 "Decoder").
+//!
+//! Hugging Face `LlamaForCausalLM` semantics, computed in f32: token embedding; per layer
+//! `x += o(attn(rope(q(n(x))), rope(k(n(x))), v(n(x))))` then
+//! `x += down(silu(gate(n(x))) * up(n(x)))` with RMSNorm `n`; a final RMSNorm and the output
+//! head (the embedding when tied). Attention is causal, scaled by `1/sqrt(head_dim)`, with
+//! grouped KV heads (KV head `j` serves query heads `j*g .. j*g+g`). RoPE rotates with
+//! `inv_freq = theta^(-2i/d)`, optionally rescaled (`linear`, `llama3`).
+//!
+//! Memory: the KV cache (f32, `[layer][kv_head][position][head_dim]`) and the logits are
+//! allocated once for the context length; every per-step buffer comes from an [`Arena`] sized
+//! at construction and reset at each step. After construction, [`DecoderLM::decode`] and
+//! [`DecoderLM::prefill`] allocate nothing (with the inline executor or a thread pool).
+//!
+//! Parallelism: matrix products split over output rows ([`crate::ops::gemv`] /
+//! [`crate::ops::gemm`]), attention over query heads; each output element is computed by one
+//! chunk in a fixed order, so logits are bit-identical for every executor, thread count and
+//! schedule.
+
+use alloc::vec::Vec;
+use core::ops::Range;
+
+use crate::error::{Error, Result};
+use crate::exec::{Executor, Schedule};
+use crate::format::TensorSource;
+use crate::mem::{AlignedBlock, Arena};
+use crate::model::config::{ModelConfig, RopeScaling};
+use crate::model::weights::{Linear, WeightFormat, Weights};
+use crate::ops::{self, Activations};
+use crate::tensor::{cast_slice, cast_slice_mut};
+
+/// The context length used when [`DecoderOptions::context_len`] is `None` and the model
+/// allows more: `min(max_position_embeddings, DEFAULT_MAX_CONTEXT)`.
+pub const DEFAULT_MAX_CONTEXT: usize = 4096;
+
+/// How a [`DecoderLM`] is built and run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecoderOptions {
+    /// Positions the KV cache holds; `None`: `min(max_position_embeddings, 4096)`.
+    pub context_len: Option<usize>,
+    /// f32 activations (exact) or int8 activations for quantized weights (fast).
+    pub activations: Activations,
+    /// Keep weights as stored, or quantize float matrices to Q8_0 at load.
+    pub weight_format: WeightFormat,
+    /// The most prompt tokens run through the layers at once (bounds the scratch arena).
+    pub prefill_chunk: usize,
+    /// Schedule for the matrix products; `None` uses the executor's default.
+    pub schedule: Option<Schedule>,
+}
+
+impl Default for DecoderOptions {
+    fn default() -> Self {
+        DecoderOptions {
+            context_len: None,
+            activations: Activations::F32,
+            weight_format: WeightFormat::AsStored,
+            prefill_chunk: 64,
+            schedule: None,
+        }
+    }
+}
+
+/// Where in the forward pass a [`Hidden`] snapshot was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// The token embeddings (the residual stream entering layer 0).
+    Embedding,
+    /// The residual stream leaving layer `i`.
+    Layer(usize),
+    /// After the final RMSNorm (the input of the output head).
+    FinalNorm,
+}
+
+/// A snapshot of the hidden states of a run of tokens, handed to the observer of
+/// [`DecoderLM::forward`].
+#[derive(Clone, Copy, Debug)]
+pub struct Hidden<'s> {
+    /// Where it was taken.
+    pub stage: Stage,
+    /// Position of the first row.
+    pub position: usize,
+    /// `rows × hidden_size` values, one row per token.
+    pub data: &'s [f32],
+}
+
+/// The KV cache: f32 keys and values for every layer, KV head and position up to the context
+/// length, laid out `[layer][kv_head][position][head_dim]`.
+#[derive(Debug)]
+pub struct KvCache {
+    k: AlignedBlock,
+    v: AlignedBlock,
+    kv_heads: usize,
+    head_dim: usize,
+    capacity: usize,
+}
+
+impl KvCache {
+    /// A zeroed cache for `capacity` positions.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::ResourceExhausted`] if the size overflows or cannot be allocated.
+    pub fn new(layers: usize, kv_heads: usize, head_dim: usize, capacity: usize) -> Result<Self> {
+        let bytes = [layers, kv_heads, head_dim, capacity, 4]
+            .iter()
+            .try_fold(1usize, |a, &b| a.checked_mul(b))
+            .ok_or_else(|| {
+                Error::resource_exhausted(format_args!(
+                    "KV cache of {layers} layers x {kv_heads} heads x {capacity} positions \
+                     x {head_dim} overflows"
+                ))
+            })?;
+        Ok(KvCache {
+            k: AlignedBlock::try_new(bytes)?,
+            v: AlignedBlock::try_new(bytes)?,
+            kv_heads,
+            head_dim,
+            capacity,
+        })
+    }
+
+    /// Positions the cache holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes of keys plus values.
+    pub fn size_bytes(&self) -> usize {
+        self.k.len() + self.v.len()
+    }
+
+    fn span(&self, layer: usize, head: usize) -> Range<usize> {
+        let len = self.capacity * self.head_dim;
+        let start = (layer * self.kv_heads + head) * len;
+        start..start + len
+    }
+
+    /// Keys of `layer`, KV head `head`: `capacity × head_dim` floats, position-major.
+    pub fn keys(&self, layer: usize, head: usize) -> &[f32] {
+        &cast_slice::<f32>(self.k.as_slice())[self.span(layer, head)]
+    }
+
+    /// Values of `layer`, KV head `head`, laid out as [`KvCache::keys`].
+    pub fn values(&self, layer: usize, head: usize) -> &[f32] {
+        &cast_slice::<f32>(self.v.as_slice())[self.span(layer, head)]
+    }
+
+    /// Stores `k` and `v` (`kv_heads × head_dim` each) for `layer` at `pos`.
+    fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
+        let d = self.head_dim;
+        for h in 0..self.kv_heads {
+            let at = self.span(layer, h).start + pos * d;
+            cast_slice_mut::<f32>(self.k.as_mut_slice())[at..at + d]
+                .copy_from_slice(&k[h * d..(h + 1) * d]);
+            cast_slice_mut::<f32>(self.v.as_mut_slice())[at..at + d]
+                .copy_from_slice(&v[h * d..(h + 1) * d]);
+        }
+    }
+}
+
+/// RoPE inverse frequencies for `config` (`head_dim / 2` values), with its `rope_scaling`
+/// applied as transformers' `modeling_rope_utils.py` does.
+///
+/// # Panics
+///
+/// If `out.len() * 2 != config.head_dim`.
+pub fn rope_frequencies(config: &ModelConfig, out: &mut [f32]) {
+    ops::rope_inv_freq(config.rope_theta as f32, config.head_dim, out);
+    match config.rope_scaling {
+        RopeScaling::None => {}
+        RopeScaling::Linear { factor } => {
+            for f in out.iter_mut() {
+                *f = (*f as f64 / factor) as f32;
+            }
+        }
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => {
+            let old = original_max_position_embeddings as f64;
+            let (low_wavelen, high_wavelen) = (old / low_freq_factor, old / high_freq_factor);
+            for f in out.iter_mut() {
+                let inv = *f as f64;
+                let wavelen = 2.0 * core::f64::consts::PI / inv;
+                *f = if wavelen < high_wavelen {
+                    inv
+                } else if wavelen > low_wavelen {
+                    inv / factor
+                } else {
+                    let smooth =
+                        (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                    (1.0 - smooth) * inv / factor + smooth * inv
+                } as f32;
+            }
+        }
+    }
+}
+
+/// A raw pointer shared by the chunks of one `parallel_for`; each chunk touches disjoint
+/// elements.
+#[derive(Clone, Copy)]
+struct SharedMut(*mut f32);
+// SAFETY: only used to write disjoint ranges from different chunks of one parallel_for.
+unsafe impl Send for SharedMut {}
+// SAFETY: as above.
+unsafe impl Sync for SharedMut {}
+
+/// Attention works below this many multiply-adds run inline (dispatch would cost more).
+const PAR_ATTENTION_WORK: usize = 1 << 15;
+
+/// A Llama-family decoder with its KV cache; see the module docs.
+pub struct DecoderLM<'a> {
+    config: ModelConfig,
+    weights: Weights<'a>,
+    exec: &'a dyn Executor,
+    options: DecoderOptions,
+    inv_freq: Vec<f32>,
+    kv: KvCache,
+    logits: AlignedBlock,
+    arena: Arena,
+    pos: usize,
+}
+
+impl core::fmt::Debug for DecoderLM<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DecoderLM")
+            .field("config", &self.config)
+            .field("options", &self.options)
+            .field("threads", &self.exec.threads())
+            .field("position", &self.pos)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Bytes of arena scratch one forward step of `n` tokens needs with `ctx` cached positions.
+fn arena_bytes(c: &ModelConfig, n: usize, ctx: usize, act: Activations) -> Option<usize> {
+    let (h, qd, kvd, i) = (
+        c.hidden_size,
+        c.num_attention_heads * c.head_dim,
+        c.num_key_value_heads * c.head_dim,
+        c.intermediate_size,
+    );
+    let floats = [
+        n.checked_mul(h)?,                       // x
+        n.checked_mul(h)?,                       // xn
+        n.checked_mul(qd)?,                      // q
+        n.checked_mul(kvd)?,                     // k
+        n.checked_mul(kvd)?,                     // v
+        n.checked_mul(qd)?,                      // attention output
+        n.checked_mul(i)?,                       // gate
+        n.checked_mul(i)?,                       // up
+        n.checked_mul(c.head_dim)?,              // cos and sin (head_dim / 2 each)
+        c.num_attention_heads.checked_mul(ctx)?, // scores
+    ];
+    let mut total = 0usize;
+    for f in floats {
+        total = total.checked_add(f.checked_mul(4)?.checked_add(ops_align())?)?;
+    }
+    let scratch = [h, qd, i]
+        .iter()
+        .map(|&k| ops::scratch_bytes(k, n, act).max(ops::scratch_bytes(k, 1, act)))
+        .max()
+        .unwrap_or(0);
+    total.checked_add(scratch)?.checked_add(2 * ops_align())
+}
+
+const fn ops_align() -> usize {
+    crate::mem::ALIGN
+}
+
+fn matmul(
+    exec: &dyn Executor,
+    schedule: Option<Schedule>,
+    w: &Linear<'_>,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    act: Activations,
+    scratch: &mut [u8],
+) -> Result<()> {
+    let m = w.matrix()?;
+    if n == 1 {
+        ops::gemv(exec, schedule, &m, x, y, act, scratch)
+    } else {
+        ops::gemm(exec, schedule, &m, x, n, y, act, scratch)
+    }
+}
+
+impl<'a> DecoderLM<'a> {
+    /// Loads the weights named by `config` from `src` and allocates the KV cache, logits and
+    /// scratch arena.
+    ///
+    /// # Errors
+    ///
+    /// Everything [`Weights::load`] reports; [`crate::Code::InvalidArgument`] for a context
+    /// length of 0 or past `max_position_embeddings`, or a `prefill_chunk` of 0;
+    /// [`crate::Code::ResourceExhausted`] if the cache or arena cannot be allocated.
+    pub fn new(
+        config: &ModelConfig,
+        src: &dyn TensorSource<'a>,
+        exec: &'a dyn Executor,
+        options: DecoderOptions,
+    ) -> Result<Self> {
+        let weights = Weights::load(config, src, options.weight_format)?;
+        Self::from_weights(config, weights, exec, options)
+    }
+
+    /// As [`DecoderLM::new`] with weights already loaded.
+    ///
+    /// # Errors
+    ///
+    /// As [`DecoderLM::new`], less the weight errors.
+    pub fn from_weights(
+        config: &ModelConfig,
+        weights: Weights<'a>,
+        exec: &'a dyn Executor,
+        options: DecoderOptions,
+    ) -> Result<Self> {
+        config.validate()?;
+        let max = config.max_position_embeddings;
+        let ctx = options.context_len.unwrap_or(max.min(DEFAULT_MAX_CONTEXT));
+        if ctx == 0 || ctx > max {
+            return Err(Error::invalid_argument(format_args!(
+                "context length {ctx} is not in 1..={max} (max_position_embeddings)"
+            )));
+        }
+        if options.prefill_chunk == 0 {
+            return Err(Error::invalid_argument("prefill_chunk is 0"));
+        }
+        let chunk = options.prefill_chunk.min(ctx);
+        let kv = KvCache::new(
+            config.num_hidden_layers,
+            config.num_key_value_heads,
+            config.head_dim,
+            ctx,
+        )?;
+        let logits_bytes = config.vocab_size.checked_mul(4).ok_or_else(|| {
+            Error::resource_exhausted(format_args!("vocab_size {} overflows", config.vocab_size))
+        })?;
+        let logits = AlignedBlock::try_new(logits_bytes)?;
+        let arena_cap = arena_bytes(config, chunk, ctx, options.activations)
+            .ok_or_else(|| Error::resource_exhausted("decoder scratch size overflows usize"))?;
+        let arena = Arena::new(arena_cap)?;
+        let mut inv_freq = Vec::new();
+        inv_freq
+            .try_reserve_exact(config.head_dim / 2)
+            .map_err(|_| Error::resource_exhausted("rope frequencies"))?;
+        inv_freq.resize(config.head_dim / 2, 0.0);
+        rope_frequencies(config, &mut inv_freq);
+        Ok(DecoderLM {
+            config: config.clone(),
+            weights,
+            exec,
+            options: DecoderOptions { prefill_chunk: chunk, context_len: Some(ctx), ..options },
+            inv_freq,
+            kv,
+            logits,
+            arena,
+            pos: 0,
+        })
+    }
+
+    /// The model configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The weights.
+    pub fn weights(&self) -> &Weights<'a> {
+        &self.weights
+    }
+
+    /// The options in force (`context_len` resolved).
+    pub fn options(&self) -> &DecoderOptions {
+        &self.options
+    }
+
+    /// Positions the KV cache holds.
+    pub fn context_len(&self) -> usize {
+        self.kv.capacity()
+    }
+
+    /// Tokens in the cache (the position the next token goes to).
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// The executor.
+    pub fn executor(&self) -> &'a dyn Executor {
+        self.exec
+    }
+
+    /// Runs later steps on `exec` (results stay bit-identical).
+    pub fn set_executor(&mut self, exec: &'a dyn Executor) {
+        self.exec = exec;
+    }
+
+    /// Sets the schedule of the matrix products (`None`: the executor's default).
+    pub fn set_schedule(&mut self, schedule: Option<Schedule>) {
+        self.options.schedule = schedule;
+    }
+
+    /// The KV cache.
+    pub fn kv_cache(&self) -> &KvCache {
+        &self.kv
+    }
+
+    /// Bytes of the per-step scratch arena.
+    pub fn scratch_capacity(&self) -> usize {
+        self.arena.capacity()
+    }
+
+    /// The logits of the last token run (zeros before the first run).
+    pub fn logits(&self) -> &[f32] {
+        cast_slice(self.logits.as_slice())
+    }
+
+    /// Empties the cache (position 0).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    /// Forgets every cached position from `position` on.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::OutOfRange`] if `position` is past the current position.
+    pub fn rewind(&mut self, position: usize) -> Result<()> {
+        if position > self.pos {
+            return Err(Error::out_of_range(format_args!(
+                "cannot rewind to position {position}: only {} cached",
+                self.pos
+            )));
+        }
+        self.pos = position;
+        Ok(())
+    }
+
+    /// Runs `tokens` (the prompt) through the model after what is cached, in chunks of up to
+    /// `prefill_chunk` tokens with matrix-matrix products, and returns the logits of the last
+    /// one (`vocab_size` floats).
+    ///
+    /// # Errors
+    ///
+    /// As [`DecoderLM::forward`].
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        self.forward(tokens, None, None)
+    }
+
+    /// Runs one token through the model (matrix-vector products) and returns its logits.
+    ///
+    /// # Errors
+    ///
+    /// As [`DecoderLM::forward`].
+    pub fn decode(&mut self, token: u32) -> Result<&[f32]> {
+        self.forward(core::slice::from_ref(&token), None, None)
+    }
+
+    /// The general step: runs `tokens` at positions `position() ..`, appends them to the cache
+    /// and returns the logits of the last one. With `all_logits` (`tokens.len() ×
+    /// vocab_size` floats) every token's logits are written there; with `observer`, it is
+    /// called with the hidden states of each chunk after the embedding, after every layer and
+    /// after the final norm. Nothing is changed when an error is returned.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::OutOfRange`] if the tokens do not fit in the context
+    /// (`position() + tokens.len() > context_len()`) or a token id is past the vocabulary;
+    /// [`crate::Code::InvalidArgument`] for no tokens or an `all_logits` of the wrong length.
+    pub fn forward(
+        &mut self,
+        tokens: &[u32],
+        mut all_logits: Option<&mut [f32]>,
+        mut observer: Option<&mut dyn FnMut(&Hidden<'_>)>,
+    ) -> Result<&[f32]> {
+        let vocab = self.config.vocab_size;
+        if tokens.is_empty() {
+            return Err(Error::invalid_argument("forward: no tokens"));
+        }
+        let ctx = self.kv.capacity();
+        if tokens.len() > ctx - self.pos {
+            return Err(Error::out_of_range(format_args!(
+                "context length {ctx} exceeded: {} tokens cached + {} new",
+                self.pos,
+                tokens.len()
+            )));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(Error::out_of_range(format_args!(
+                "token id {bad} is past the vocabulary of {vocab}"
+            )));
+        }
+        if let Some(out) = &all_logits {
+            if out.len() != tokens.len() * vocab {
+                return Err(Error::invalid_argument(format_args!(
+                    "forward: all_logits has {} floats, want {} tokens x {vocab}",
+                    out.len(),
+                    tokens.len()
+                )));
+            }
+        }
+        let chunk = self.options.prefill_chunk;
+        let chunks = tokens.len().div_ceil(chunk);
+        for (i, part) in tokens.chunks(chunk).enumerate() {
+            let rows = all_logits
+                .as_deref_mut()
+                .map(|out| &mut out[i * chunk * vocab..(i * chunk + part.len()) * vocab]);
+            self.step(part, i + 1 == chunks, rows, observer.as_deref_mut())?;
+        }
+        Ok(self.logits())
+    }
+
+    /// One chunk: at most `prefill_chunk` tokens, fitting in the context (checked by the
+    /// caller).
+    fn step<'o>(
+        &mut self,
+        tokens: &[u32],
+        last: bool,
+        all_logits: Option<&mut [f32]>,
+        mut observer: Option<&mut (dyn FnMut(&Hidden<'_>) + 'o)>,
+    ) -> Result<()> {
+        let DecoderLM { config: c, weights: w, exec, options, inv_freq, kv, logits, arena, pos } =
+            self;
+        let exec: &dyn Executor = *exec;
+        let (n, p0) = (tokens.len(), *pos);
+        let (h, nh, nkv, hd) =
+            (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let (qd, kvd, inter, half) = (nh * hd, nkv * hd, c.intermediate_size, hd / 2);
+        let groups = nh / nkv;
+        let eps = c.rms_norm_eps as f32;
+        let (act, sched) = (options.activations, options.schedule);
+        let scale = 1.0 / libm::sqrtf(hd as f32);
+        let layout = w.rope_layout;
+
+        arena.reset();
+        let arena: &Arena = arena;
+        let x = arena.alloc_slice::<f32>(n * h)?;
+        let xn = arena.alloc_slice::<f32>(n * h)?;
+        let q = arena.alloc_slice::<f32>(n * qd)?;
+        let k = arena.alloc_slice::<f32>(n * kvd)?;
+        let v = arena.alloc_slice::<f32>(n * kvd)?;
+        let att = arena.alloc_slice::<f32>(n * qd)?;
+        let gate = arena.alloc_slice::<f32>(n * inter)?;
+        let up = arena.alloc_slice::<f32>(n * inter)?;
+        let cos = arena.alloc_slice::<f32>(n * half)?;
+        let sin = arena.alloc_slice::<f32>(n * half)?;
+        let span = p0 + n;
+        let scores = arena.alloc_slice::<f32>(nh * span)?;
+        let scratch_len =
+            [h, qd, inter].iter().map(|&kk| ops::scratch_bytes(kk, n, act)).max().unwrap_or(0);
+        let scratch = arena.alloc_slice_aligned::<u8>(scratch_len, ops_align())?;
+
+        let emb = w.embedding.matrix()?;
+        for (t, &tok) in tokens.iter().enumerate() {
+            ops::dequantize_row(&emb, tok as usize, &mut x[t * h..(t + 1) * h]);
+        }
+        let want_all = all_logits.is_some() || observer.is_some();
+        let mut observe = |stage: Stage, data: &[f32]| {
+            if let Some(f) = observer.as_deref_mut() {
+                f(&Hidden { stage, position: p0, data });
+            }
+        };
+        observe(Stage::Embedding, x);
+        for t in 0..n {
+            let (c_t, s_t) =
+                (&mut cos[t * half..(t + 1) * half], &mut sin[t * half..(t + 1) * half]);
+            ops::rope_cos_sin(p0 + t, inv_freq, c_t, s_t);
+        }
+
+        for (l, lw) in w.layers.iter().enumerate() {
+            // Attention block.
+            for t in 0..n {
+                let r = t * h..(t + 1) * h;
+                ops::rms_norm(&x[r.clone()], lw.attn_norm.as_slice(), eps, &mut xn[r]);
+            }
+            matmul(exec, sched, &lw.q, xn, n, q, act, scratch)?;
+            matmul(exec, sched, &lw.k, xn, n, k, act, scratch)?;
+            matmul(exec, sched, &lw.v, xn, n, v, act, scratch)?;
+            for t in 0..n {
+                let (c_t, s_t) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
+                ops::rope(&mut q[t * qd..(t + 1) * qd], c_t, s_t, layout);
+                ops::rope(&mut k[t * kvd..(t + 1) * kvd], c_t, s_t, layout);
+                kv.store(l, p0 + t, &k[t * kvd..(t + 1) * kvd], &v[t * kvd..(t + 1) * kvd]);
+            }
+            {
+                let kv: &KvCache = kv;
+                let q: &[f32] = q;
+                let out = SharedMut(att.as_mut_ptr());
+                let sc = SharedMut(scores.as_mut_ptr());
+                let heads = |range: Range<usize>| {
+                    let (out, sc) = (out, sc);
+                    for hq in range {
+                        let (keys, values) = (kv.keys(l, hq / groups), kv.values(l, hq / groups));
+                        // SAFETY: head `hq` owns `scores[hq * span .. (hq + 1) * span]` and the
+                        // output rows `[t * qd + hq * hd, + hd)`; chunks hold disjoint heads,
+                        // and the arena slices outlive the parallel_for.
+                        let s =
+                            unsafe { core::slice::from_raw_parts_mut(sc.0.add(hq * span), span) };
+                        for t in 0..n {
+                            let at = t * qd + hq * hd;
+                            // SAFETY: as above.
+                            let o = unsafe { core::slice::from_raw_parts_mut(out.0.add(at), hd) };
+                            let qv = &q[at..at + hd];
+                            ops::attention_head(qv, keys, values, p0 + t + 1, scale, s, o);
+                        }
+                    }
+                };
+                let work = nh * n * span * hd;
+                if exec.threads() > 1 && work >= PAR_ATTENTION_WORK {
+                    exec.parallel_for(0..nh, Schedule::Grain(1), &heads);
+                } else {
+                    heads(0..nh);
+                }
+            }
+            matmul(exec, sched, &lw.o, att, n, xn, act, scratch)?;
+            ops::add_assign(x, xn);
+            // MLP block.
+            for t in 0..n {
+                let r = t * h..(t + 1) * h;
+                ops::rms_norm(&x[r.clone()], lw.ffn_norm.as_slice(), eps, &mut xn[r]);
+            }
+            matmul(exec, sched, &lw.gate, xn, n, gate, act, scratch)?;
+            matmul(exec, sched, &lw.up, xn, n, up, act, scratch)?;
+            ops::swiglu(gate, up);
+            matmul(exec, sched, &lw.down, gate, n, xn, act, scratch)?;
+            ops::add_assign(x, xn);
+            observe(Stage::Layer(l), x);
+        }
+
+        let first = if want_all { 0 } else { n - 1 };
+        if !(want_all || last) {
+            *pos = p0 + n;
+            return Ok(());
+        }
+        let norm = w.final_norm.as_slice();
+        for t in first..n {
+            let r = t * h..(t + 1) * h;
+            ops::rms_norm(&x[r.clone()], norm, eps, &mut xn[r]);
+        }
+        observe(Stage::FinalNorm, xn);
+        let head = w.output();
+        let logits: &mut [f32] = cast_slice_mut(logits.as_mut_slice());
+        let vocab = logits.len();
+        match all_logits {
+            Some(out) => {
+                matmul(exec, sched, head, xn, n, out, act, scratch)?;
+                logits.copy_from_slice(&out[(n - 1) * vocab..]);
+            }
+            None => {
+                matmul(exec, sched, head, &xn[(n - 1) * h..], 1, logits, act, scratch)?;
+            }
+        }
+        *pos = p0 + n;
+        Ok(())
+    }
+}

@@ -1,0 +1,568 @@
+//! [`Weights`]: a Llama-family model's tensors, looked up by name in a [`TensorSource`] and
+//! checked against the [`ModelConfig`], ready for the kernels.
+//!
+//! Both naming schemes are understood: Hugging Face (`model.layers.3.self_attn.q_proj.weight`)
+//! and GGUF / llama.cpp (`blk.3.attn_q.weight`). Matrices stay where the file put them (mmap or
+//! `&'static [u8]`) when the kernels take their dtype as it is — aligned f32, f16, bf16, Q8_0,
+//! Q4_0, Q4_1; a misaligned f32 matrix is copied once into an aligned block. With
+//! [`WeightFormat::Q8_0`], f32 / f16 / bf16 matrices are quantized to Q8_0 at load instead.
+//! Norm vectors are small and always widened to f32.
+//!
+//! GGUF Llama files store the q/k projection rows permuted (llama.cpp's converter pairs RoPE
+//! dimensions `i` and `i + d/2` as adjacent rows). The weights are used as stored and RoPE is
+//! applied interleaved ([`RopeLayout::Interleaved`]), which gives the same attention scores as
+//! Hugging Face's rotate-half on un-permuted rows; [`unpermute_rows`] undoes the permutation
+//! for tools that write Hugging Face files.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::error::{Error, Result};
+use crate::format::{TensorSource, TensorView};
+use crate::mem::AlignedBlock;
+use crate::model::config::ModelConfig;
+use crate::ops::{Matrix, RopeLayout};
+use crate::tensor::DType;
+
+/// How matrices are kept in memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    /// As stored in the file (no copy unless an f32 matrix is misaligned).
+    #[default]
+    AsStored,
+    /// f32 / f16 / bf16 matrices quantized to Q8_0 at load (already-quantized ones kept).
+    Q8_0,
+}
+
+/// A tensor's bytes: borrowed from the file, or owned (converted or realigned at load).
+#[derive(Debug)]
+enum Bytes<'a> {
+    Borrowed(&'a [u8]),
+    Owned(AlignedBlock),
+}
+
+impl Bytes<'_> {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Borrowed(b) => b,
+            Bytes::Owned(b) => b.as_slice(),
+        }
+    }
+}
+
+/// A weight matrix, `rows × k` row-major (PyTorch's `nn.Linear.weight`).
+#[derive(Debug)]
+pub struct Linear<'a> {
+    name: String,
+    dtype: DType,
+    rows: usize,
+    k: usize,
+    bytes: Bytes<'a>,
+}
+
+impl Linear<'_> {
+    /// The kernels' view of the matrix (checked once at load, so this does not fail for a
+    /// loaded [`Linear`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Matrix::new`].
+    pub fn matrix(&self) -> Result<Matrix<'_>> {
+        Matrix::new(self.dtype, self.rows, self.k, self.bytes.as_slice())
+    }
+
+    /// The tensor's name in the file.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Storage dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes of storage.
+    pub fn size_bytes(&self) -> usize {
+        self.bytes.as_slice().len()
+    }
+
+    /// `true` if the bytes are the file's own (not a copy).
+    pub fn is_borrowed(&self) -> bool {
+        matches!(self.bytes, Bytes::Borrowed(_))
+    }
+}
+
+/// An f32 vector owned in an aligned block (the norm weights).
+#[derive(Debug)]
+pub struct Vector {
+    block: AlignedBlock,
+}
+
+impl Vector {
+    fn from_view(name: &str, view: &TensorView<'_>, len: usize) -> Result<Self> {
+        check_shape(name, view, &[len])?;
+        let mut block = AlignedBlock::try_new(len * 4)?;
+        view.dequantize_into(crate::tensor::cast_slice_mut(block.as_mut_slice()))
+            .map_err(|e| e.context(format_args!("tensor {name:?}")))?;
+        Ok(Vector { block })
+    }
+
+    /// The values.
+    pub fn as_slice(&self) -> &[f32] {
+        crate::tensor::cast_slice(self.block.as_slice())
+    }
+}
+
+/// One decoder layer's weights.
+#[derive(Debug)]
+pub struct LayerWeights<'a> {
+    /// RMSNorm before attention (`input_layernorm` / `attn_norm`), `[hidden]`.
+    pub attn_norm: Vector,
+    /// `q_proj` / `attn_q`, `[heads * head_dim, hidden]`.
+    pub q: Linear<'a>,
+    /// `k_proj` / `attn_k`, `[kv_heads * head_dim, hidden]`.
+    pub k: Linear<'a>,
+    /// `v_proj` / `attn_v`, `[kv_heads * head_dim, hidden]`.
+    pub v: Linear<'a>,
+    /// `o_proj` / `attn_output`, `[hidden, heads * head_dim]`.
+    pub o: Linear<'a>,
+    /// RMSNorm before the MLP (`post_attention_layernorm` / `ffn_norm`), `[hidden]`.
+    pub ffn_norm: Vector,
+    /// `gate_proj` / `ffn_gate`, `[intermediate, hidden]`.
+    pub gate: Linear<'a>,
+    /// `up_proj` / `ffn_up`, `[intermediate, hidden]`.
+    pub up: Linear<'a>,
+    /// `down_proj` / `ffn_down`, `[hidden, intermediate]`.
+    pub down: Linear<'a>,
+}
+
+/// Which file convention the tensor names follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Naming {
+    /// Hugging Face `LlamaForCausalLM` names (`model.embed_tokens.weight`, ...).
+    HuggingFace,
+    /// GGUF / llama.cpp names (`token_embd.weight`, `blk.N.attn_q.weight`, ...); q/k rows
+    /// permuted for interleaved RoPE.
+    Gguf,
+}
+
+impl Naming {
+    /// Detects the convention from the embedding's name.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::NotFound`] if neither `model.embed_tokens.weight` nor
+    /// `token_embd.weight` exists.
+    pub fn detect<'a>(src: &dyn TensorSource<'a>) -> Result<Self> {
+        if src.tensor("model.embed_tokens.weight").is_ok() {
+            Ok(Naming::HuggingFace)
+        } else if src.tensor("token_embd.weight").is_ok() {
+            Ok(Naming::Gguf)
+        } else {
+            Err(Error::not_found(
+                "no token embedding: neither \"model.embed_tokens.weight\" (Hugging Face) nor \
+                 \"token_embd.weight\" (GGUF) is in the file",
+            ))
+        }
+    }
+
+    /// The name of the token embedding.
+    pub fn embedding(self) -> &'static str {
+        match self {
+            Naming::HuggingFace => "model.embed_tokens.weight",
+            Naming::Gguf => "token_embd.weight",
+        }
+    }
+
+    /// The name of the final norm.
+    pub fn final_norm(self) -> &'static str {
+        match self {
+            Naming::HuggingFace => "model.norm.weight",
+            Naming::Gguf => "output_norm.weight",
+        }
+    }
+
+    /// The name of the output head (absent when tied).
+    pub fn lm_head(self) -> &'static str {
+        match self {
+            Naming::HuggingFace => "lm_head.weight",
+            Naming::Gguf => "output.weight",
+        }
+    }
+
+    /// The name of `part` of layer `l`.
+    pub fn layer(self, l: usize, part: Part) -> String {
+        match self {
+            Naming::HuggingFace => format!("model.layers.{l}.{}.weight", part.hf()),
+            Naming::Gguf => format!("blk.{l}.{}.weight", part.gguf()),
+        }
+    }
+
+    /// The name in the other convention (for converters), or `None` if `name` is not a Llama
+    /// tensor name of this convention.
+    pub fn to_hugging_face(self, name: &str) -> Option<String> {
+        match self {
+            Naming::HuggingFace => Some(name.into()),
+            Naming::Gguf => {
+                for (g, h) in [
+                    (Naming::Gguf.embedding(), Naming::HuggingFace.embedding()),
+                    (Naming::Gguf.final_norm(), Naming::HuggingFace.final_norm()),
+                    (Naming::Gguf.lm_head(), Naming::HuggingFace.lm_head()),
+                ] {
+                    if name == g {
+                        return Some(h.into());
+                    }
+                }
+                let rest = name.strip_prefix("blk.")?;
+                let (l, rest) = rest.split_once('.')?;
+                let l: usize = l.parse().ok()?;
+                let part = rest.strip_suffix(".weight")?;
+                let p = Part::ALL.iter().find(|p| p.gguf() == part)?;
+                Some(Naming::HuggingFace.layer(l, *p))
+            }
+        }
+    }
+}
+
+/// The tensors of one layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// RMSNorm before attention.
+    AttnNorm,
+    /// Query projection.
+    Q,
+    /// Key projection.
+    K,
+    /// Value projection.
+    V,
+    /// Attention output projection.
+    O,
+    /// RMSNorm before the MLP.
+    FfnNorm,
+    /// MLP gate projection.
+    Gate,
+    /// MLP up projection.
+    Up,
+    /// MLP down projection.
+    Down,
+}
+
+impl Part {
+    /// Every part, in file order.
+    pub const ALL: [Part; 9] = [
+        Part::AttnNorm,
+        Part::Q,
+        Part::K,
+        Part::V,
+        Part::O,
+        Part::FfnNorm,
+        Part::Gate,
+        Part::Up,
+        Part::Down,
+    ];
+
+    fn hf(self) -> &'static str {
+        match self {
+            Part::AttnNorm => "input_layernorm",
+            Part::Q => "self_attn.q_proj",
+            Part::K => "self_attn.k_proj",
+            Part::V => "self_attn.v_proj",
+            Part::O => "self_attn.o_proj",
+            Part::FfnNorm => "post_attention_layernorm",
+            Part::Gate => "mlp.gate_proj",
+            Part::Up => "mlp.up_proj",
+            Part::Down => "mlp.down_proj",
+        }
+    }
+
+    fn gguf(self) -> &'static str {
+        match self {
+            Part::AttnNorm => "attn_norm",
+            Part::Q => "attn_q",
+            Part::K => "attn_k",
+            Part::V => "attn_v",
+            Part::O => "attn_output",
+            Part::FfnNorm => "ffn_norm",
+            Part::Gate => "ffn_gate",
+            Part::Up => "ffn_up",
+            Part::Down => "ffn_down",
+        }
+    }
+}
+
+/// All of a model's weights.
+#[derive(Debug)]
+pub struct Weights<'a> {
+    /// Token embedding, `[vocab, hidden]`.
+    pub embedding: Linear<'a>,
+    /// The layers, in order.
+    pub layers: Vec<LayerWeights<'a>>,
+    /// Final RMSNorm, `[hidden]`.
+    pub final_norm: Vector,
+    /// The output head `[vocab, hidden]`; `None` when tied to the embedding.
+    pub lm_head: Option<Linear<'a>>,
+    /// The naming convention found in the file.
+    pub naming: Naming,
+    /// How RoPE pairs dimensions for these q/k weights.
+    pub rope_layout: RopeLayout,
+}
+
+fn check_shape(name: &str, view: &TensorView<'_>, want: &[usize]) -> Result<()> {
+    if view.shape.dims() != want {
+        return Err(Error::invalid_argument(format_args!(
+            "tensor {name:?}: shape {:?}, expected {want:?} from the config",
+            view.shape.dims()
+        )));
+    }
+    Ok(())
+}
+
+/// Quantizes one row to Q8_0 with the kernels' quantizer.
+fn quantize_q8_0(_row: &[f32], _out: &mut [u8]) -> Result<()> {
+    Err(Error::unimplemented("Q8_0 weight conversion needs kernels::quant::quantize_row_q8_0"))
+}
+
+fn linear<'a>(
+    src: &dyn TensorSource<'a>,
+    name: &str,
+    rows: usize,
+    k: usize,
+    format: WeightFormat,
+) -> Result<Linear<'a>> {
+    let view = src.tensor(name)?;
+    check_shape(name, &view, &[rows, k])?;
+    let ctx = |e: Error| e.context(format_args!("tensor {name:?}"));
+    let (dtype, bytes) = match (view.dtype, format) {
+        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0) => {
+            let row_bytes = DType::Q8_0.row_bytes(k).map_err(ctx)?;
+            let total = row_bytes.checked_mul(rows).ok_or_else(|| {
+                Error::resource_exhausted(format_args!("tensor {name:?}: Q8_0 size overflows"))
+            })?;
+            let mut block = AlignedBlock::try_new(total)?;
+            let mut row = Vec::new();
+            row.try_reserve_exact(k)
+                .map_err(|_| Error::resource_exhausted(format_args!("{k} floats")))?;
+            row.resize(k, 0f32);
+            let elem = view.dtype.block_bytes();
+            for (r, out) in block.as_mut_slice().chunks_exact_mut(row_bytes).enumerate() {
+                let one = TensorView {
+                    dtype: view.dtype,
+                    shape: crate::tensor::Shape::new(&[k])?,
+                    data: &view.data[r * k * elem..(r + 1) * k * elem],
+                };
+                one.dequantize_into(&mut row).map_err(ctx)?;
+                quantize_q8_0(&row, out).map_err(ctx)?;
+            }
+            (DType::Q8_0, Bytes::Owned(block))
+        }
+        (DType::F32, _) if view.data.as_ptr() as usize % 4 != 0 => {
+            (DType::F32, Bytes::Owned(AlignedBlock::try_from_slice(view.data)?))
+        }
+        (dt, _) => (dt, Bytes::Borrowed(view.data)),
+    };
+    let lin = Linear { name: name.into(), dtype, rows, k, bytes };
+    Matrix::new(lin.dtype, rows, k, lin.bytes.as_slice()).map_err(ctx)?;
+    Ok(lin)
+}
+
+impl<'a> Weights<'a> {
+    /// Looks up and checks every tensor the config calls for.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::NotFound`] naming a missing tensor; [`crate::Code::InvalidArgument`]
+    /// naming a tensor whose shape does not match the config, or whose row length does not fit
+    /// its block size; [`crate::Code::Unimplemented`] for a dtype the kernels do not take;
+    /// [`crate::Code::ResourceExhausted`] if a copy cannot be allocated; the config's own
+    /// [`ModelConfig::validate`] errors.
+    pub fn load(
+        config: &ModelConfig,
+        src: &dyn TensorSource<'a>,
+        format: WeightFormat,
+    ) -> Result<Self> {
+        config.validate()?;
+        let naming = Naming::detect(src)?;
+        let c = config;
+        let (h, q_rows, kv_rows) =
+            (c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim);
+        let embedding = linear(src, naming.embedding(), c.vocab_size, h, format)?;
+        let mut layers = Vec::new();
+        layers
+            .try_reserve_exact(c.num_hidden_layers)
+            .map_err(|_| Error::resource_exhausted("layer table"))?;
+        for l in 0..c.num_hidden_layers {
+            let name = |p| naming.layer(l, p);
+            let lin = |p, rows, k| linear(src, &name(p), rows, k, format);
+            let vec = |p| Vector::from_view(&name(p), &src.tensor(&name(p))?, h);
+            layers.push(LayerWeights {
+                attn_norm: vec(Part::AttnNorm)?,
+                q: lin(Part::Q, q_rows, h)?,
+                k: lin(Part::K, kv_rows, h)?,
+                v: lin(Part::V, kv_rows, h)?,
+                o: lin(Part::O, h, q_rows)?,
+                ffn_norm: vec(Part::FfnNorm)?,
+                gate: lin(Part::Gate, c.intermediate_size, h)?,
+                up: lin(Part::Up, c.intermediate_size, h)?,
+                down: lin(Part::Down, h, c.intermediate_size)?,
+            });
+        }
+        let final_norm =
+            Vector::from_view(naming.final_norm(), &src.tensor(naming.final_norm())?, h)?;
+        let lm_head = if c.tie_word_embeddings || src.tensor(naming.lm_head()).is_err() {
+            None
+        } else {
+            Some(linear(src, naming.lm_head(), c.vocab_size, h, format)?)
+        };
+        let rope_layout = match naming {
+            Naming::HuggingFace => RopeLayout::RotateHalf,
+            Naming::Gguf => RopeLayout::Interleaved,
+        };
+        Ok(Weights { embedding, layers, final_norm, lm_head, naming, rope_layout })
+    }
+
+    /// The output head: `lm_head`, or the embedding when tied.
+    pub fn output(&self) -> &Linear<'a> {
+        self.lm_head.as_ref().unwrap_or(&self.embedding)
+    }
+
+    /// Every matrix, in forward order (embedding first, head last if untied).
+    pub fn matrices(&self) -> impl Iterator<Item = &Linear<'a>> {
+        core::iter::once(&self.embedding)
+            .chain(
+                self.layers
+                    .iter()
+                    .flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].into_iter()),
+            )
+            .chain(self.lm_head.iter())
+    }
+
+    /// Bytes of weights read to decode one token: every layer matrix, the output head, and
+    /// one embedding row.
+    pub fn bytes_per_token(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
+                    .iter()
+                    .map(|m| m.size_bytes())
+                    .sum::<usize>()
+            })
+            .sum();
+        let e = &self.embedding;
+        layers + self.output().size_bytes() + e.size_bytes() / e.rows().max(1)
+    }
+
+    /// Bytes the weights occupy (borrowed or owned), norms included.
+    pub fn size_bytes(&self) -> usize {
+        let norms = self.final_norm.as_slice().len() * 4
+            + self
+                .layers
+                .iter()
+                .map(|l| (l.attn_norm.as_slice().len() + l.ffn_norm.as_slice().len()) * 4)
+                .sum::<usize>();
+        self.matrices().map(|m| m.size_bytes()).sum::<usize>() + norms
+    }
+}
+
+/// Undoes llama.cpp's q/k row permutation for one matrix of `rows` rows of `row_bytes` bytes
+/// each (any dtype: whole rows move) with `heads` heads: output row `h·2m + b·m + a` is input
+/// row `h·2m + 2a + b` (`m = rows / heads / 2`, `a < m`, `b < 2`). The inverse of
+/// `LlamaModel.permute` in llama.cpp's `convert_hf_to_gguf.py`.
+///
+/// # Errors
+///
+/// [`crate::Code::InvalidArgument`] if `rows` is not a multiple of `2 * heads`, or the
+/// lengths of `input` / `out` are not `rows * row_bytes`.
+pub fn unpermute_rows(
+    input: &[u8],
+    rows: usize,
+    row_bytes: usize,
+    heads: usize,
+    out: &mut [u8],
+) -> Result<()> {
+    if heads == 0 || rows % (2 * heads) != 0 {
+        return Err(Error::invalid_argument(format_args!(
+            "unpermute_rows: {rows} rows do not split into {heads} heads of pairs"
+        )));
+    }
+    let total = rows.checked_mul(row_bytes);
+    if total != Some(input.len()) || total != Some(out.len()) {
+        return Err(Error::invalid_argument(format_args!(
+            "unpermute_rows: {rows} rows of {row_bytes} bytes, got {} in and {} out",
+            input.len(),
+            out.len()
+        )));
+    }
+    let m = rows / heads / 2;
+    for h in 0..heads {
+        for a in 0..m {
+            for b in 0..2 {
+                let src = h * 2 * m + 2 * a + b;
+                let dst = h * 2 * m + b * m + a;
+                out[dst * row_bytes..(dst + 1) * row_bytes]
+                    .copy_from_slice(&input[src * row_bytes..(src + 1) * row_bytes]);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unpermute_inverts_the_llama_cpp_permutation() {
+        // llama.cpp permute: w.reshape(heads, 2, m, k).swapaxes(1, 2): row h·2m + 2a + b of the
+        // permuted matrix is row h·2m + b·m + a of the original.
+        let (heads, m) = (3usize, 4usize);
+        let rows = heads * 2 * m;
+        let original: Vec<u8> = (0..rows as u8).collect();
+        let mut permuted = alloc::vec![0u8; rows];
+        for h in 0..heads {
+            for a in 0..m {
+                for b in 0..2 {
+                    permuted[h * 2 * m + 2 * a + b] = original[h * 2 * m + b * m + a];
+                }
+            }
+        }
+        let mut back = alloc::vec![0u8; rows];
+        unpermute_rows(&permuted, rows, 1, heads, &mut back).unwrap();
+        assert_eq!(back, original);
+        assert!(unpermute_rows(&permuted, rows, 1, 5, &mut back).is_err());
+        assert!(unpermute_rows(&permuted, rows, 2, heads, &mut back).is_err());
+    }
+
+    #[test]
+    fn gguf_names_map_to_hugging_face() {
+        let g = Naming::Gguf;
+        assert_eq!(g.layer(7, Part::Q), "blk.7.attn_q.weight");
+        assert_eq!(
+            g.to_hugging_face("blk.7.attn_q.weight").as_deref(),
+            Some("model.layers.7.self_attn.q_proj.weight")
+        );
+        assert_eq!(
+            g.to_hugging_face("blk.12.ffn_down.weight").as_deref(),
+            Some("model.layers.12.mlp.down_proj.weight")
+        );
+        assert_eq!(
+            g.to_hugging_face("token_embd.weight").as_deref(),
+            Some(Naming::HuggingFace.embedding())
+        );
+        assert_eq!(g.to_hugging_face("output.weight").as_deref(), Some("lm_head.weight"));
+        assert_eq!(g.to_hugging_face("blk.x.attn_q.weight"), None);
+        assert_eq!(g.to_hugging_face("rope_freqs.weight"), None);
+    }
+}
