@@ -383,3 +383,21 @@ fn aligned_data_borrowed_not_copied() {
     let t = st.tensor("a").unwrap().to_tensor().unwrap();
     assert!(matches!(t.storage(), rml::Storage::Borrowed(_)));
 }
+
+#[test]
+fn empty_tensor_with_huge_dimensions_is_usable() {
+    // Zero elements, whatever the other dimensions: zero bytes, usable as an empty tensor
+    // (this used to parse, then fail at use with "4611686018427387904 elements overflow").
+    let h = r#"{"w":{"dtype":"F32","shape":[4611686018427387904,0],"data_offsets":[0,0]},
+               "v":{"dtype":"BF16","shape":[0,4611686018427387904],"data_offsets":[0,0]}}"#;
+    let f = file(h, &[]);
+    assert_eq!(parse(&f).unwrap(), 2);
+    let st = SafeTensors::parse(&f).unwrap();
+    for name in ["w", "v"] {
+        let v = st.tensor(name).unwrap();
+        assert_eq!(v.shape.storage_bytes(v.dtype).unwrap(), 0);
+        assert_eq!(v.to_tensor().unwrap().as_bytes().len(), 0);
+        v.dequantize_into(&mut []).unwrap();
+    }
+    assert!(st.tensor("w").unwrap().to_tensor().unwrap().as_f32().unwrap().is_empty());
+}
