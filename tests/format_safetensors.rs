@@ -401,3 +401,22 @@ fn empty_tensor_with_huge_dimensions_is_usable() {
     }
     assert!(st.tensor("w").unwrap().to_tensor().unwrap().as_f32().unwrap().is_empty());
 }
+
+#[test]
+fn deep_nesting_in_an_ignored_key_is_refused_like_the_reference_does() {
+    // serde_json's nesting limit (128) applies to unknown keys too, as in the safetensors
+    // crate; deeper values used to be skipped, so rml accepted files the reference rejects.
+    for depth in [200usize, 100_000] {
+        let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let h = format!(r#"{{"w":{{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":{deep}}}}}"#);
+        let f = file(&h, &[0; 4]);
+        assert!(safetensors::SafeTensors::deserialize(&f).is_err());
+        expect_err(parse(&f), Code::DataLoss, &["\"w\"", "recursion limit"]);
+        for h in [format!(r#"{{"__metadata__":{{"k":{deep}}}}}"#), format!(r#"{{"w":{deep}}}"#)] {
+            expect_err(parse(&file(&h, &[0; 4])), Code::DataLoss, &[]);
+        }
+    }
+    // Shallow unknown values are still ignored.
+    let h = r#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":{"a":[1,"b",null,{}]}}}"#;
+    assert_eq!(parse(&file(h, &[0; 4])).unwrap(), 1);
+}
