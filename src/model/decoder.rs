@@ -290,20 +290,20 @@ fn matmul(
 
 impl<'a> DecoderLM<'a> {
     /// Loads the weights named by `config` from `src` and allocates the KV cache, logits and
-    /// scratch arena.
+    /// scratch arena. The decoder borrows the weights' bytes (`'s`) and the executor for `'a`.
     ///
     /// # Errors
     ///
     /// Everything [`Weights::load`] reports; [`crate::Code::InvalidArgument`] for a context
     /// length of 0 or past `max_position_embeddings`, or a `prefill_chunk` of 0;
     /// [`crate::Code::ResourceExhausted`] if the cache or arena cannot be allocated.
-    pub fn new(
+    pub fn new<'s: 'a>(
         config: &ModelConfig,
-        src: &dyn TensorSource<'a>,
+        src: &dyn TensorSource<'s>,
         exec: &'a dyn Executor,
         options: DecoderOptions,
     ) -> Result<Self> {
-        let weights = Weights::load(config, src, options.weight_format)?;
+        let weights: Weights<'s> = Weights::load(config, src, options.weight_format)?;
         Self::from_weights(config, weights, exec, options)
     }
 

@@ -11,8 +11,8 @@
 //! GGUF Llama files store the q/k projection rows permuted (llama.cpp's converter pairs RoPE
 //! dimensions `i` and `i + d/2` as adjacent rows). The weights are used as stored and RoPE is
 //! applied interleaved ([`RopeLayout::Interleaved`]), which gives the same attention scores as
-//! Hugging Face's rotate-half on un-permuted rows; [`unpermute_rows`] undoes the permutation
-//! for tools that write Hugging Face files.
+//! Hugging Face's rotate-half on un-permuted rows; [`crate::format::gguf::unpermute_qk_rows`]
+//! undoes the permutation for tools that write Hugging Face files.
 
 use alloc::format;
 use alloc::string::String;
@@ -206,31 +206,6 @@ impl Naming {
         match self {
             Naming::HuggingFace => format!("model.layers.{l}.{}.weight", part.hf()),
             Naming::Gguf => format!("blk.{l}.{}.weight", part.gguf()),
-        }
-    }
-
-    /// The name in the other convention (for converters), or `None` if `name` is not a Llama
-    /// tensor name of this convention.
-    pub fn to_hugging_face(self, name: &str) -> Option<String> {
-        match self {
-            Naming::HuggingFace => Some(name.into()),
-            Naming::Gguf => {
-                for (g, h) in [
-                    (Naming::Gguf.embedding(), Naming::HuggingFace.embedding()),
-                    (Naming::Gguf.final_norm(), Naming::HuggingFace.final_norm()),
-                    (Naming::Gguf.lm_head(), Naming::HuggingFace.lm_head()),
-                ] {
-                    if name == g {
-                        return Some(h.into());
-                    }
-                }
-                let rest = name.strip_prefix("blk.")?;
-                let (l, rest) = rest.split_once('.')?;
-                let l: usize = l.parse().ok()?;
-                let part = rest.strip_suffix(".weight")?;
-                let p = Part::ALL.iter().find(|p| p.gguf() == part)?;
-                Some(Naming::HuggingFace.layer(l, *p))
-            }
         }
     }
 }
@@ -473,96 +448,5 @@ impl<'a> Weights<'a> {
                 .map(|l| (l.attn_norm.as_slice().len() + l.ffn_norm.as_slice().len()) * 4)
                 .sum::<usize>();
         self.matrices().map(|m| m.size_bytes()).sum::<usize>() + norms
-    }
-}
-
-/// Undoes llama.cpp's q/k row permutation for one matrix of `rows` rows of `row_bytes` bytes
-/// each (any dtype: whole rows move) with `heads` heads: output row `h·2m + b·m + a` is input
-/// row `h·2m + 2a + b` (`m = rows / heads / 2`, `a < m`, `b < 2`). The inverse of
-/// `LlamaModel.permute` in llama.cpp's `convert_hf_to_gguf.py`.
-///
-/// # Errors
-///
-/// [`crate::Code::InvalidArgument`] if `rows` is not a multiple of `2 * heads`, or the
-/// lengths of `input` / `out` are not `rows * row_bytes`.
-pub fn unpermute_rows(
-    input: &[u8],
-    rows: usize,
-    row_bytes: usize,
-    heads: usize,
-    out: &mut [u8],
-) -> Result<()> {
-    if heads == 0 || rows % (2 * heads) != 0 {
-        return Err(Error::invalid_argument(format_args!(
-            "unpermute_rows: {rows} rows do not split into {heads} heads of pairs"
-        )));
-    }
-    let total = rows.checked_mul(row_bytes);
-    if total != Some(input.len()) || total != Some(out.len()) {
-        return Err(Error::invalid_argument(format_args!(
-            "unpermute_rows: {rows} rows of {row_bytes} bytes, got {} in and {} out",
-            input.len(),
-            out.len()
-        )));
-    }
-    let m = rows / heads / 2;
-    for h in 0..heads {
-        for a in 0..m {
-            for b in 0..2 {
-                let src = h * 2 * m + 2 * a + b;
-                let dst = h * 2 * m + b * m + a;
-                out[dst * row_bytes..(dst + 1) * row_bytes]
-                    .copy_from_slice(&input[src * row_bytes..(src + 1) * row_bytes]);
-            }
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unpermute_inverts_the_llama_cpp_permutation() {
-        // llama.cpp permute: w.reshape(heads, 2, m, k).swapaxes(1, 2): row h·2m + 2a + b of the
-        // permuted matrix is row h·2m + b·m + a of the original.
-        let (heads, m) = (3usize, 4usize);
-        let rows = heads * 2 * m;
-        let original: Vec<u8> = (0..rows as u8).collect();
-        let mut permuted = alloc::vec![0u8; rows];
-        for h in 0..heads {
-            for a in 0..m {
-                for b in 0..2 {
-                    permuted[h * 2 * m + 2 * a + b] = original[h * 2 * m + b * m + a];
-                }
-            }
-        }
-        let mut back = alloc::vec![0u8; rows];
-        unpermute_rows(&permuted, rows, 1, heads, &mut back).unwrap();
-        assert_eq!(back, original);
-        assert!(unpermute_rows(&permuted, rows, 1, 5, &mut back).is_err());
-        assert!(unpermute_rows(&permuted, rows, 2, heads, &mut back).is_err());
-    }
-
-    #[test]
-    fn gguf_names_map_to_hugging_face() {
-        let g = Naming::Gguf;
-        assert_eq!(g.layer(7, Part::Q), "blk.7.attn_q.weight");
-        assert_eq!(
-            g.to_hugging_face("blk.7.attn_q.weight").as_deref(),
-            Some("model.layers.7.self_attn.q_proj.weight")
-        );
-        assert_eq!(
-            g.to_hugging_face("blk.12.ffn_down.weight").as_deref(),
-            Some("model.layers.12.mlp.down_proj.weight")
-        );
-        assert_eq!(
-            g.to_hugging_face("token_embd.weight").as_deref(),
-            Some(Naming::HuggingFace.embedding())
-        );
-        assert_eq!(g.to_hugging_face("output.weight").as_deref(), Some("lm_head.weight"));
-        assert_eq!(g.to_hugging_face("blk.x.attn_q.weight"), None);
-        assert_eq!(g.to_hugging_face("rope_freqs.weight"), None);
     }
 }

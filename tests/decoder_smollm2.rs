@@ -1,0 +1,77 @@
+//! SmolLM2-135M-Instruct (GGUF Q4_1, target/models/) against transformers' float32 forward on
+//! the dequantized weights (tests/data/smollm2-135m/reference.safetensors), teacher-forced over
+//! the prompt and the 16 generated tokens: logits after the prompt (`prefill_logits_last`) and
+//! after each decode step (`decode_logits`), and the argmax at all 17 positions. Skips with a
+//! message when the model file is absent.
+
+mod decoder_common;
+
+use decoder_common::{argmax, data, max_abs_diff, smollm2_gguf, Reference};
+use rml::load::Model;
+use rml::model::{DecoderLM, DecoderOptions, Hidden, Stage};
+use rml::ops::Activations;
+use rml::InlineExecutor;
+
+/// Max abs logit diff and how many of the 17 argmaxes match the reference tokens.
+pub fn teacher_forced(model: &Model, activations: Activations) -> (f32, usize) {
+    let r = Reference::open(&data("smollm2-135m/reference.safetensors"));
+    let (prompt, generated) = (r.tokens("prompt"), r.tokens("generated"));
+    let opts = DecoderOptions { context_len: Some(64), activations, ..DecoderOptions::default() };
+    let mut m = DecoderLM::new(model.config(), &model, &InlineExecutor, opts).unwrap();
+    let vocab = m.config().vocab_size;
+    let logits = m.prefill(&prompt).unwrap();
+    let mut worst = max_abs_diff(logits, &r.f32s("prefill_logits_last"));
+    let mut agree = usize::from(argmax(logits) == generated[0]);
+    let want = r.f32s("decode_logits");
+    for i in 0..16 {
+        let logits = m.decode(generated[i]).unwrap();
+        worst = worst.max(max_abs_diff(logits, &want[i * vocab..(i + 1) * vocab]));
+        agree += usize::from(argmax(logits) == generated[i + 1]);
+    }
+    (worst, agree)
+}
+
+#[test]
+fn gguf_q4_1_f32_activations_match_transformers() {
+    let Some(path) = smollm2_gguf() else { return };
+    let model = Model::open(&path).unwrap();
+    let (diff, agree) = teacher_forced(&model, Activations::F32);
+    eprintln!("SmolLM2 Q4_1, f32 activations: max abs logit diff {diff:.3e}, argmax {agree}/17");
+    assert!(diff <= 2e-3, "max abs logit diff {diff}");
+    assert_eq!(agree, 17);
+}
+
+#[test]
+fn gguf_q4_1_int8_activations_stay_close() {
+    let Some(path) = smollm2_gguf() else { return };
+    let model = Model::open(&path).unwrap();
+    let (diff, agree) = teacher_forced(&model, Activations::Int8);
+    eprintln!("SmolLM2 Q4_1, int8 activations: max abs logit diff {diff:.3e}, argmax {agree}/17");
+    assert!(diff <= 0.5, "max abs logit diff {diff}");
+    assert!(agree >= 16, "argmax agrees at {agree}/17 positions");
+}
+
+#[test]
+fn gguf_hidden_states_follow_the_reference() {
+    // The residual stream reaches ~22,000; compare relative to each layer's largest value.
+    let Some(path) = smollm2_gguf() else { return };
+    let model = Model::open(&path).unwrap();
+    let r = Reference::open(&data("smollm2-135m/reference.safetensors"));
+    let opts = DecoderOptions { context_len: Some(16), ..DecoderOptions::default() };
+    let mut m = DecoderLM::new(model.config(), &&model, &InlineExecutor, opts).unwrap();
+    let mut seen = 0;
+    let mut observe = |s: &Hidden<'_>| {
+        let name = match s.stage {
+            Stage::Embedding => "hidden.embed_out".to_string(),
+            Stage::Layer(l) => format!("hidden.layer{l}_out"),
+            Stage::FinalNorm => "hidden.final_norm_out".to_string(),
+        };
+        let want = r.f32s(&name);
+        let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let d = max_abs_diff(s.data, &want);
+        assert!(d <= 1e-5 * scale.max(1.0), "{name}: max abs diff {d} at scale {scale}");
+        seen += 1;
+    };
+    m.forward(&r.tokens("prompt"), None, Some(&mut observe)).unwrap();
+    assert_eq!(seen, 32);
+}
