@@ -10,7 +10,8 @@ use core::ops::Range;
 
 use crate::error::{Error, Result};
 use crate::exec::{Executor, Schedule};
-use crate::kernels::scalar;
+use crate::kernels::quant::{q8_acts_bytes, Q8Acts};
+use crate::kernels::{self, Kernels};
 use crate::tensor::DType;
 
 /// f32 / f16 / bf16 GEMV runs in parallel only from this many rows on.
@@ -98,29 +99,15 @@ impl<'a> Matrix<'a> {
     pub fn row(&self, r: usize) -> &'a [u8] {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
     }
-
-    /// Dot of row `r` with `x` (scalar oracle).
-    fn dot_row(&self, r: usize, x: &[f32]) -> f32 {
-        let row = self.row(r);
-        match self.dtype {
-            DType::F32 => scalar::dot_f32(crate::tensor::cast_slice(row), x),
-            DType::F16 => scalar::dot_f16(row, x),
-            DType::BF16 => scalar::dot_bf16(row, x),
-            DType::Q8_0 => scalar::dot_q8_0_f32(row, x),
-            DType::Q4_0 => scalar::dot_q4_0_f32(row, x),
-            DType::Q4_1 => scalar::dot_q4_1_f32(row, x),
-            // `Matrix::new` admits only the weight dtypes above.
-            _ => 0.0,
-        }
-    }
 }
 
-/// Bytes of scratch [`gemv`] / [`gemm`] need for `k` inputs per activation row under `act`
-/// (the Q8_0 copy of `x` for [`Activations::Int8`]; 0 for f32).
+/// Bytes of scratch [`gemv`] / [`gemm`] need for `n` activation rows of `k` inputs under
+/// `act`: 0 for [`Activations::F32`]; for [`Activations::Int8`] the Q8 copy of `x`
+/// ([`Q8Acts`]: 44 bytes per 32 inputs per row, plus 64 bytes of alignment slack).
 pub fn scratch_bytes(k: usize, n: usize, act: Activations) -> usize {
     match act {
         Activations::F32 => 0,
-        Activations::Int8 => n * k.div_ceil(32) * 36,
+        Activations::Int8 => q8_acts_bytes(k, n),
     }
 }
 
@@ -132,16 +119,30 @@ unsafe impl Send for SyncPtr {}
 // SAFETY: as above.
 unsafe impl Sync for SyncPtr {}
 
+impl SyncPtr {
+    /// The element pointer `i` places on (a method, so closures capture the whole wrapper).
+    ///
+    /// # Safety
+    ///
+    /// `i` is inside the buffer.
+    unsafe fn at(self, i: usize) -> *mut f32 {
+        // SAFETY: in bounds (caller contract).
+        unsafe { self.0.add(i) }
+    }
+}
+
 /// `y[rows] = W · x`.
 ///
 /// `schedule` `None` uses the executor's default. Runs inline below [`PAR_ROWS_F32`] rows
-/// (f32/f16/bf16) or [`PAR_ROWS_QUANT`] rows (quantized). `scratch` must hold at least
-/// [`scratch_bytes`]`(k, 1, act)` bytes.
+/// (f32/f16/bf16) or [`PAR_ROWS_QUANT`] rows (quantized). With [`Activations::Int8`] and
+/// quantized weights `scratch` must hold at least [`scratch_bytes`]`(k, 1, Int8)` bytes;
+/// otherwise it is not used. Uses the kernels of [`kernels::active`]; allocates nothing.
 ///
 /// # Errors
 ///
-/// [`crate::Code::InvalidArgument`] if `x.len() != k`, `y.len() != rows` or `scratch` is
-/// too small.
+/// [`crate::Code::InvalidArgument`] if `x.len() != k`, `y.len() != rows`, `scratch` is too
+/// small, or (int8) `x` holds NaN or ±infinity; as [`kernels::active`] if `RML_KERNELS` is
+/// invalid.
 pub fn gemv(
     exec: &dyn Executor,
     schedule: Option<Schedule>,
@@ -151,16 +152,17 @@ pub fn gemv(
     act: Activations,
     scratch: &mut [u8],
 ) -> Result<()> {
-    gemm(exec, schedule, w, x, 1, y, act, scratch)
+    gemm_with(kernels::active()?, exec, schedule, w, x, 1, y, act, scratch)
 }
 
 /// `Y[n × rows] = X[n × k] · Wᵀ` (prefill).
 ///
-/// As [`gemv`]; `x.len()` must be `n * k` and `y.len()` `n * rows`.
+/// As [`gemv`]; `x.len()` must be `n * k`, `y.len()` `n * rows`, and `scratch` (int8 with
+/// quantized weights) [`scratch_bytes`]`(k, n, Int8)` bytes.
 ///
 /// # Errors
 ///
-/// [`crate::Code::InvalidArgument`] on a length mismatch.
+/// As [`gemv`].
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(
     exec: &dyn Executor,
@@ -172,40 +174,93 @@ pub fn gemm(
     act: Activations,
     scratch: &mut [u8],
 ) -> Result<()> {
+    gemm_with(kernels::active()?, exec, schedule, w, x, n, y, act, scratch)
+}
+
+/// [`gemm`] with an explicit kernel table (tests and benchmarks compare ISAs with it).
+///
+/// Rows are split across `exec` (never K), each output is computed by one chunk with a fixed
+/// order of operations, so the result is bit-identical for every schedule and thread count.
+///
+/// # Errors
+///
+/// As [`gemv`].
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_with(
+    kern: &Kernels,
+    exec: &dyn Executor,
+    schedule: Option<Schedule>,
+    w: &Matrix<'_>,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    act: Activations,
+    scratch: &mut [u8],
+) -> Result<()> {
     let (rows, k) = (w.rows, w.k);
-    if x.len() != n * k || y.len() != n * rows {
+    if Some(x.len()) != n.checked_mul(k) || Some(y.len()) != n.checked_mul(rows) {
         return Err(Error::invalid_argument(format_args!(
             "gemm: W is {rows}x{k}, n = {n}: x has {} (want {}), y has {} (want {})",
             x.len(),
-            n * k,
+            n.saturating_mul(k),
             y.len(),
-            n * rows
+            n.saturating_mul(rows)
         )));
     }
-    let need = scratch_bytes(k, n, act);
-    if scratch.len() < need {
-        return Err(Error::invalid_argument(format_args!(
-            "gemm: scratch has {} bytes, needs {need}",
-            scratch.len()
-        )));
+    if rows == 0 || n == 0 {
+        return Ok(());
     }
-    let threshold = if w.dtype.is_quantized() { PAR_ROWS_QUANT } else { PAR_ROWS_F32 };
+    let quantized = w.dtype.is_quantized();
+    let threshold = if quantized { PAR_ROWS_QUANT } else { PAR_ROWS_F32 };
+    let parallel = exec.threads() > 1 && rows >= threshold;
+    let schedule = schedule.unwrap_or_else(|| exec.schedule());
     let out = SyncPtr(y.as_mut_ptr());
-    let body = |range: Range<usize>| {
-        let out = &out;
-        for r in range {
-            for t in 0..n {
-                let v = w.dot_row(r, &x[t * k..(t + 1) * k]);
-                // SAFETY: `t * rows + r < n * rows == y.len()`; each (t, r) is written by the
-                // one chunk that owns row r.
-                unsafe { out.0.add(t * rows + r).write(v) };
-            }
+    let (data, rb) = (w.data, w.row_bytes);
+    let run = |body: &(dyn Fn(Range<usize>) + Sync)| {
+        if parallel {
+            exec.parallel_for(0..rows, schedule, body);
+        } else {
+            body(0..rows);
         }
     };
-    if exec.threads() > 1 && rows >= threshold {
-        exec.parallel_for(0..rows, schedule.unwrap_or_else(|| exec.schedule()), &body);
+    if act == Activations::Int8 && quantized {
+        let f = kern.matmul_q8(w.dtype)?;
+        let xq = Q8Acts::quantize(kern, x, n, k, scratch)?;
+        run(&|range: Range<usize>| {
+            // SAFETY: `kern` is an available table (only `kernels::table`/`active` hand them
+            // out); rows `range` lie inside `data` (`Matrix::new` checked `rows * rb`); `xq`
+            // holds `n` rows of `k / 32` blocks; outputs `t * rows + r` for `r` in `range` are
+            // inside `y` and written by this chunk only.
+            unsafe {
+                f(
+                    data.as_ptr().add(range.start * rb),
+                    rb,
+                    range.len(),
+                    &xq,
+                    n,
+                    out.at(range.start),
+                    rows,
+                )
+            }
+        });
     } else {
-        body(0..rows);
+        let f = kern.matmul_f32(w.dtype)?;
+        run(&|range: Range<usize>| {
+            // SAFETY: as above, with `x` holding `n * k` floats and f32 rows 4-byte aligned
+            // (`Matrix::new` checked it; `rb` is a multiple of 4 for f32).
+            unsafe {
+                f(
+                    data.as_ptr().add(range.start * rb),
+                    rb,
+                    range.len(),
+                    k,
+                    x.as_ptr(),
+                    n,
+                    out.at(range.start),
+                    rows,
+                )
+            }
+        });
     }
     Ok(())
 }

@@ -324,6 +324,8 @@ fn non_string_metadata() {
     expect_err(parse(&file(h, &[])), Code::DataLoss, &["\"nested\"", "string"]);
     let h = r#"{"__metadata__":["a"]}"#;
     expect_err(parse(&file(h, &[])), Code::DataLoss, &["__metadata__"]);
+    // `null` is no metadata, as the safetensors crate reads it.
+    assert_eq!(parse(&file(r#"{"__metadata__":null}"#, &[])).unwrap(), 0);
 }
 
 // ------------------------------------------------------------------ valid edge cases

@@ -16,10 +16,10 @@
 //! [`TensorInfo::shape`] lists dimensions outermost first, so `ne` is reversed. Tensor
 //! offsets are relative to the data section and multiples of the alignment.
 //!
-//! Every count and length is checked against the bytes left before anything is allocated
-//! (a tensor info takes at least 24 bytes, a key/value 13, an array element at least its
-//! fixed size), so a hostile header cannot make the parser reserve more memory than the
-//! file's size. Arrays are not copied: [`MetaArray`] keeps the array's bytes and decodes on
+//! Every count and length is checked against the bytes left before it is used (a tensor
+//! info takes at least 24 bytes, a key/value 13, an array element at least its fixed size),
+//! and no memory is reserved from a count: lists grow with the entries actually read, so
+//! the parser's memory is a small multiple of the header it has walked. Arrays are not copied: [`MetaArray`] keeps the array's bytes and decodes on
 //! iteration. Tensor data is never copied either: quantized tensors are views in place.
 //!
 //! Tensor types F32, F16, BF16, Q8_0, Q4_0 and Q4_1 map to rml's [`DType`]s; the other ggml
@@ -600,8 +600,10 @@ impl<'a> Gguf<'a> {
                 ))
             })?;
 
-        let mut metadata: Vec<(&'a str, MetaValue<'a>)> = Vec::with_capacity(n_kv);
-        let mut keys: HashMap<&'a str, ()> = HashMap::with_capacity(n_kv);
+        // Counts are only upper bounds checked against the bytes left: nothing is reserved from
+        // them; the lists grow with the entries actually read.
+        let mut metadata: Vec<(&'a str, MetaValue<'a>)> = Vec::new();
+        let mut keys: HashMap<&'a str, ()> = HashMap::new();
         for i in 0..n_kv {
             let key = r.string(&format_args!("metadata key #{i}"))?;
             if keys.insert(key, ()).is_some() {
@@ -629,10 +631,10 @@ impl<'a> Gguf<'a> {
             }
         };
 
-        let mut tensors = Vec::with_capacity(n_tensors);
-        let mut ggml_type_ids = Vec::with_capacity(n_tensors);
-        let mut index = HashMap::with_capacity(n_tensors);
-        let mut rel_offsets = Vec::with_capacity(n_tensors);
+        let mut tensors = Vec::new();
+        let mut ggml_type_ids = Vec::new();
+        let mut index = HashMap::new();
+        let mut rel_offsets = Vec::new();
         for i in 0..n_tensors {
             let name = r.string(&format_args!("tensor #{i} name"))?;
             let what = format_args!("tensor {name:?}");

@@ -413,7 +413,8 @@ struct MetadataSeed;
 impl<'de> DeserializeSeed<'de> for MetadataSeed {
     type Value = Vec<(String, String)>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_map(self)
+        // `"__metadata__": null` means no metadata (the safetensors crate accepts it too).
+        d.deserialize_option(self)
     }
 }
 
@@ -422,6 +423,18 @@ impl<'de> Visitor<'de> for MetadataSeed {
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("\"__metadata__\" as an object of string values")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {

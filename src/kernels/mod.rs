@@ -1,8 +1,416 @@
-//! Matmul kernels: block formats ([`quant`]) and the scalar oracle ([`scalar`]).
+//! Matmul kernels: block formats ([`quant`]), the scalar oracle ([`scalar`]) and the SIMD
+//! paths (AVX2 + FMA + F16C on x86_64, NEON with or without SDOT on aarch64), gathered in a
+//! [`Kernels`] table of function pointers and picked at run time.
 //!
-//! The SIMD paths (AVX2 + FMA on x86_64, NEON / SDOT on aarch64), the `Kernels` function
-//! table and run-time ISA selection build on these; every SIMD kernel is tested against the
-//! scalar oracle.
+//! The table is complete in scalar; an ISA's table overrides every entry with its own body.
+//! [`active`] picks the best table the CPU supports on first use (with `std`:
+//! `is_x86_feature_detected!` / `is_aarch64_feature_detected!` and the `RML_KERNELS`
+//! environment variable; without: the compile-time `target_feature`s) and caches the choice
+//! in an atomic; [`force`] pins one (tests, benchmarks). Under Miri everything is scalar.
+//!
+//! Entries are `unsafe fn`s over pointers and lengths; the safe entry points that check
+//! shapes are [`crate::ops::gemv`] / [`crate::ops::gemm`], [`quant::quantize_row_q8_0`] and
+//! [`quant::Q8Acts::quantize`]. Every entry of every table is tested against the scalar oracle
+//! (`tests/kernels_conformance.rs`); the int8 entries are bit-identical to it on every ISA, the
+//! f32 ones agree within a rounding-error bound.
+
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use crate::error::{Error, Result};
+use crate::tensor::DType;
 
 pub mod quant;
 pub mod scalar;
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+mod x86_64;
+
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod aarch64;
+
+use quant::Q8Acts;
+
+/// A matmul over a block of weight rows with f32 activations:
+/// `y[t * ldy + r] = Σ_i W[r][i] * x[t * k + i]` for `r < rows`, `t < n`.
+///
+/// Arguments: `(w, row_bytes, rows, k, x, n, y, ldy)`; `w` points to `rows` rows of
+/// `row_bytes` bytes in the table entry's dtype (f32 rows 4-byte aligned).
+///
+/// # Safety
+///
+/// The table's ISA must be available (guaranteed for tables from [`table`] / [`active`]);
+/// `w` holds `rows * row_bytes` readable bytes with `row_bytes` the dtype's size of `k`
+/// elements, `x` holds `n * k` floats, every `y[t * ldy + r]` is writable and none of them
+/// overlap.
+pub type MatmulF32Fn = unsafe fn(
+    w: *const u8,
+    row_bytes: usize,
+    rows: usize,
+    k: usize,
+    x: *const f32,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+);
+
+/// A matmul over a block of quantized weight rows with int8 activations ([`Q8Acts`]):
+/// `y[t * ldy + r] = dot(W[r], activation row t)` in the order of [`scalar::accumulate8`].
+///
+/// Arguments: `(w, row_bytes, rows, xq, n, y, ldy)`.
+///
+/// # Safety
+///
+/// As [`MatmulF32Fn`]; each row is `xq.nb()` blocks of the entry's dtype and `n <= xq.n()`.
+pub type MatmulQ8Fn = unsafe fn(
+    w: *const u8,
+    row_bytes: usize,
+    rows: usize,
+    xq: &Q8Acts<'_>,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+);
+
+/// Quantizes blocks of 32 floats to Q8 values with f32 scales, by
+/// [`scalar::quantize_block_q8`]'s rule: `(x, nb, qs, qs_stride, d)` writes block `b`'s
+/// values at `qs + b * qs_stride` and its scale at `d + b`. Returns `false` if a block holds
+/// NaN or ±infinity (the output is then partly written).
+///
+/// # Safety
+///
+/// The table's ISA must be available; `x` holds `nb * 32` floats; the outputs are writable
+/// and do not overlap the input.
+pub type QuantizeQ8Fn =
+    unsafe fn(x: *const f32, nb: usize, qs: *mut i8, qs_stride: usize, d: *mut f32) -> bool;
+
+/// An instruction-set choice for the kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// Plain Rust, every target: the oracle.
+    Scalar,
+    /// x86_64 AVX2 + FMA + F16C.
+    Avx2,
+    /// aarch64 Advanced SIMD (NEON) without the dot-product extension.
+    Neon,
+    /// aarch64 NEON with `SDOT` (the `dotprod` extension) for the int8 kernels.
+    NeonDotprod,
+}
+
+impl Isa {
+    /// Every ISA rml knows, in order of preference from worst to best.
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Neon, Isa::NeonDotprod];
+
+    /// The name used by `RML_KERNELS`: `scalar`, `avx2`, `neon`, `neon-dotprod`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Neon => "neon",
+            Isa::NeonDotprod => "neon-dotprod",
+        }
+    }
+
+    /// Parses a name of [`Isa::name`].
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::InvalidArgument`] for an unknown name (the message lists the known).
+    pub fn from_name(name: &str) -> Result<Isa> {
+        Isa::ALL.into_iter().find(|isa| isa.name() == name).ok_or_else(|| {
+            Error::invalid_argument(format_args!(
+                "unknown kernel ISA {name:?}; expected scalar, avx2, neon or neon-dotprod"
+            ))
+        })
+    }
+
+    /// Whether this build has the ISA's kernels and the CPU runs them.
+    pub fn is_available(self) -> bool {
+        if cfg!(miri) {
+            return self == Isa::Scalar;
+        }
+        match self {
+            Isa::Scalar => true,
+            Isa::Avx2 => has_avx2(),
+            Isa::Neon => has_neon(),
+            Isa::NeonDotprod => has_neon() && has_dotprod(),
+        }
+    }
+}
+
+impl core::fmt::Display for Isa {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", feature = "std"))]
+fn has_avx2() -> bool {
+    std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(feature = "std")))]
+fn has_avx2() -> bool {
+    cfg!(all(target_feature = "avx2", target_feature = "fma", target_feature = "f16c"))
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+fn has_avx2() -> bool {
+    false
+}
+
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+fn has_neon() -> bool {
+    true
+}
+
+#[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
+fn has_neon() -> bool {
+    false
+}
+
+#[cfg(all(target_arch = "aarch64", target_feature = "neon", feature = "std"))]
+fn has_dotprod() -> bool {
+    std::arch::is_aarch64_feature_detected!("dotprod")
+}
+
+#[cfg(not(all(target_arch = "aarch64", target_feature = "neon", feature = "std")))]
+fn has_dotprod() -> bool {
+    cfg!(target_feature = "dotprod")
+}
+
+/// One ISA's kernels: a function pointer for every operation. Obtain one from [`table`] or
+/// [`active`] (which check that the CPU runs it); the fields are private so that a table for
+/// an unavailable ISA cannot be made.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernels {
+    isa: Isa,
+    f32: MatmulF32Fn,
+    f16: MatmulF32Fn,
+    bf16: MatmulF32Fn,
+    q8_0: MatmulF32Fn,
+    q4_0: MatmulF32Fn,
+    q4_1: MatmulF32Fn,
+    q8_0_q8: MatmulQ8Fn,
+    q4_0_q8: MatmulQ8Fn,
+    q4_1_q8: MatmulQ8Fn,
+    pub(crate) quantize_q8: QuantizeQ8Fn,
+}
+
+/// The scalar table: every entry, the oracle's arithmetic.
+pub(crate) const SCALAR: Kernels = Kernels {
+    isa: Isa::Scalar,
+    f32: scalar::matmul_f32,
+    f16: scalar::matmul_f16,
+    bf16: scalar::matmul_bf16,
+    q8_0: scalar::matmul_q8_0,
+    q4_0: scalar::matmul_q4_0,
+    q4_1: scalar::matmul_q4_1,
+    q8_0_q8: scalar::matmul_q8_0_q8,
+    q4_0_q8: scalar::matmul_q4_0_q8,
+    q4_1_q8: scalar::matmul_q4_1_q8,
+    quantize_q8: scalar::quantize_q8,
+};
+
+impl Kernels {
+    /// The ISA whose kernels these are.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// The f32-activation matmul for weights of `dtype` (F32, F16, BF16, Q8_0, Q4_0, Q4_1).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::Unimplemented`] for other dtypes.
+    pub fn matmul_f32(&self, dtype: DType) -> Result<MatmulF32Fn> {
+        Ok(match dtype {
+            DType::F32 => self.f32,
+            DType::F16 => self.f16,
+            DType::BF16 => self.bf16,
+            DType::Q8_0 => self.q8_0,
+            DType::Q4_0 => self.q4_0,
+            DType::Q4_1 => self.q4_1,
+            _ => {
+                return Err(Error::unimplemented(format_args!(
+                    "{dtype} is not a supported weight dtype"
+                )))
+            }
+        })
+    }
+
+    /// The int8-activation matmul for quantized weights of `dtype` (Q8_0, Q4_0, Q4_1).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::Unimplemented`] for other dtypes.
+    pub fn matmul_q8(&self, dtype: DType) -> Result<MatmulQ8Fn> {
+        Ok(match dtype {
+            DType::Q8_0 => self.q8_0_q8,
+            DType::Q4_0 => self.q4_0_q8,
+            DType::Q4_1 => self.q4_1_q8,
+            _ => {
+                return Err(Error::unimplemented(format_args!(
+                    "int8 activations need Q8_0, Q4_0 or Q4_1 weights, not {dtype}"
+                )))
+            }
+        })
+    }
+
+    /// Quantizes a row to Q8_0 blocks with this table's kernel; see
+    /// [`quant::quantize_row_q8_0`] for the rule and errors.
+    ///
+    /// # Errors
+    ///
+    /// As [`quant::quantize_row_q8_0`].
+    pub fn quantize_row_q8_0(&self, x: &[f32], out: &mut [u8]) -> Result<()> {
+        let nb = quant::row_blocks(DType::Q8_0, x.len())?;
+        if out.len() != nb * 34 {
+            return Err(Error::invalid_argument(format_args!(
+                "Q8_0: output has {} bytes, {nb} blocks need {}",
+                out.len(),
+                nb * 34
+            )));
+        }
+        const CHUNK: usize = 64;
+        let mut d = [0f32; CHUNK];
+        for (c, (xs, os)) in x.chunks(CHUNK * quant::QK).zip(out.chunks_mut(CHUNK * 34)).enumerate()
+        {
+            let m = xs.len() / quant::QK;
+            // SAFETY: `xs` holds `m` blocks, `os` `m` blocks of 34 bytes whose values start at
+            // byte 2 (stride 34), `d` has room for `m <= 64` scales; the table is available.
+            let ok = unsafe {
+                (self.quantize_q8)(
+                    xs.as_ptr(),
+                    m,
+                    os.as_mut_ptr().add(2).cast(),
+                    34,
+                    d.as_mut_ptr(),
+                )
+            };
+            if !ok {
+                return Err(quant::non_finite(DType::Q8_0, x));
+            }
+            quant::store_q8_0_scales(&d[..m], os, c * CHUNK)?;
+        }
+        Ok(())
+    }
+}
+
+/// The kernels of `isa`.
+///
+/// # Errors
+///
+/// [`crate::Code::Unimplemented`] if this build or CPU cannot run `isa`.
+pub fn table(isa: Isa) -> Result<&'static Kernels> {
+    if !isa.is_available() {
+        return Err(Error::unimplemented(format_args!(
+            "kernel ISA {isa} is not available on this CPU/build (best: {})",
+            best()
+        )));
+    }
+    Ok(table_of(isa))
+}
+
+/// The table of an ISA known to be available.
+fn table_of(isa: Isa) -> &'static Kernels {
+    match isa {
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+        Isa::Avx2 => &x86_64::AVX2,
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        Isa::Neon => &aarch64::NEON,
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        Isa::NeonDotprod => &aarch64::NEON_DOTPROD,
+        _ => &SCALAR,
+    }
+}
+
+/// The best ISA this build and CPU support (ignoring `RML_KERNELS` and [`force`]).
+pub fn best() -> Isa {
+    Isa::ALL.into_iter().rev().find(|isa| isa.is_available()).unwrap_or(Isa::Scalar)
+}
+
+/// 0 = not chosen yet, otherwise `1 +` the index of the ISA in [`Isa::ALL`].
+static ACTIVE: AtomicU8 = AtomicU8::new(0);
+
+fn encode(isa: Isa) -> u8 {
+    Isa::ALL.iter().position(|&i| i == isa).unwrap_or(0) as u8 + 1
+}
+
+/// The ISA asked for by `RML_KERNELS` (std), or [`best`].
+fn initial() -> Result<Isa> {
+    #[cfg(feature = "std")]
+    if let Some(v) = std::env::var_os("RML_KERNELS") {
+        let name = v.to_string_lossy();
+        let name = name.trim();
+        if !name.is_empty() && name != "auto" {
+            let isa = Isa::from_name(name).map_err(|e| e.context("RML_KERNELS"))?;
+            table(isa).map_err(|e| e.context("RML_KERNELS"))?;
+            return Ok(isa);
+        }
+    }
+    Ok(best())
+}
+
+/// The kernels in use: chosen on the first call (`RML_KERNELS` with `std`, else [`best`]),
+/// then cached; [`force`] changes the choice.
+///
+/// # Errors
+///
+/// [`crate::Code::InvalidArgument`] if `RML_KERNELS` names no ISA, or
+/// [`crate::Code::Unimplemented`] if it names one this CPU lacks (nothing is cached then, so
+/// every call reports it).
+pub fn active() -> Result<&'static Kernels> {
+    let v = ACTIVE.load(Ordering::Relaxed);
+    if v != 0 {
+        return Ok(table_of(Isa::ALL[v as usize - 1]));
+    }
+    let code = encode(initial()?);
+    let v = match ACTIVE.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => code,
+        Err(other) => other,
+    };
+    Ok(table_of(Isa::ALL[v as usize - 1]))
+}
+
+/// Pins the kernels of `isa` for the whole process (tests, benchmarks, `RML_KERNELS`-style
+/// overrides from a command line).
+///
+/// # Errors
+///
+/// [`crate::Code::Unimplemented`] if this CPU or build cannot run `isa`; the choice is then
+/// unchanged.
+pub fn force(isa: Isa) -> Result<()> {
+    table(isa)?;
+    ACTIVE.store(encode(isa), Ordering::Relaxed);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for isa in Isa::ALL {
+            assert_eq!(Isa::from_name(isa.name()).unwrap(), isa);
+        }
+        assert_eq!(Isa::from_name("sse9").unwrap_err().code(), crate::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn scalar_is_always_there_and_best_is_available() {
+        assert!(Isa::Scalar.is_available());
+        assert!(best().is_available());
+        assert_eq!(table(Isa::Scalar).unwrap().isa(), Isa::Scalar);
+    }
+
+    #[test]
+    fn unavailable_isa_is_an_error() {
+        for isa in Isa::ALL.into_iter().filter(|i| !i.is_available()) {
+            assert_eq!(table(isa).unwrap_err().code(), crate::Code::Unimplemented);
+            assert_eq!(force(isa).unwrap_err().code(), crate::Code::Unimplemented);
+        }
+    }
+}

@@ -2,8 +2,9 @@
 //! global allocator, its own panic handler, and libc only for `write` and the entry point
 //! (x86_64 / aarch64 Linux hosts). Firmware replaces those two with its board's.
 //!
-//! It exercises aligned allocation, the four counters, the arena and a kernel, and exits
-//! non-zero if anything is off.
+//! It exercises aligned allocation, the four counters, the arena and a kernel, then runs the
+//! tiny Llama (2 layers, hidden 64) from `include_bytes!` and checks its greedy tokens against
+//! PyTorch's; it exits non-zero if anything is off.
 #![no_std]
 #![no_main]
 
@@ -63,6 +64,42 @@ fn check(ok: bool, what: &str) -> bool {
     ok
 }
 
+/// The tiny Llama fixture (f32 safetensors + config.json), compiled into the program.
+static MODEL: &[u8] = include_bytes!("../../../tests/data/tiny-llama/f32/model.safetensors");
+static CONFIG: &str = include_str!("../../../tests/data/tiny-llama/f32/config.json");
+/// Prompt and greedy continuation computed by PyTorch (tests/data/tiny-llama/README.md).
+const PROMPT: [u32; 16] = [1, 17, 42, 99, 3, 250, 128, 7, 64, 200, 13, 77, 5, 31, 180, 222];
+const GREEDY: [u32; 9] = [103, 134, 245, 181, 8, 149, 139, 99, 67];
+
+fn run_tiny_llama() -> bool {
+    use rml::format::{hf_config::parse_config, safetensors::SafeTensors};
+    use rml::model::decoder::{DecoderLM, DecoderOptions};
+    use rml::model::sample::{Sampler, SamplerConfig};
+
+    let result = (|| -> rml::Result<[u32; 9]> {
+        let config = parse_config(CONFIG)?;
+        let file = SafeTensors::parse(MODEL)?;
+        let mut lm =
+            DecoderLM::new(&config, &file, &rml::InlineExecutor, DecoderOptions::default())?;
+        let mut sampler = Sampler::new(SamplerConfig::greedy(), config.vocab_size)?;
+        let mut out = [0u32; 9];
+        let mut next = sampler.sample(lm.prefill(&PROMPT)?)?;
+        out[0] = next;
+        for slot in out.iter_mut().skip(1) {
+            next = sampler.sample(lm.decode(next)?)?;
+            *slot = next;
+        }
+        Ok(out)
+    })();
+    match result {
+        Ok(tokens) => {
+            let _ = writeln!(Stdout, "     tiny-llama greedy tokens: {tokens:?}");
+            check(tokens == GREEDY, "tiny-llama greedy tokens match PyTorch")
+        }
+        Err(e) => check(false, &alloc::format!("tiny-llama: {e}")),
+    }
+}
+
 /// # Safety
 ///
 /// Called once by the C runtime as the program's entry point.
@@ -102,7 +139,13 @@ pub extern "C" fn main(_argc: i32, _argv: *const *const u8) -> i32 {
     let x = [1.0f32; 64];
     ok &= check(rml::kernels::scalar::dot_f32(&w, &x) == 2016.0, "scalar dot");
 
-    let _ = writeln!(Stdout, "{}", if ok { "no-std consumer: all checks passed" } else { "no-std consumer: FAILED" });
+    ok &= run_tiny_llama();
+
+    let _ = writeln!(
+        Stdout,
+        "{}",
+        if ok { "no-std consumer: all checks passed" } else { "no-std consumer: FAILED" }
+    );
     if ok {
         0
     } else {

@@ -1,0 +1,71 @@
+//! aarch64 kernels: NEON (`neon_f32.rs`: f32 / f16 / bf16 / quantized weights with f32
+//! activations; `neon_q8.rs`: int8 activations with `SDOT` where the `dotprod` extension is
+//! present and a widening-multiply fallback where it is not, and the Q8 quantizer).
+//!
+//! `vdotq_s32` is still unstable, so `SDOT` is inline assembly inside
+//! `#[target_feature(enable = "neon,dotprod")]` functions; f16 widening is inline `FCVTL`
+//! (the `float16x4_t` intrinsics are unstable too). Entry points are `#[target_feature]`
+//! wrappers around `#[inline(always)]` bodies, reachable only through [`super::table`].
+
+use core::arch::aarch64::*;
+use core::arch::asm;
+
+use super::{Isa, Kernels};
+
+mod neon_f32;
+mod neon_q8;
+
+/// The NEON table (no `dotprod`).
+pub(crate) const NEON: Kernels = Kernels {
+    isa: Isa::Neon,
+    f32: neon_f32::matmul_f32,
+    f16: neon_f32::matmul_f16,
+    bf16: neon_f32::matmul_bf16,
+    q8_0: neon_f32::matmul_q8_0,
+    q4_0: neon_f32::matmul_q4_0,
+    q4_1: neon_f32::matmul_q4_1,
+    q8_0_q8: neon_q8::matmul_q8_0_q8_neon,
+    q4_0_q8: neon_q8::matmul_q4_0_q8_neon,
+    q4_1_q8: neon_q8::matmul_q4_1_q8_neon,
+    quantize_q8: neon_q8::quantize_q8,
+};
+
+/// The NEON + `SDOT` table: the int8 entries use `SDOT`, the rest is [`NEON`]'s.
+pub(crate) const NEON_DOTPROD: Kernels = Kernels {
+    isa: Isa::NeonDotprod,
+    q8_0_q8: neon_q8::matmul_q8_0_q8_sdot,
+    q4_0_q8: neon_q8::matmul_q4_0_q8_sdot,
+    q4_1_q8: neon_q8::matmul_q4_1_q8_sdot,
+    ..NEON
+};
+
+/// Four f16 (bits) widened to f32 with `FCVTL` (exact).
+///
+/// # Safety
+///
+/// NEON available.
+#[inline(always)]
+unsafe fn cvt_f16x4(h: uint16x4_t) -> float32x4_t {
+    let out: float32x4_t;
+    // SAFETY: a register-only base-ARMv8 AdvSIMD instruction.
+    unsafe {
+        asm!(
+            "fcvtl {o:v}.4s, {i:v}.4h",
+            o = lateout(vreg) out,
+            i = in(vreg) h,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    out
+}
+
+/// The f16 at `p` broadcast to 4 f32 lanes.
+///
+/// # Safety
+///
+/// 2 readable bytes at `p`; NEON available.
+#[inline(always)]
+unsafe fn f16_splat(p: *const u8) -> float32x4_t {
+    // SAFETY: 2 bytes readable (caller contract).
+    unsafe { cvt_f16x4(vdup_n_u16(p.cast::<u16>().read_unaligned())) }
+}

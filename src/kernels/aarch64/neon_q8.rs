@@ -1,0 +1,388 @@
+//! NEON int8 kernels: quantized weights × Q8 activations, with `SDOT` (`dotprod`) or a
+//! widening-multiply fallback, and the Q8 quantizer.
+//!
+//! Weights become signed bytes (Q8_0 as stored, Q4_0 `nibble - 8`, Q4_1 the nibble) and the
+//! block's exact i32 dot product comes from `SDOT` (four i8 products per i32 lane) or from
+//! `SMULL` (i8 × i8 → i16, exact even for -128 · -128) plus `SADALP` (pairwise add into i32).
+//! Four blocks' lane vectors are reduced with `ADDP`, and the f32 part follows the oracle's
+//! order exactly ([`crate::kernels::scalar::accumulate8`]: block `b` into lane `b % 8`, two
+//! 4-lane accumulators, separate multiply and add, then the fixed horizontal sum), so the
+//! results are bit-identical to the scalar table.
+
+use core::arch::aarch64::*;
+use core::arch::asm;
+
+use super::cvt_f16x4;
+use crate::kernels::quant::{Q8Acts, QK};
+
+/// How two 16-byte vectors of i8 are dotted into 4 i32 lanes.
+trait Dot {
+    /// `acc + dot(a, b)` grouped in 4 lanes (which products land in which lane is the
+    /// implementation's; only the total matters).
+    ///
+    /// # Safety
+    ///
+    /// NEON available, and `dotprod` for [`Sdot`].
+    unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t;
+}
+
+/// `SDOT` (the `dotprod` extension).
+struct Sdot;
+/// `SMULL` + `SADALP`, plain NEON.
+struct Widen;
+
+impl Dot for Sdot {
+    #[inline(always)]
+    unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        let mut acc = acc;
+        // SAFETY: register-only; the caller runs with `dotprod` enabled (its entry point is
+        // `#[target_feature(enable = "neon,dotprod")]`, reached only after detection).
+        unsafe {
+            asm!(
+                ".arch_extension dotprod",
+                "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+                acc = inout(vreg) acc,
+                a = in(vreg) a,
+                b = in(vreg) b,
+                options(pure, nomem, nostack, preserves_flags)
+            );
+        }
+        acc
+    }
+}
+
+impl Dot for Widen {
+    #[inline(always)]
+    unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        // SAFETY: register-only NEON intrinsics.
+        unsafe {
+            let lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+            let hi = vmull_high_s8(a, b);
+            vpadalq_s16(vpadalq_s16(acc, lo), hi)
+        }
+    }
+}
+
+/// A quantized weight block as two signed-byte vectors (elements 0..16, 16..32).
+trait QBlock {
+    /// Bytes per block.
+    const BYTES: usize;
+    /// Q4_1: the block term adds `m · s`.
+    const MIN: bool;
+
+    /// The block's 32 weights as i8.
+    ///
+    /// # Safety
+    ///
+    /// `blk` is a whole block; NEON available.
+    unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t);
+}
+
+struct Q8_0B;
+struct Q4_0B;
+struct Q4_1B;
+
+impl QBlock for Q8_0B {
+    const BYTES: usize = 34;
+    const MIN: bool = false;
+
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
+        // SAFETY: 32 bytes at `blk + 2` (caller contract).
+        unsafe { (vld1q_s8(blk.add(2).cast()), vld1q_s8(blk.add(18).cast())) }
+    }
+}
+
+/// Low and high nibbles of the 16 bytes at `qs` (elements 0..16 and 16..32).
+///
+/// # Safety
+///
+/// 16 readable bytes; NEON available.
+#[inline(always)]
+unsafe fn nibbles(qs: *const u8) -> (uint8x16_t, uint8x16_t) {
+    // SAFETY: 16 bytes readable (caller contract).
+    unsafe {
+        let v = vld1q_u8(qs);
+        (vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(v))
+    }
+}
+
+impl QBlock for Q4_0B {
+    const BYTES: usize = 18;
+    const MIN: bool = false;
+
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
+        // SAFETY: 16 bytes at `blk + 2` (caller contract).
+        unsafe {
+            let (lo, hi) = nibbles(blk.add(2));
+            let eight = vdupq_n_s8(8);
+            (vsubq_s8(vreinterpretq_s8_u8(lo), eight), vsubq_s8(vreinterpretq_s8_u8(hi), eight))
+        }
+    }
+}
+
+impl QBlock for Q4_1B {
+    const BYTES: usize = 20;
+    const MIN: bool = true;
+
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
+        // SAFETY: 16 bytes at `blk + 4` (caller contract).
+        unsafe {
+            let (lo, hi) = nibbles(blk.add(4));
+            (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi))
+        }
+    }
+}
+
+/// The exact dot product of one weight block with 32 activations, as 4 i32 lanes.
+///
+/// # Safety
+///
+/// `blk` a whole block, 32 readable values at `x`; NEON (+ `dotprod` for [`Sdot`]).
+#[inline(always)]
+unsafe fn isum<Q: QBlock, D: Dot>(blk: *const u8, x: *const i8) -> int32x4_t {
+    // SAFETY: in bounds (caller contract).
+    unsafe {
+        let (w0, w1) = Q::weights(blk);
+        let acc = D::dot(vdupq_n_s32(0), w0, vld1q_s8(x));
+        D::dot(acc, w1, vld1q_s8(x.add(16)))
+    }
+}
+
+/// The f16 values at `p + j * stride`, `j < 4`, as f32 lanes.
+///
+/// # Safety
+///
+/// The 4 locations are readable; NEON available.
+#[inline(always)]
+unsafe fn gather_f16(p: *const u8, stride: usize) -> float32x4_t {
+    // SAFETY: the 4 2-byte reads are in bounds (caller contract).
+    unsafe {
+        let h = |j: usize| p.add(j * stride).cast::<u16>().read_unaligned();
+        let v = [h(0), h(1), h(2), h(3)];
+        cvt_f16x4(vld1_u16(v.as_ptr()))
+    }
+}
+
+/// `acc + (dw · dx) · isum [+ mw · s]`, lane by lane, unfused (the oracle's order).
+///
+/// # Safety
+///
+/// NEON available.
+#[inline(always)]
+unsafe fn term(
+    acc: float32x4_t,
+    isum: int32x4_t,
+    dw: float32x4_t,
+    dx: float32x4_t,
+    ms: Option<(float32x4_t, float32x4_t)>,
+) -> float32x4_t {
+    // SAFETY: register-only NEON intrinsics.
+    unsafe {
+        let mut c = vmulq_f32(vmulq_f32(dw, dx), vcvtq_f32_s32(isum));
+        if let Some((mw, s)) = ms {
+            c = vaddq_f32(c, vmulq_f32(mw, s));
+        }
+        vaddq_f32(acc, c)
+    }
+}
+
+/// Four consecutive blocks starting at block `b` (all `< nb`) added into `acc`.
+///
+/// # Safety
+///
+/// Blocks `b..b + 4` exist in the weight row and the activation row; NEON (+ `dotprod`).
+#[inline(always)]
+unsafe fn quad<Q: QBlock, D: Dot>(
+    acc: float32x4_t,
+    w: *const u8,
+    b: usize,
+    qs: *const i8,
+    d: *const f32,
+    s: *const f32,
+) -> float32x4_t {
+    // SAFETY: blocks `b..b + 4` are in bounds (caller contract).
+    unsafe {
+        let wb = w.add(b * Q::BYTES);
+        let xb = qs.add(b * QK);
+        let i = |j: usize| isum::<Q, D>(wb.add(j * Q::BYTES), xb.add(j * QK));
+        let sums = vpaddq_s32(vpaddq_s32(i(0), i(1)), vpaddq_s32(i(2), i(3)));
+        let ms = if Q::MIN {
+            Some((gather_f16(wb.add(2), Q::BYTES), vld1q_f32(s.add(b))))
+        } else {
+            None
+        };
+        term(acc, sums, gather_f16(wb, Q::BYTES), vld1q_f32(d.add(b)), ms)
+    }
+}
+
+/// One weight row (`nb` blocks at `w`) · one activation row.
+///
+/// # Safety
+///
+/// `w` holds `nb` blocks; `qs`, `d`, `s` hold `nb * 32`, `nb`, `nb` values; NEON
+/// (+ `dotprod` for [`Sdot`]).
+#[inline(always)]
+unsafe fn row_dot<Q: QBlock, D: Dot>(
+    w: *const u8,
+    nb: usize,
+    qs: *const i8,
+    d: *const f32,
+    s: *const f32,
+) -> f32 {
+    // SAFETY: every block index below is `< nb` (caller contract).
+    unsafe {
+        let (mut lo, mut hi) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
+        let mut b = 0;
+        while b + 8 <= nb {
+            lo = quad::<Q, D>(lo, w, b, qs, d, s);
+            hi = quad::<Q, D>(hi, w, b + 4, qs, d, s);
+            b += 8;
+        }
+        if b < nb {
+            let (mut is, mut dw, mut dx) = ([0i32; 8], [0f32; 8], [0f32; 8]);
+            let (mut mw, mut sx) = ([0f32; 8], [0f32; 8]);
+            for j in 0..nb - b {
+                let blk = w.add((b + j) * Q::BYTES);
+                is[j] = vaddvq_s32(isum::<Q, D>(blk, qs.add((b + j) * QK)));
+                dw[j] = vgetq_lane_f32::<0>(gather_f16(blk, 0));
+                dx[j] = *d.add(b + j);
+                if Q::MIN {
+                    mw[j] = vgetq_lane_f32::<0>(gather_f16(blk.add(2), 0));
+                    sx[j] = *s.add(b + j);
+                }
+            }
+            for (h, acc) in [&mut lo, &mut hi].into_iter().enumerate() {
+                let o = 4 * h;
+                let ms = if Q::MIN {
+                    Some((vld1q_f32(mw.as_ptr().add(o)), vld1q_f32(sx.as_ptr().add(o))))
+                } else {
+                    None
+                };
+                *acc = term(
+                    *acc,
+                    vld1q_s32(is.as_ptr().add(o)),
+                    vld1q_f32(dw.as_ptr().add(o)),
+                    vld1q_f32(dx.as_ptr().add(o)),
+                    ms,
+                );
+            }
+        }
+        // ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as the oracle.
+        let t = vaddq_f32(lo, hi);
+        vpadds_f32(vadd_f32(vget_low_f32(t), vget_high_f32(t)))
+    }
+}
+
+/// Every (row, activation row) pair of the block, one row at a time.
+///
+/// # Safety
+///
+/// As [`crate::kernels::MatmulQ8Fn`]; NEON (+ `dotprod` for [`Sdot`]).
+#[inline(always)]
+unsafe fn matmul<Q: QBlock, D: Dot>(
+    w: *const u8,
+    rb: usize,
+    rows: usize,
+    xq: &Q8Acts<'_>,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    let nb = xq.nb();
+    let (qs, d, s) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.s().as_ptr());
+    for r in 0..rows {
+        for t in 0..n {
+            let o = t * nb;
+            // SAFETY: row `r < rows` of `nb` blocks, activation row `t < n <= xq.n()`,
+            // `y[t * ldy + r]` writable (caller contract).
+            unsafe {
+                *y.add(t * ldy + r) =
+                    row_dot::<Q, D>(w.add(r * rb), nb, qs.add(o * QK), d.add(o), s.add(o));
+            }
+        }
+    }
+}
+
+macro_rules! entry {
+    ($name:ident, $q:ty, $d:ty, $features:literal) => {
+        /// NEON table entry (see [`crate::kernels::MatmulQ8Fn`]).
+        ///
+        /// # Safety
+        ///
+        /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the enabled features.
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $name(
+            w: *const u8,
+            rb: usize,
+            rows: usize,
+            xq: &Q8Acts<'_>,
+            n: usize,
+            y: *mut f32,
+            ldy: usize,
+        ) {
+            // SAFETY: forwarded caller contract; the features are enabled here.
+            unsafe { matmul::<$q, $d>(w, rb, rows, xq, n, y, ldy) }
+        }
+    };
+}
+
+entry!(matmul_q8_0_q8_neon, Q8_0B, Widen, "neon");
+entry!(matmul_q4_0_q8_neon, Q4_0B, Widen, "neon");
+entry!(matmul_q4_1_q8_neon, Q4_1B, Widen, "neon");
+entry!(matmul_q8_0_q8_sdot, Q8_0B, Sdot, "neon,dotprod");
+entry!(matmul_q4_0_q8_sdot, Q4_0B, Sdot, "neon,dotprod");
+entry!(matmul_q4_1_q8_sdot, Q4_1B, Sdot, "neon,dotprod");
+
+/// NEON table entry: the Q8 quantizer (see [`crate::kernels::QuantizeQ8Fn`]), byte for byte
+/// [`crate::kernels::scalar::quantize_block_q8`] (`FCVTAS` rounds to nearest, ties away).
+///
+/// # Safety
+///
+/// As [`crate::kernels::QuantizeQ8Fn`]; the CPU has NEON.
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn quantize_q8(
+    x: *const f32,
+    nb: usize,
+    qs: *mut i8,
+    qs_stride: usize,
+    d: *mut f32,
+) -> bool {
+    for b in 0..nb {
+        // SAFETY: block `b` of input and outputs is in bounds (caller contract).
+        unsafe {
+            let p = x.add(b * QK);
+            let v: [float32x4_t; 8] = core::array::from_fn(|j| vld1q_f32(p.add(4 * j)));
+            let abs = vdupq_n_u32(0x7FFF_FFFF);
+            let bits = |v: float32x4_t| vandq_u32(vreinterpretq_u32_f32(v), abs);
+            let mut m = bits(v[0]);
+            for v in &v[1..] {
+                m = vmaxq_u32(m, bits(*v));
+            }
+            let amax_bits = vmaxvq_u32(m);
+            if amax_bits >= 0x7F80_0000 {
+                return false;
+            }
+            let dd = f32::from_bits(amax_bits) / 127.0;
+            *d.add(b) = dd;
+            let out = qs.add(b * qs_stride);
+            if dd == 0.0 {
+                vst1q_s8(out, vdupq_n_s8(0));
+                vst1q_s8(out.add(16), vdupq_n_s8(0));
+                continue;
+            }
+            let dv = vdupq_n_f32(dd);
+            let q = |v: float32x4_t| {
+                let r = vcvtaq_s32_f32(vdivq_f32(v, dv));
+                vqmovn_s32(vmaxq_s32(vminq_s32(r, vdupq_n_s32(127)), vdupq_n_s32(-127)))
+            };
+            let h: [int16x8_t; 4] =
+                core::array::from_fn(|j| vcombine_s16(q(v[2 * j]), q(v[2 * j + 1])));
+            vst1q_s8(out, vcombine_s8(vqmovn_s16(h[0]), vqmovn_s16(h[1])));
+            vst1q_s8(out.add(16), vcombine_s8(vqmovn_s16(h[2]), vqmovn_s16(h[3])));
+        }
+    }
+    true
+}

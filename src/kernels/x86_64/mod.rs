@@ -1,0 +1,44 @@
+//! x86_64 kernels: AVX2 + FMA + F16C (`avx2_f32.rs`: f32 / f16 / bf16 / quantized weights
+//! with f32 activations; `avx2_q8.rs`: int8 activations and Q8 quantization).
+//!
+//! Compiled only where SSE2 is a target feature (not on the soft-float
+//! `x86_64-unknown-none`); the entry points are `#[target_feature]` wrappers around
+//! `#[inline(always)]` bodies and are reachable only through [`super::table`] after detection.
+
+use super::{Isa, Kernels};
+
+mod avx2_f32;
+mod avx2_q8;
+
+/// The AVX2 table: every entry overridden.
+pub(crate) const AVX2: Kernels = Kernels {
+    isa: Isa::Avx2,
+    f32: avx2_f32::matmul_f32,
+    f16: avx2_f32::matmul_f16,
+    bf16: avx2_f32::matmul_bf16,
+    q8_0: avx2_f32::matmul_q8_0,
+    q4_0: avx2_f32::matmul_q4_0,
+    q4_1: avx2_f32::matmul_q4_1,
+    q8_0_q8: avx2_q8::matmul_q8_0_q8,
+    q4_0_q8: avx2_q8::matmul_q4_0_q8,
+    q4_1_q8: avx2_q8::matmul_q4_1_q8,
+    quantize_q8: avx2_q8::quantize_q8,
+};
+
+use core::arch::x86_64::*;
+
+/// The fixed horizontal sum `((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))`, the same
+/// tree as [`super::scalar::hsum8`].
+///
+/// # Safety
+///
+/// AVX must be available (callers are `#[target_feature(enable = "avx2,...")]`).
+#[inline(always)]
+unsafe fn hsum_ps(v: __m256) -> f32 {
+    // SAFETY: register-only AVX/SSE3 intrinsics; AVX is available (caller contract).
+    unsafe {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    }
+}

@@ -1,0 +1,523 @@
+//! The kernel conformance suite: every kernel table the host runs (scalar, AVX2; NEON and
+//! NEON + SDOT under qemu) against the scalar oracle of `rml::kernels::scalar`.
+//!
+//! - f32 activations (f32 / f16 / bf16 / Q8_0 / Q4_0 / Q4_1 weights): within the rounding
+//!   error bound `4 · (k + 2) · ε · Σ|w · x|` of the oracle, and GEMM rows bit-identical to
+//!   GEMV calls on the same ISA.
+//! - int8 activations: bit-identical to the oracle (exact i32 block sums, same f32 order).
+//! - Q8 quantization: identical bytes on every path, ties away from zero, zeros, non-finite.
+//!
+//! An ISA the host lacks is skipped with a printed message. `RML_EXPECT_ISAS=neon,...` makes
+//! a missing ISA a failure instead (CI sets it under qemu so a skip cannot pass silently).
+//! `PROPTEST_CASES` sets the number of cases (default 128).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use half::{bf16, f16};
+use proptest::prelude::*;
+use rml::kernels::quant::{
+    dequantize_row_q4_0, dequantize_row_q4_1, dequantize_row_q8_0, q8_acts_bytes, Q8Acts, QK,
+};
+use rml::kernels::{scalar, table, Isa, Kernels};
+use rml::mem::AlignedBlock;
+use rml::ops::{gemm_with, scratch_bytes, Activations, Matrix};
+use rml::{Code, DType, InlineExecutor};
+
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(128);
+    ProptestConfig { cases, ..ProptestConfig::default() }
+}
+
+/// The table of `isa`, or `None` after printing why it is skipped.
+fn kernels(isa: Isa) -> Option<&'static Kernels> {
+    match table(isa) {
+        Ok(k) => Some(k),
+        Err(e) => {
+            let expected = std::env::var("RML_EXPECT_ISAS").unwrap_or_default();
+            assert!(
+                !expected.split(',').any(|n| n.trim() == isa.name()),
+                "RML_EXPECT_ISAS lists {isa} but it is unavailable: {e}"
+            );
+            static SAID: [AtomicBool; 4] = [const { AtomicBool::new(false) }; 4];
+            let i = Isa::ALL.iter().position(|&x| x == isa).unwrap();
+            if !SAID[i].swap(true, Ordering::Relaxed) {
+                println!("skipping {isa}: {e}");
+            }
+            None
+        }
+    }
+}
+
+/// SplitMix64: a small deterministic generator, so proptest shrinks on (shape, seed).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1), with an exact zero now and then.
+    fn f(&mut self) -> f32 {
+        let v = self.next();
+        if v % 17 == 0 {
+            0.0
+        } else {
+            ((v >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+    }
+}
+
+/// `rows × k` weights of `dtype` as raw bytes (quantized blocks with arbitrary values,
+/// -128 included) and their exact f32 values (for the error bound).
+fn weights(dtype: DType, rows: usize, k: usize, rng: &mut Rng) -> (AlignedBlock, Vec<f32>) {
+    let mut bytes = Vec::new();
+    let n = rows * k;
+    match dtype {
+        DType::F32 => (0..n).for_each(|_| bytes.extend(rng.f().to_le_bytes())),
+        DType::F16 => (0..n).for_each(|_| bytes.extend(f16::from_f32(rng.f()).to_le_bytes())),
+        DType::BF16 => (0..n).for_each(|_| bytes.extend(bf16::from_f32(rng.f()).to_le_bytes())),
+        _ => {
+            for _ in 0..n / QK {
+                bytes.extend(f16::from_f32(rng.f() * 0.05).to_le_bytes());
+                if dtype == DType::Q4_1 {
+                    bytes.extend(f16::from_f32(rng.f() * 0.1).to_le_bytes());
+                }
+                let q = if dtype == DType::Q8_0 { 32 } else { 16 };
+                (0..q).for_each(|_| bytes.push(rng.next() as u8));
+            }
+        }
+    }
+    let mut vals = vec![0f32; n];
+    let rb = dtype.row_bytes(k).unwrap();
+    for r in 0..rows {
+        let (row, out) = (&bytes[r * rb..(r + 1) * rb], &mut vals[r * k..(r + 1) * k]);
+        match dtype {
+            DType::F32 => {
+                for (o, b) in out.iter_mut().zip(row.chunks_exact(4)) {
+                    *o = f32::from_le_bytes(b.try_into().unwrap());
+                }
+            }
+            DType::F16 | DType::BF16 => {
+                for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
+                    let h = u16::from_le_bytes([b[0], b[1]]);
+                    *o = if dtype == DType::F16 {
+                        f16::from_bits(h).to_f32()
+                    } else {
+                        bf16::from_bits(h).to_f32()
+                    };
+                }
+            }
+            DType::Q8_0 => dequantize_row_q8_0(row, out).unwrap(),
+            DType::Q4_0 => dequantize_row_q4_0(row, out).unwrap(),
+            DType::Q4_1 => dequantize_row_q4_1(row, out).unwrap(),
+            _ => unreachable!(),
+        }
+    }
+    (AlignedBlock::try_from_slice(&bytes).unwrap(), vals)
+}
+
+/// The oracle's dot product of a weight row with f32 activations.
+fn oracle_f32(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
+    match dtype {
+        DType::F32 => {
+            let w: Vec<f32> =
+                row.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+            scalar::dot_f32(&w, x)
+        }
+        DType::F16 => scalar::dot_f16(row, x),
+        DType::BF16 => scalar::dot_bf16(row, x),
+        DType::Q8_0 => scalar::dot_q8_0_f32(row, x),
+        DType::Q4_0 => scalar::dot_q4_0_f32(row, x),
+        DType::Q4_1 => scalar::dot_q4_1_f32(row, x),
+        _ => unreachable!(),
+    }
+}
+
+/// The oracle's dot product of a weight row with int8 activation row `t`.
+fn oracle_q8(dtype: DType, row: &[u8], xq: &Q8Acts<'_>, t: usize) -> f32 {
+    let nb = xq.nb();
+    let (qs, d, s) = (
+        &xq.qs()[t * nb * QK..(t + 1) * nb * QK],
+        &xq.d()[t * nb..(t + 1) * nb],
+        &xq.s()[t * nb..(t + 1) * nb],
+    );
+    match dtype {
+        DType::Q8_0 => scalar::dot_q8_0_q8(row, qs, d),
+        DType::Q4_0 => scalar::dot_q4_0_q8(row, qs, d),
+        DType::Q4_1 => scalar::dot_q4_1_q8(row, qs, d, s),
+        _ => unreachable!(),
+    }
+}
+
+/// A random problem: `rows × k` weights, `n × k` activations.
+#[derive(Debug, Clone)]
+struct Case {
+    rows: usize,
+    k: usize,
+    n: usize,
+    seed: u64,
+}
+
+/// Rows and `n` deliberately not multiples of the register blocks (8 / 4 rows, 3 acts),
+/// zero rows included; `k` any length for the unblocked dtypes (ragged tails) and a
+/// multiple of 32 for the quantized ones.
+fn case(quantized: bool) -> impl Strategy<Value = Case> {
+    let k =
+        if quantized { (0usize..=9).prop_map(|b| b * 32).boxed() } else { (0usize..=150).boxed() };
+    (0usize..=21, k, 1usize..=7, any::<u64>()).prop_map(|(rows, k, n, seed)| Case {
+        rows,
+        k,
+        n,
+        seed,
+    })
+}
+
+fn run(
+    kern: &Kernels,
+    w: &Matrix<'_>,
+    x: &[f32],
+    n: usize,
+    act: Activations,
+) -> Result<Vec<f32>, rml::Error> {
+    let mut y = vec![f32::NAN; n * w.rows()];
+    let mut scratch = vec![0u8; scratch_bytes(w.k(), n, act)];
+    gemm_with(kern, &InlineExecutor, None, w, x, n, &mut y, act, &mut scratch)?;
+    Ok(y)
+}
+
+/// f32 activations: every output within the rounding bound of the oracle, and GEMM rows
+/// bit-identical to GEMV on the same ISA.
+fn check_f32(kern: &Kernels, dtype: DType, c: &Case) -> Result<(), TestCaseError> {
+    let mut rng = Rng(c.seed);
+    let (data, wv) = weights(dtype, c.rows, c.k, &mut rng);
+    let x: Vec<f32> = (0..c.n * c.k).map(|_| rng.f()).collect();
+    let w = Matrix::new(dtype, c.rows, c.k, data.as_slice()).unwrap();
+    let y = run(kern, &w, &x, c.n, Activations::F32).unwrap();
+    for t in 0..c.n {
+        let xt = &x[t * c.k..(t + 1) * c.k];
+        let y1 = run(kern, &w, xt, 1, Activations::F32).unwrap();
+        for r in 0..c.rows {
+            let got = y[t * c.rows + r];
+            let want = oracle_f32(dtype, w.row(r), xt);
+            let mag: f32 =
+                wv[r * c.k..(r + 1) * c.k].iter().zip(xt).map(|(a, b)| (a * b).abs()).sum();
+            let tol = 4.0 * (c.k as f32 + 2.0) * f32::EPSILON * mag + f32::MIN_POSITIVE;
+            prop_assert!(
+                (got - want).abs() <= tol,
+                "{} {dtype} r={r} t={t}: got {got}, oracle {want}, tol {tol}",
+                kern.isa()
+            );
+            prop_assert_eq!(got.to_bits(), y1[r].to_bits(), "GEMM row differs from GEMV");
+        }
+    }
+    Ok(())
+}
+
+/// int8 activations: activations quantized to the same bytes as the scalar quantizer, and
+/// every output bit-identical to the oracle.
+fn check_int8(kern: &Kernels, dtype: DType, c: &Case) -> Result<(), TestCaseError> {
+    let mut rng = Rng(c.seed);
+    let (data, _) = weights(dtype, c.rows, c.k, &mut rng);
+    let x: Vec<f32> = (0..c.n * c.k).map(|_| rng.f() * 3.0).collect();
+    let w = Matrix::new(dtype, c.rows, c.k, data.as_slice()).unwrap();
+    let y = run(kern, &w, &x, c.n, Activations::Int8).unwrap();
+
+    let mut s1 = vec![0u8; q8_acts_bytes(c.k, c.n)];
+    let mut s2 = vec![0u8; q8_acts_bytes(c.k, c.n)];
+    let mine = Q8Acts::quantize(kern, &x, c.n, c.k, &mut s1).unwrap();
+    let oracle = Q8Acts::quantize(table(Isa::Scalar).unwrap(), &x, c.n, c.k, &mut s2).unwrap();
+    prop_assert_eq!(mine.qs(), oracle.qs());
+    prop_assert_eq!(bits(mine.d()), bits(oracle.d()));
+    prop_assert_eq!(bits(mine.s()), bits(oracle.s()));
+    prop_assert_eq!(mine.sum(), oracle.sum());
+    for t in 0..c.n {
+        for r in 0..c.rows {
+            let got = y[t * c.rows + r];
+            let want = oracle_q8(dtype, w.row(r), &oracle, t);
+            prop_assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "{} {} r={} t={}: got {}, oracle {}",
+                kern.isa(),
+                dtype,
+                r,
+                t,
+                got,
+                want
+            );
+        }
+    }
+    Ok(())
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+/// Q8_0 quantization of random rows (with exact ties planted): identical bytes to the scalar
+/// table.
+fn check_quantize(kern: &Kernels, blocks: usize, seed: u64) -> Result<(), TestCaseError> {
+    let mut rng = Rng(seed);
+    let mut x: Vec<f32> = (0..blocks * QK).map(|_| rng.f() * 10.0).collect();
+    for b in x.chunks_exact_mut(QK) {
+        if rng.next() % 2 == 0 {
+            // amax 127 → d = 1 exactly, so halves are exact ties.
+            b[0] = 127.0;
+            for v in &mut b[1..8] {
+                *v = (rng.next() % 254) as f32 / 2.0 - 63.5;
+            }
+        }
+        if rng.next() % 5 == 0 {
+            b.fill(0.0);
+        }
+    }
+    let mut a = vec![0u8; blocks * 34];
+    let mut o = vec![0u8; blocks * 34];
+    kern.quantize_row_q8_0(&x, &mut a).unwrap();
+    table(Isa::Scalar).unwrap().quantize_row_q8_0(&x, &mut o).unwrap();
+    prop_assert_eq!(a, o);
+    Ok(())
+}
+
+/// Exact ties round away from zero, the same on every path.
+fn quantize_ties(kern: &Kernels) {
+    let mut x = [0f32; QK];
+    x[0] = 127.0; // d = 1
+    let ties = [0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5, 0.49999997, -0.49999997, 3.4999998];
+    x[1..1 + ties.len()].copy_from_slice(&ties);
+    let mut out = [0u8; 34];
+    kern.quantize_row_q8_0(&x, &mut out).unwrap();
+    assert_eq!(u16::from_le_bytes([out[0], out[1]]), f16::from_f32(1.0).to_bits());
+    let q: Vec<i8> = out[2..].iter().map(|&b| b as i8).collect();
+    assert_eq!(q[0], 127);
+    assert_eq!(&q[1..12], &[1, -1, 2, -2, 3, -3, 127, -127, 0, 0, 3], "{}", kern.isa());
+    assert!(q[12..].iter().all(|&v| v == 0));
+}
+
+/// All-zero weights, activations and blocks: exactly 0.0, no NaN, `d = 0`.
+fn zeros(kern: &Kernels) {
+    let (rows, k, n) = (13, 96, 3);
+    for dtype in [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_1] {
+        let rb = dtype.row_bytes(k).unwrap();
+        let mut bytes = vec![0u8; rows * rb];
+        if dtype == DType::Q4_1 {
+            bytes.clear();
+            // d = 1, m = 0, all nibbles 0: every weight is exactly zero.
+            for _ in 0..rows * k / QK {
+                bytes.extend(f16::from_f32(1.0).to_le_bytes());
+                bytes.extend([0u8; 18]);
+            }
+        }
+        let data = AlignedBlock::try_from_slice(&bytes).unwrap();
+        let w = Matrix::new(dtype, rows, k, data.as_slice()).unwrap();
+        let x: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        for act in [Activations::F32, Activations::Int8] {
+            let y = run(kern, &w, &x, n, act).unwrap();
+            assert!(y.iter().all(|&v| v == 0.0), "{} {dtype} {act:?}: {y:?}", kern.isa());
+        }
+    }
+    // Zero activations with random Q8_0 weights through the int8 path: d_x = 0, output 0.
+    let mut rng = Rng(7);
+    let (data, _) = weights(DType::Q8_0, 9, 64, &mut rng);
+    let w = Matrix::new(DType::Q8_0, 9, 64, data.as_slice()).unwrap();
+    let y = run(kern, &w, &[0.0; 128], 2, Activations::Int8).unwrap();
+    assert!(y.iter().all(|&v| v == 0.0));
+    let mut out = [0xFFu8; 34];
+    kern.quantize_row_q8_0(&[0.0; QK], &mut out).unwrap();
+    assert_eq!(out, [0u8; 34]);
+}
+
+/// Non-finite input is an error, never a plausible block; bad lengths name the block size.
+fn errors(kern: &Kernels) {
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut x = [1.0f32; 64];
+        x[40] = bad;
+        let e = kern.quantize_row_q8_0(&x, &mut [0u8; 68]).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        let data = AlignedBlock::try_from_slice(&[0u8; 34 * 2]).unwrap();
+        let w = Matrix::new(DType::Q8_0, 1, 64, data.as_slice()).unwrap();
+        let e = run(kern, &w, &x, 1, Activations::Int8).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    }
+    let e = kern.quantize_row_q8_0(&[1.0; 33], &mut [0u8; 34]).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("block size 32"), "{e}");
+    // A scale beyond f16.
+    let e = kern.quantize_row_q8_0(&[1e7; 32], &mut [0u8; 34]).unwrap_err();
+    assert_eq!(e.code(), Code::OutOfRange, "{e}");
+}
+
+/// The extremes of int8: weights of -128 / +127 and activations of ±127 (the activation
+/// quantizer's range) give the exact i32 sums: no `maddubs` saturation, no overflow when
+/// negating -128.
+fn int8_extremes(kern: &Kernels) {
+    let one = f16::from_f32(1.0).to_le_bytes();
+    let mut rng = Rng(99);
+    // Weight blocks: all -128, all +127, alternating, random.
+    let patterns: [&dyn Fn(usize) -> i8; 4] =
+        [&|_| -128, &|_| 127, &|i| if i % 2 == 0 { -128 } else { 127 }, &|i| {
+            (i as i8).wrapping_mul(37)
+        }];
+    // Activation blocks: all -127, all +127, alternating signs.
+    let acts: [&dyn Fn(usize) -> i8; 3] =
+        [&|_| -127, &|_| 127, &|i| if i % 3 == 0 { -127 } else { 127 }];
+    let nb = 11; // a full group of 8 blocks and a partial one
+    for wp in patterns {
+        for ap in acts {
+            let mut bytes = Vec::new();
+            let mut wq = Vec::new();
+            for b in 0..nb {
+                bytes.extend(one);
+                for i in 0..QK {
+                    let v = if b % 2 == 0 { wp(i) } else { wp(i + b) };
+                    bytes.push(v as u8);
+                    wq.push(v);
+                }
+            }
+            let qs: Vec<i8> = (0..nb * QK).map(|i| ap(i + (rng.next() % 2) as usize)).collect();
+            let d = vec![1.0f32; nb];
+            let mut scratch = vec![0u8; q8_acts_bytes(nb * QK, 1)];
+            let xq = Q8Acts::from_blocks(&qs, &d, 1, nb, &mut scratch).unwrap();
+            let f = kern.matmul_q8(DType::Q8_0).unwrap();
+            let mut y = [0f32; 1];
+            // SAFETY: one row of `nb` Q8_0 blocks, one activation row, one output.
+            unsafe { f(bytes.as_ptr(), bytes.len(), 1, &xq, 1, y.as_mut_ptr(), 1) };
+            // With d = 1 everywhere the result is the sum of the exact block sums, all of
+            // which (|s| <= 32 · 128 · 127 < 2^24) and their lane sums here are exact in f32.
+            let exact: i64 = wq.iter().zip(&qs).map(|(&a, &b)| a as i64 * b as i64).sum();
+            assert_eq!(y[0] as i64, exact, "{}: Q8_0 extremes", kern.isa());
+            for b in 0..nb {
+                let s =
+                    scalar::block_dot_q8_0(&bytes[b * 34..b * 34 + 34], &qs[b * QK..b * QK + QK]);
+                let e: i32 = (0..QK).map(|i| wq[b * QK + i] as i32 * qs[b * QK + i] as i32).sum();
+                assert_eq!(s, e);
+            }
+        }
+    }
+    // Q4_0 / Q4_1: nibbles 0 and 15 (weights -8 / +7 and 0 / 15) against ±127.
+    for dtype in [DType::Q4_0, DType::Q4_1] {
+        for nib in [0x00u8, 0xFF, 0x0F, 0xF0] {
+            let mut bytes = Vec::new();
+            for _ in 0..nb {
+                bytes.extend(one);
+                if dtype == DType::Q4_1 {
+                    bytes.extend(f16::from_f32(0.0).to_le_bytes());
+                }
+                bytes.extend([nib; 16]);
+            }
+            for ap in acts {
+                let qs: Vec<i8> = (0..nb * QK).map(ap).collect();
+                let d = vec![1.0f32; nb];
+                let mut scratch = vec![0u8; q8_acts_bytes(nb * QK, 1)];
+                let xq = Q8Acts::from_blocks(&qs, &d, 1, nb, &mut scratch).unwrap();
+                let f = kern.matmul_q8(dtype).unwrap();
+                let mut y = [0f32; 1];
+                // SAFETY: one row of `nb` blocks, one activation row, one output.
+                unsafe { f(bytes.as_ptr(), bytes.len(), 1, &xq, 1, y.as_mut_ptr(), 1) };
+                let off = if dtype == DType::Q4_0 { 8 } else { 0 };
+                let exact: i64 = (0..nb * QK)
+                    .map(|i| {
+                        let j = i % QK;
+                        let v = if j < 16 { nib & 0x0F } else { nib >> 4 };
+                        (v as i64 - off) * qs[i] as i64
+                    })
+                    .sum();
+                assert_eq!(y[0] as i64, exact, "{}: {dtype} extremes nib {nib:#x}", kern.isa());
+            }
+        }
+    }
+    // -128 is not a valid activation value.
+    let e = Q8Acts::from_blocks(&[-128; 32], &[1.0], 1, 1, &mut [0u8; 200]).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    // The activation quantizer never produces -128, even for subnormal blocks where
+    // `x / d` exceeds 127.
+    let mut x = [0f32; QK];
+    x[0] = -f32::from_bits(190);
+    x[1] = f32::from_bits(190);
+    let mut s = vec![0u8; q8_acts_bytes(QK, 1)];
+    let xq = Q8Acts::quantize(kern, &x, 1, QK, &mut s).unwrap();
+    assert_eq!(&xq.qs()[..2], &[-127, 127]);
+}
+
+macro_rules! suite {
+    ($($m:ident => $isa:expr),* $(,)?) => { $(
+        mod $m {
+            use super::*;
+
+            const ISA: Isa = $isa;
+
+            proptest! {
+                #![proptest_config(config())]
+
+                #[test]
+                fn f32_weights(c in case(false)) {
+                    if let Some(k) = kernels(ISA) { check_f32(k, DType::F32, &c)?; }
+                }
+
+                #[test]
+                fn f16_weights(c in case(false)) {
+                    if let Some(k) = kernels(ISA) { check_f32(k, DType::F16, &c)?; }
+                }
+
+                #[test]
+                fn bf16_weights(c in case(false)) {
+                    if let Some(k) = kernels(ISA) { check_f32(k, DType::BF16, &c)?; }
+                }
+
+                #[test]
+                fn quantized_weights_f32_acts(c in case(true)) {
+                    if let Some(k) = kernels(ISA) {
+                        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+                            check_f32(k, dtype, &c)?;
+                        }
+                    }
+                }
+
+                #[test]
+                fn quantized_weights_int8_acts(c in case(true)) {
+                    if let Some(k) = kernels(ISA) {
+                        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+                            check_int8(k, dtype, &c)?;
+                        }
+                    }
+                }
+
+                #[test]
+                fn quantize_q8_0_bytes(blocks in 0usize..=70, seed in any::<u64>()) {
+                    if let Some(k) = kernels(ISA) { check_quantize(k, blocks, seed)?; }
+                }
+            }
+
+            #[test]
+            fn q8_0_ties_round_away() {
+                if let Some(k) = kernels(ISA) { quantize_ties(k); }
+            }
+
+            #[test]
+            fn all_zero_gives_exact_zero() {
+                if let Some(k) = kernels(ISA) { zeros(k); }
+            }
+
+            #[test]
+            fn non_finite_and_bad_lengths_are_errors() {
+                if let Some(k) = kernels(ISA) { errors(k); }
+            }
+
+            #[test]
+            fn int8_extremes_are_exact() {
+                if let Some(k) = kernels(ISA) { int8_extremes(k); }
+            }
+        }
+    )* };
+}
+
+suite! {
+    scalar_isa => Isa::Scalar,
+    avx2 => Isa::Avx2,
+    neon => Isa::Neon,
+    neon_dotprod => Isa::NeonDotprod,
+}

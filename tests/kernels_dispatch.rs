@@ -1,0 +1,41 @@
+//! Run-time kernel selection: `RML_KERNELS`, `kernels::force`, and the cached choice.
+//! One test in its own binary, because the choice is process-wide.
+
+use rml::kernels::{self, Isa};
+use rml::Code;
+
+#[test]
+fn rml_kernels_and_force() {
+    // A bad name is an error, and nothing is cached.
+    std::env::set_var("RML_KERNELS", "sse9");
+    let e = kernels::active().unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("RML_KERNELS"), "{e}");
+    // An ISA the CPU lacks is an error too.
+    if let Some(missing) = Isa::ALL.into_iter().find(|i| !i.is_available()) {
+        std::env::set_var("RML_KERNELS", missing.name());
+        assert_eq!(kernels::active().unwrap_err().code(), Code::Unimplemented);
+    }
+    // `scalar` pins the oracle, and the choice is cached (the variable is read once).
+    std::env::set_var("RML_KERNELS", "scalar");
+    assert_eq!(kernels::active().unwrap().isa(), Isa::Scalar);
+    std::env::set_var("RML_KERNELS", "sse9");
+    assert_eq!(kernels::active().unwrap().isa(), Isa::Scalar);
+    // `force` switches, and refuses what the CPU lacks without changing the choice.
+    let best = kernels::best();
+    kernels::force(best).unwrap();
+    assert_eq!(kernels::active().unwrap().isa(), best);
+    for isa in Isa::ALL {
+        match kernels::force(isa) {
+            Ok(()) => assert!(isa.is_available()),
+            Err(e) => {
+                assert!(!isa.is_available());
+                assert_eq!(e.code(), Code::Unimplemented);
+                assert!(e.message().contains(isa.name()), "{e}");
+            }
+        }
+    }
+    kernels::force(best).unwrap();
+    assert_eq!(kernels::active().unwrap().isa(), best);
+    println!("best kernels here: {best}");
+}
