@@ -20,6 +20,7 @@ use alloc::vec::Vec;
 
 use crate::error::{Error, Result};
 use crate::format::{TensorSource, TensorView};
+use crate::kernels::quant::quantize_row_q8_0;
 use crate::mem::AlignedBlock;
 use crate::model::config::ModelConfig;
 use crate::ops::{Matrix, RopeLayout};
@@ -303,11 +304,6 @@ fn check_shape(name: &str, view: &TensorView<'_>, want: &[usize]) -> Result<()> 
     Ok(())
 }
 
-/// Quantizes one row to Q8_0 with the kernels' quantizer.
-fn quantize_q8_0(_row: &[f32], _out: &mut [u8]) -> Result<()> {
-    Err(Error::unimplemented("Q8_0 weight conversion needs kernels::quant::quantize_row_q8_0"))
-}
-
 fn linear<'a>(
     src: &dyn TensorSource<'a>,
     name: &str,
@@ -337,7 +333,7 @@ fn linear<'a>(
                     data: &view.data[r * k * elem..(r + 1) * k * elem],
                 };
                 one.dequantize_into(&mut row).map_err(ctx)?;
-                quantize_q8_0(&row, out).map_err(ctx)?;
+                quantize_row_q8_0(&row, out).map_err(ctx)?;
             }
             (DType::Q8_0, Bytes::Owned(block))
         }

@@ -337,7 +337,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
 
 /// The name of the kernel set in use.
 fn kernels_isa() -> &'static str {
-    shim::active().name()
+    rml::kernels::active().map_or("unavailable", |k| k.isa().name())
 }
 
 fn inspect(path: &Path) -> Result<()> {
