@@ -32,7 +32,8 @@ pub enum WeightFormat {
     /// As stored in the file (no copy unless an f32 matrix is misaligned).
     #[default]
     AsStored,
-    /// f32 / f16 / bf16 matrices quantized to Q8_0 at load (already-quantized ones kept).
+    /// f32 / f16 / bf16 matrices quantized to Q8_0 at load (already-quantized ones kept;
+    /// matrices whose rows are not a multiple of 32 long stay as stored).
     Q8_0,
 }
 
@@ -315,7 +316,7 @@ fn linear<'a>(
     check_shape(name, &view, &[rows, k])?;
     let ctx = |e: Error| e.context(format_args!("tensor {name:?}"));
     let (dtype, bytes) = match (view.dtype, format) {
-        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0) => {
+        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0) if k % 32 == 0 => {
             let row_bytes = DType::Q8_0.row_bytes(k).map_err(ctx)?;
             let total = row_bytes.checked_mul(rows).ok_or_else(|| {
                 Error::resource_exhausted(format_args!("tensor {name:?}: Q8_0 size overflows"))
