@@ -3,7 +3,8 @@
 //! with the `zip` crate, sha256-checked and cached under the user's cache directory.
 //!
 //! Looked up in order: `$RML_MODEL`; the repository's `target/models/` (when run from a
-//! checkout); the cache (`<cache dir>/rml/models/`); otherwise fetched into the cache.
+//! checkout); the cache (`$RML_CACHE_DIR` if set — then the checkout's copy is not looked
+//! at —, else `<user cache dir>/rml/models/`); otherwise fetched into the cache.
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -41,16 +42,25 @@ pub fn default_model() -> Result<PathBuf> {
             Err(Error::not_found(format_args!("$RML_MODEL {}: no such file", p.display())))
         };
     }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/models").join(FILE);
-    if repo.is_file() {
-        return Ok(repo);
-    }
-    let dir = dirs::cache_dir()
-        .ok_or_else(|| {
-            Error::not_found("no cache directory for the default model (set $HOME or $RML_MODEL)")
-        })?
-        .join("rml")
-        .join("models");
+    let dir = match std::env::var_os("RML_CACHE_DIR") {
+        // An explicit cache (tests, CI's fresh-machine check): the checkout's copy is ignored.
+        Some(d) => PathBuf::from(d),
+        None => {
+            let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/models").join(FILE);
+            if repo.is_file() {
+                return Ok(repo);
+            }
+            dirs::cache_dir()
+                .ok_or_else(|| {
+                    Error::not_found(
+                        "no cache directory for the default model (set $HOME, $RML_CACHE_DIR \
+                         or $RML_MODEL)",
+                    )
+                })?
+                .join("rml")
+                .join("models")
+        }
+    };
     let dest = dir.join(FILE);
     if fs::metadata(&dest).is_ok_and(|m| m.len() == GGUF_BYTES) {
         return Ok(dest);
