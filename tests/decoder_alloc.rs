@@ -3,6 +3,7 @@
 //! and with a thread pool, in both activation modes.
 //!
 //! One test function: the counter is process-wide, so nothing may run beside it.
+#![cfg(feature = "std")]
 
 mod decoder_common;
 
@@ -82,7 +83,10 @@ fn count_steps(
 }
 
 fn executors() -> Vec<(&'static str, Box<dyn Executor>)> {
-    vec![("inline", Box::new(InlineExecutor))]
+    vec![
+        ("inline", Box::new(InlineExecutor)),
+        ("2-thread pool", Box::new(rml::exec::ThreadPool::new(2))),
+    ]
 }
 
 #[test]

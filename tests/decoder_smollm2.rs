@@ -3,6 +3,7 @@
 //! the prompt and the 16 generated tokens: logits after the prompt (`prefill_logits_last`) and
 //! after each decode step (`decode_logits`), and the argmax at all 17 positions. Skips with a
 //! message when the model file is absent.
+#![cfg(feature = "std")]
 
 mod decoder_common;
 
@@ -81,4 +82,39 @@ fn gguf_hidden_states_follow_the_reference() {
     };
     m.forward(&r.tokens("prompt"), None, Some(&mut observe)).unwrap();
     assert_eq!(seen, 32);
+}
+
+#[test]
+fn gguf_pool_and_inline_are_bit_identical() {
+    use rml::exec::{Schedule, ThreadPool};
+    let Some(path) = smollm2_gguf() else { return };
+    let model = Model::open(&path).unwrap();
+    let r = Reference::open(&data("smollm2-135m/reference.safetensors"));
+    let (prompt, generated) = (r.tokens("prompt"), r.tokens("generated"));
+    for act in [Activations::F32, Activations::Int8] {
+        let run = |exec: &dyn rml::Executor, schedule: Option<Schedule>| {
+            let opts = DecoderOptions {
+                context_len: Some(32),
+                activations: act,
+                schedule,
+                ..DecoderOptions::default()
+            };
+            let mut m = DecoderLM::new(model.config(), &&model, exec, opts).unwrap();
+            let mut out = m.prefill(&prompt).unwrap().to_vec();
+            for &t in &generated[..4] {
+                out.extend_from_slice(m.decode(t).unwrap());
+            }
+            out
+        };
+        let want = run(&InlineExecutor, None);
+        let pool = ThreadPool::new(2);
+        for schedule in
+            [None, Some(Schedule::Static), Some(Schedule::Fixed8), Some(Schedule::Adaptive)]
+        {
+            assert!(
+                run(&pool, schedule) == want,
+                "{act:?}, {schedule:?}: pool differs from inline"
+            );
+        }
+    }
 }

@@ -212,3 +212,35 @@ fn q8_0_weights_at_load_stay_close() {
         }
     }
 }
+
+#[cfg(feature = "std")]
+#[test]
+fn inline_and_pools_give_bit_identical_logits_for_every_schedule() {
+    use rml::exec::{Schedule, ThreadPool};
+    let r = reference("f32");
+    let prompt = r.tokens("prompt");
+    let generated = r.tokens("generated");
+    let run = |exec: &dyn rml::Executor, schedule: Option<Schedule>| {
+        let dir = data("tiny-llama/f32");
+        let cfg = parse_config(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        let st = SafeTensors::parse(leak_aligned(&dir.join("model.safetensors"))).unwrap();
+        // Chunks of 7 so that prefill runs GEMM on several chunk sizes.
+        let opts = DecoderOptions { schedule, prefill_chunk: 7, ..DecoderOptions::default() };
+        let mut m = DecoderLM::new(&cfg, &st, exec, opts).unwrap();
+        let mut all = vec![0f32; prompt.len() * 256];
+        m.forward(&prompt, Some(&mut all), None).unwrap();
+        for &t in &generated[..8] {
+            all.extend_from_slice(m.decode(t).unwrap());
+        }
+        all
+    };
+    let want = run(&InlineExecutor, None);
+    for threads in [2, 3] {
+        let pool = ThreadPool::new(threads);
+        for schedule in Schedule::ALL.into_iter().chain([Schedule::Grain(4)]) {
+            let got = run(&pool, Some(schedule));
+            assert!(got == want, "{threads} threads, {schedule}: logits differ from inline");
+        }
+        assert_eq!(run(&pool, None), want, "{threads} threads, pool default");
+    }
+}

@@ -6,8 +6,7 @@ use std::hint::black_box;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::shim::ThreadPool;
-use rml::exec::{Executor, Schedule};
+use rml::exec::{Schedule, ThreadPool};
 use rml::load::Model;
 use rml::model::{DecoderLM, DecoderOptions};
 use rml::ops::Activations;

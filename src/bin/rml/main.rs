@@ -17,7 +17,6 @@
 mod bench;
 mod convert;
 mod fetch;
-mod shim;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -25,13 +24,13 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use rml::exec::Schedule;
+use rml::exec::tune::{TuneMode, TuneOptions};
+use rml::exec::{Schedule, ThreadPool};
 use rml::load::{Model, ModelFormat};
 use rml::model::{DecoderLM, DecoderOptions, Sampler, SamplerConfig};
 use rml::ops::Activations;
 use rml::tokenizer::{TextStream, Tokenizer};
 use rml::{Error, Result};
-use shim::ThreadPool;
 
 /// The schedule `generate` uses when neither `--schedule` nor a tuned winner is given.
 const DEFAULT_SCHEDULE: Schedule = Schedule::Proportional2;
@@ -115,8 +114,8 @@ struct GenerateArgs {
     threads: Option<usize>,
     /// Matmul schedule: grain:G, static, fixed8, fixed16, fixed32, proportional2,
     /// proportional4, adaptive (default: the tuned winner, else proportional2).
-    #[arg(long)]
-    schedule: Option<String>,
+    #[arg(long, value_parser = parse_schedule)]
+    schedule: Option<Schedule>,
     /// Sampling temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -242,12 +241,11 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     let model = Model::open(&path)?;
     let tok = load_tokenizer(&model)?;
     let act: Activations = args.activations.into();
-    let schedule = args.schedule.as_deref().map(shim::parse_schedule).transpose()?;
-    let tuned = (args.threads.is_none() && schedule.is_none())
-        .then(|| shim::cached(&tune_key(&path, act)))
+    let tuned = (args.threads.is_none() && args.schedule.is_none())
+        .then(|| rml::exec::tune::cached(&tune_key(&path, act), &TuneOptions::default()))
         .flatten();
-    let (threads, schedule) = match (args.threads, schedule, tuned) {
-        (None, None, Some(best)) => (Some(best.threads), best.schedule),
+    let (threads, schedule) = match (args.threads, args.schedule, tuned) {
+        (None, None, Some(report)) => (Some(report.best.threads), report.best.schedule),
         (t, s, _) => (t, s.unwrap_or(DEFAULT_SCHEDULE)),
     };
     let text =
@@ -324,7 +322,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         rate(decode_steps, decode_s),
         produced,
         pool.threads(),
-        shim::name(pool.schedule()),
+        pool.schedule(),
         kernels_isa(),
         match act {
             Activations::F32 => "f32",
@@ -383,6 +381,57 @@ fn inspect(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn tune(_args: &ModelArg) -> Result<()> {
-    Err(Error::unimplemented("tune: waiting for exec"))
+fn parse_schedule(s: &str) -> std::result::Result<Schedule, String> {
+    s.parse::<Schedule>().map_err(|e| e.message().to_string())
+}
+
+fn tune(args: &ModelArg) -> Result<()> {
+    let path = resolve_model(args.model.as_deref())?;
+    let model = Model::open(&path)?;
+    let act: Activations = args.activations.into();
+    let inline = rml::InlineExecutor;
+    let opts =
+        DecoderOptions { context_len: Some(64), activations: act, ..DecoderOptions::default() };
+    let mut dec = DecoderLM::new(model.config(), &&model, &inline, opts)?;
+    let vocab = model.config().vocab_size as u32;
+    let prompt: Vec<u32> = (0..16u32).map(|i| (i * 7919 + 13) % vocab).collect();
+    dec.prefill(&prompt)?;
+    let key = tune_key(&path, act);
+    let mode = match TuneMode::from_env() {
+        TuneMode::Off => TuneMode::Off,
+        _ => TuneMode::Refresh,
+    };
+    let options = TuneOptions { mode, ..TuneOptions::default() };
+    eprintln!(
+        "rml: timing one decode step of {} at 1..={} threads x {} schedules",
+        path.display(),
+        options.max_threads,
+        options.schedules.len()
+    );
+    let mut failure = None;
+    let report = rml::exec::tune::tune(&key, &options, |pool| {
+        let step = dec.rewind(prompt.len()).and_then(|()| dec.decode_with(pool, 1).map(|_| ()));
+        if let Err(e) = step {
+            failure.get_or_insert(e);
+        }
+    })?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    match report {
+        Some(r) => {
+            println!("{r}");
+            match &r.cache_file {
+                Some(f) => println!(
+                    "cached in {} (generate uses it unless --threads or --schedule is given)",
+                    f.display()
+                ),
+                None => {
+                    println!("not cached (the sweep was cut short or the cache is not writable)")
+                }
+            }
+        }
+        None => println!("tuning is off (RML_TUNE=off)"),
+    }
+    Ok(())
 }
