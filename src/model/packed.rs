@@ -132,7 +132,7 @@ mod tests {
         for (shape, len) in [([2usize, 67usize], 134usize), ([2, 68], 135)] {
             let e = unpack_view("w", DType::Q8_0, &shape, &vec_of(len)).unwrap_err();
             assert_eq!(e.code(), crate::Code::DataLoss);
-            assert!(e.to_string().contains("\"w\""), "{e}");
+            assert!(e.message().contains("\"w\""), "{e}");
         }
         assert!(unpack_view("w", DType::Q8_0, &[136], &raw).is_err());
         assert_eq!(metadata_entry("w", DType::Q8_0), ("rml.dtype.w".into(), "Q8_0".into()));

@@ -40,7 +40,7 @@ struct Lazy<'m> {
     model: &'m Model,
     source: String,
     /// The logical shape.
-    shape: Vec<usize>,
+    logical: Vec<usize>,
     /// The shape written (`[rows, row_bytes]` for packed Q8_0).
     stored: Vec<usize>,
     /// Heads of `head_dim` rows to un-permute (GGUF q/k), if any.
@@ -62,7 +62,7 @@ impl Lazy<'_> {
             .map_err(|e| e.context(format_args!("tensor {:?}", self.source)))?;
         let mut bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
         if let Some(head_dim) = self.unpermute {
-            let rows = self.shape[0];
+            let rows = self.logical[0];
             let row_bytes = bytes.len() / rows.max(1);
             let mut out = vec![0u8; bytes.len()];
             unpermute_qk_rows(&bytes, &mut out, rows, row_bytes, head_dim)
@@ -75,7 +75,7 @@ impl Lazy<'_> {
                 floats().flat_map(|v| half::bf16::from_f32(v).to_bits().to_le_bytes()).collect()
             }
             DType::Q8_0 => {
-                let (rows, k) = (self.shape[0], self.shape[1]);
+                let (rows, k) = (self.logical[0], self.logical[1]);
                 let rb = DType::Q8_0.row_bytes(k)?;
                 let f: Vec<f32> = floats().collect();
                 let mut out = vec![0u8; rows * rb];
@@ -227,7 +227,7 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType) -> Result<()> {
             Lazy {
                 model: &model,
                 source: info.name.clone(),
-                shape,
+                logical: shape,
                 stored,
                 unpermute,
                 dtype: out,
