@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use rml::exec::{Schedule, ThreadPool};
 use rml::load::Model;
+use rml::model::packed::PackedSource;
 use rml::model::{DecoderLM, DecoderOptions};
 use rml::ops::Activations;
 use rml::{Error, Result};
@@ -55,7 +56,7 @@ pub fn run(path: &Path, act: Activations) -> Result<()> {
         ..DecoderOptions::default()
     };
     let inline = rml::InlineExecutor;
-    let mut dec = DecoderLM::new(c, &&model, &inline, opts)?;
+    let mut dec = DecoderLM::new(c, &PackedSource::new(&model)?, &inline, opts)?;
     let vocab = c.vocab_size as u32;
     let prompt: Vec<u32> = (0..PROMPT as u32).map(|i| (i * 7919 + 13) % vocab).collect();
     if PROMPT + DECODE > dec.context_len() {

@@ -1,11 +1,14 @@
-//! `rml convert IN OUT --dtype f32|bf16`: a GGUF file or Hugging Face folder in, a Hugging
-//! Face folder out (`config.json`, `model.safetensors` written with the `safetensors` crate,
-//! `tokenizer.json`).
+//! `rml convert IN OUT --dtype f32|bf16|q8_0`: a GGUF file or Hugging Face folder in, a
+//! Hugging Face folder out (`config.json`, `model.safetensors` written with the `safetensors`
+//! crate, `tokenizer.json`).
 //!
 //! Every Llama tensor is widened or dequantized to f32, renamed to its Hugging Face name, and
 //! (from GGUF) its q/k rows are put back in Hugging Face's rotate-half order
-//! ([`rml::format::gguf::unpermute_qk_rows`]); then it is stored as f32 or bf16 (rounded to
-//! nearest even). Tensors are converted one at a time while the file is written.
+//! ([`rml::format::gguf::unpermute_qk_rows`]); then it is stored as f32, bf16 (rounded to
+//! nearest even) or, for `q8_0`, matrices whose rows split into 32-blocks are quantized to
+//! Q8_0 and stored packed ([`rml::model::packed`]: a `U8` tensor of the blocks, marked in the
+//! metadata; Q8_0 sources are copied as they are) and the rest as f32. Tensors are converted
+//! one at a time while the file is written.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -13,9 +16,11 @@ use std::path::Path;
 
 use clap::ValueEnum;
 use rml::format::gguf::{hf_tensor_name, unpermute_qk_rows};
+use rml::kernels::quant::quantize_row_q8_0;
 use rml::load::{Model, ModelFormat};
 use rml::model::config::{ModelConfig, RopeScaling};
-use rml::{Error, Result};
+use rml::model::packed;
+use rml::{DType, Error, Result};
 use safetensors::tensor::{Dtype, View};
 
 /// The element type `convert` writes.
@@ -25,44 +30,62 @@ pub enum OutDType {
     F32,
     /// bfloat16, rounded to nearest even.
     Bf16,
+    /// Q8_0 blocks for matrices (rows a multiple of 32), f32 for the rest.
+    #[value(name = "q8_0")]
+    Q8_0,
 }
 
 /// One output tensor, converted when the writer asks for its bytes.
 struct Lazy<'m> {
     model: &'m Model,
     source: String,
-    shape: Vec<usize>,
+    /// The logical shape.
+    logical: Vec<usize>,
+    /// The shape written (`[rows, row_bytes]` for packed Q8_0).
+    stored: Vec<usize>,
     /// Heads of `head_dim` rows to un-permute (GGUF q/k), if any.
     unpermute: Option<usize>,
-    dtype: OutDType,
+    /// What is written: F32, BF16, or Q8_0 (packed as U8 `[rows, row_bytes]`).
+    dtype: DType,
     failure: &'m std::sync::Mutex<Option<Error>>,
 }
 
 impl Lazy<'_> {
     fn convert(&self) -> Result<Vec<u8>> {
         let view = self.model.tensor(&self.source)?;
+        if self.dtype == DType::Q8_0 && view.dtype == DType::Q8_0 && self.unpermute.is_none() {
+            return Ok(view.data.to_vec());
+        }
         let n = view.shape.numel();
         let mut f = vec![0f32; n];
         view.dequantize_into(&mut f)
             .map_err(|e| e.context(format_args!("tensor {:?}", self.source)))?;
         let mut bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
         if let Some(head_dim) = self.unpermute {
-            let rows = self.shape[0];
+            let rows = self.logical[0];
             let row_bytes = bytes.len() / rows.max(1);
             let mut out = vec![0u8; bytes.len()];
             unpermute_qk_rows(&bytes, &mut out, rows, row_bytes, head_dim)
                 .map_err(|e| e.context(format_args!("tensor {:?}", self.source)))?;
             bytes = out;
         }
+        let floats = || bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         Ok(match self.dtype {
-            OutDType::F32 => bytes,
-            OutDType::Bf16 => bytes
-                .chunks_exact(4)
-                .flat_map(|b| {
-                    let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                    half::bf16::from_f32(v).to_bits().to_le_bytes()
-                })
-                .collect(),
+            DType::BF16 => {
+                floats().flat_map(|v| half::bf16::from_f32(v).to_bits().to_le_bytes()).collect()
+            }
+            DType::Q8_0 => {
+                let (rows, k) = (self.logical[0], self.logical[1]);
+                let rb = DType::Q8_0.row_bytes(k)?;
+                let f: Vec<f32> = floats().collect();
+                let mut out = vec![0u8; rows * rb];
+                for (x, q) in f.chunks_exact(k).zip(out.chunks_exact_mut(rb)) {
+                    quantize_row_q8_0(x, q)
+                        .map_err(|e| e.context(format_args!("tensor {:?}", self.source)))?;
+                }
+                out
+            }
+            _ => bytes,
         })
     }
 }
@@ -70,13 +93,14 @@ impl Lazy<'_> {
 impl View for Lazy<'_> {
     fn dtype(&self) -> Dtype {
         match self.dtype {
-            OutDType::F32 => Dtype::F32,
-            OutDType::Bf16 => Dtype::BF16,
+            DType::BF16 => Dtype::BF16,
+            DType::Q8_0 => Dtype::U8,
+            _ => Dtype::F32,
         }
     }
 
     fn shape(&self) -> &[usize] {
-        &self.shape
+        &self.stored
     }
 
     fn data(&self) -> Cow<'_, [u8]> {
@@ -94,11 +118,8 @@ impl View for Lazy<'_> {
     }
 
     fn data_len(&self) -> usize {
-        let elem = match self.dtype {
-            OutDType::F32 => 4,
-            OutDType::Bf16 => 2,
-        };
-        self.shape.iter().product::<usize>() * elem
+        self.stored.iter().product::<usize>()
+            * if self.dtype == DType::Q8_0 { 1 } else { self.dtype.block_bytes() }
     }
 }
 
@@ -151,7 +172,7 @@ fn config_json(c: &ModelConfig, dtype: OutDType) -> serde_json::Value {
             [one] => serde_json::json!(one),
             many => serde_json::json!(many),
         },
-        "torch_dtype": match dtype { OutDType::F32 => "float32", OutDType::Bf16 => "bfloat16" },
+        "torch_dtype": match dtype { OutDType::Bf16 => "bfloat16", _ => "float32" },
     })
 }
 
@@ -172,6 +193,7 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType) -> Result<()> {
     let c = model.config().clone();
     let gguf = model.format() == ModelFormat::Gguf;
     let failure = std::sync::Mutex::new(None);
+    let mut meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
     let mut tensors = Vec::new();
     let mut skipped = Vec::new();
     for info in model.tensor_infos() {
@@ -187,21 +209,34 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType) -> Result<()> {
             && (name.ends_with("self_attn.q_proj.weight")
                 || name.ends_with("self_attn.k_proj.weight")))
         .then_some(c.head_dim);
+        let shape = info.shape.dims().to_vec();
+        let (out, stored) = match dtype {
+            OutDType::F32 => (DType::F32, shape.clone()),
+            OutDType::Bf16 => (DType::BF16, shape.clone()),
+            OutDType::Q8_0 => match shape[..] {
+                [rows, k] if k % 32 == 0 => {
+                    let (key, value) = packed::metadata_entry(&name, DType::Q8_0);
+                    meta.insert(key, value);
+                    (DType::Q8_0, vec![rows, DType::Q8_0.row_bytes(k)?])
+                }
+                _ => (DType::F32, shape.clone()),
+            },
+        };
         tensors.push((
             name,
             Lazy {
                 model: &model,
                 source: info.name.clone(),
-                shape: info.shape.dims().to_vec(),
+                logical: shape,
+                stored,
                 unpermute,
-                dtype,
+                dtype: out,
                 failure: &failure,
             },
         ));
     }
     std::fs::create_dir_all(output).map_err(io(output))?;
     let weights = output.join("model.safetensors");
-    let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
     eprintln!("rml: writing {} tensors to {}", tensors.len(), weights.display());
     safetensors::serialize_to_file(tensors, Some(meta), &weights)
         .map_err(|e| Error::data_loss(format_args!("{}: {e}", weights.display())))?;

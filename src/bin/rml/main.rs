@@ -27,6 +27,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use rml::exec::tune::{TuneMode, TuneOptions};
 use rml::exec::{Schedule, ThreadPool};
 use rml::load::{Model, ModelFormat};
+use rml::model::packed::PackedSource;
 use rml::model::{DecoderLM, DecoderOptions, Sampler, SamplerConfig};
 use rml::ops::Activations;
 use rml::tokenizer::{TextStream, Tokenizer};
@@ -271,7 +272,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     let pool = make_pool(threads, schedule)?;
     let opts =
         DecoderOptions { context_len: Some(ctx), activations: act, ..DecoderOptions::default() };
-    let mut dec = DecoderLM::new(model.config(), &&model, &pool, opts)
+    let mut dec = DecoderLM::new(model.config(), &PackedSource::new(&model)?, &pool, opts)
         .map_err(|e| e.context(path.display()))?;
     let sc = SamplerConfig {
         temperature: args.temperature,
@@ -392,7 +393,7 @@ fn tune(args: &ModelArg) -> Result<()> {
     let inline = rml::InlineExecutor;
     let opts =
         DecoderOptions { context_len: Some(64), activations: act, ..DecoderOptions::default() };
-    let mut dec = DecoderLM::new(model.config(), &&model, &inline, opts)?;
+    let mut dec = DecoderLM::new(model.config(), &PackedSource::new(&model)?, &inline, opts)?;
     let vocab = model.config().vocab_size as u32;
     let prompt: Vec<u32> = (0..16u32).map(|i| (i * 7919 + 13) % vocab).collect();
     dec.prefill(&prompt)?;
