@@ -240,6 +240,18 @@ where
     Ok(Some(report))
 }
 
+/// The cached winner for `key` on this machine, without measuring: `None` when there is no
+/// usable cache file (absent, unreadable, for another machine) or when `options.mode` is not
+/// [`TuneMode::Cached`]. (The `rml` command line uses it to start with the tuned pool.)
+pub fn cached(key: &str, options: &TuneOptions) -> Option<TuneReport> {
+    if options.mode != TuneMode::Cached {
+        return None;
+    }
+    let id = MachineKey::current(key);
+    let dir = options.cache_dir.clone().or_else(default_cache_dir)?;
+    read_cache(&dir.join(id.file_name()), &id)
+}
+
 fn median(times: &mut [Duration]) -> Duration {
     times.sort_unstable();
     let n = times.len();

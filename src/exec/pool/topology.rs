@@ -84,7 +84,7 @@ fn platform_performance_cores() -> Option<usize> {
             0,
         )
     };
-    (rc == 0 && value > 0).then(|| value as usize)
+    (rc == 0 && value > 0).then_some(value as usize)
 }
 
 #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]

@@ -6,7 +6,7 @@ use core::sync::atomic::Ordering::Relaxed;
 use super::sync::{fence, lock, spin_hint, wait, InChunk, Ordering};
 use super::{Job, Shared};
 
-/// Polls of `generation` between two looks at the clock while spinning.
+/// Polls of `generation` between two looks at the clock (and yields) while spinning.
 #[cfg(not(loom))]
 const CLOCK_EVERY: u32 = 64;
 
@@ -57,9 +57,10 @@ fn wait_for_job(sh: &Shared, me: usize, seen: usize) -> usize {
                 if start.elapsed() >= sh.spin {
                     break;
                 }
-                if sh.yield_in_spin {
-                    std::thread::yield_now();
-                }
+                // Hand the CPU to any other runnable thread: on a loaded or oversubscribed
+                // machine the caller, or a worker that has not checked in yet, may be waiting
+                // for this very CPU. With nothing else runnable this returns at once.
+                std::thread::yield_now();
             }
             spin_hint();
         }
