@@ -154,6 +154,18 @@ impl Tokenizer {
         Ok(Tokenizer { inner })
     }
 
+    /// Writes the tokenizer as a `tokenizer.json`.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::Io`]-style failures are reported as [`crate::Code::InvalidArgument`]
+    /// naming the file.
+    pub fn save(&self, path: &std::path::Path) -> Result<()> {
+        self.inner
+            .save(path, false)
+            .map_err(|e| Error::invalid_argument(format_args!("{}: {e}", path.display())))
+    }
+
     /// The number of tokens, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)

@@ -176,3 +176,71 @@ fn weights_are_used_in_place() {
         assert!(w.lm_head.is_some(), "tiny-llama has an untied lm_head");
     }
 }
+
+#[test]
+fn q8_0_weights_at_load_stay_close() {
+    use rml::model::WeightFormat;
+    use rml::ops::Activations;
+    use rml::DType;
+    let r = reference("f32");
+    let prompt = r.tokens("prompt");
+    let want = r.f32s("prefill_logits");
+    let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+    for dtype in ["f32", "bf16", "f16"] {
+        for act in [Activations::F32, Activations::Int8] {
+            let opts = DecoderOptions {
+                weight_format: WeightFormat::Q8_0,
+                activations: act,
+                ..DecoderOptions::default()
+            };
+            let mut m = model(dtype, "config.json", opts);
+            for l in m.weights().matrices() {
+                // Rows of 176 (the MLP's down projection) do not split into 32-blocks and
+                // stay as stored.
+                let quantized = l.k() % 32 == 0;
+                assert_eq!(l.dtype() == DType::Q8_0, quantized, "{}", l.name());
+                assert_eq!(l.is_borrowed(), !quantized, "{}", l.name());
+            }
+            let mut logits = vec![0f32; prompt.len() * 256];
+            m.forward(&prompt, Some(&mut logits), None).unwrap();
+            let d = max_abs_diff(&logits, &want);
+            eprintln!(
+                "tiny {dtype} as Q8_0, {act:?}: max abs diff {d:.3e} (logit scale {scale:.1})"
+            );
+            assert!(d <= 0.1 * scale, "{dtype} {act:?}: {d}");
+            assert_eq!(argmax(&logits[15 * 256..]), r.tokens("generated")[0]);
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+#[test]
+fn inline_and_pools_give_bit_identical_logits_for_every_schedule() {
+    use rml::exec::{Schedule, ThreadPool};
+    let r = reference("f32");
+    let prompt = r.tokens("prompt");
+    let generated = r.tokens("generated");
+    let run = |exec: &dyn rml::Executor, schedule: Option<Schedule>| {
+        let dir = data("tiny-llama/f32");
+        let cfg = parse_config(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        let st = SafeTensors::parse(leak_aligned(&dir.join("model.safetensors"))).unwrap();
+        // Chunks of 7 so that prefill runs GEMM on several chunk sizes.
+        let opts = DecoderOptions { schedule, prefill_chunk: 7, ..DecoderOptions::default() };
+        let mut m = DecoderLM::new(&cfg, &st, exec, opts).unwrap();
+        let mut all = vec![0f32; prompt.len() * 256];
+        m.forward(&prompt, Some(&mut all), None).unwrap();
+        for &t in &generated[..8] {
+            all.extend_from_slice(m.decode(t).unwrap());
+        }
+        all
+    };
+    let want = run(&InlineExecutor, None);
+    for threads in [2, 3] {
+        let pool = ThreadPool::new(threads);
+        for schedule in Schedule::ALL.into_iter().chain([Schedule::Grain(4)]) {
+            let got = run(&pool, Some(schedule));
+            assert!(got == want, "{threads} threads, {schedule}: logits differ from inline");
+        }
+        assert_eq!(run(&pool, None), want, "{threads} threads, pool default");
+    }
+}

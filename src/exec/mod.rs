@@ -5,13 +5,24 @@
 //! (range, schedule, thread count), so a kernel that writes each output element inside one
 //! chunk and reduces in a fixed order gives bit-identical results for every schedule and thread
 //! count. [`InlineExecutor`] (no_std) runs everything on the caller; the `std` layer adds a
-//! persistent `ThreadPool`.
+//! persistent `ThreadPool` (spin, then sleep; allocation-free dispatch; nested loops inline) and
+//! an auto-tuner (`tune`) that picks a thread count and schedule for a workload.
 
+use core::fmt;
 use core::ops::Range;
+use core::str::FromStr;
 
+mod chunks;
 mod inline;
+#[cfg(feature = "std")]
+mod pool;
+#[cfg(feature = "std")]
+pub mod tune;
 
+pub use chunks::ChunkPlan;
 pub use inline::InlineExecutor;
+#[cfg(feature = "std")]
+pub use pool::{PoolStats, ThreadPool, ThreadPoolBuilder, DEFAULT_SPIN_US};
 
 /// How [`Executor::parallel_for`] cuts a range of `n` items into chunks for `threads` threads.
 ///
@@ -43,6 +54,78 @@ impl Default for Schedule {
     }
 }
 
+impl Schedule {
+    /// Every policy: `Grain(1)` then the seven fixed policies, in declaration order.
+    pub const ALL: [Schedule; 8] = [
+        Schedule::Grain(1),
+        Schedule::Static,
+        Schedule::Fixed8,
+        Schedule::Fixed16,
+        Schedule::Fixed32,
+        Schedule::Proportional2,
+        Schedule::Proportional4,
+        Schedule::Adaptive,
+    ];
+}
+
+/// Writes the name [`FromStr`] reads back: `grain:G`, `static`, `fixed8`, `fixed16`, `fixed32`,
+/// `proportional2`, `proportional4`, `adaptive`.
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Schedule::Grain(g) => write!(f, "grain:{g}"),
+            Schedule::Static => f.write_str("static"),
+            Schedule::Fixed8 => f.write_str("fixed8"),
+            Schedule::Fixed16 => f.write_str("fixed16"),
+            Schedule::Fixed32 => f.write_str("fixed32"),
+            Schedule::Proportional2 => f.write_str("proportional2"),
+            Schedule::Proportional4 => f.write_str("proportional4"),
+            Schedule::Adaptive => f.write_str("adaptive"),
+        }
+    }
+}
+
+/// Parses the names [`Display`](fmt::Display) writes, ASCII case-insensitively; a bare `grain`
+/// means `grain:1`.
+///
+/// ```
+/// use rml::Schedule;
+/// assert_eq!("grain:16".parse::<Schedule>().unwrap(), Schedule::Grain(16));
+/// assert_eq!("Proportional2".parse::<Schedule>().unwrap(), Schedule::Proportional2);
+/// assert!("fixed7".parse::<Schedule>().is_err());
+/// ```
+impl FromStr for Schedule {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> crate::Result<Self> {
+        let t = s.trim();
+        let fixed = [
+            ("static", Schedule::Static),
+            ("fixed8", Schedule::Fixed8),
+            ("fixed16", Schedule::Fixed16),
+            ("fixed32", Schedule::Fixed32),
+            ("proportional2", Schedule::Proportional2),
+            ("proportional4", Schedule::Proportional4),
+            ("adaptive", Schedule::Adaptive),
+            ("grain", Schedule::Grain(1)),
+        ];
+        if let Some((_, sched)) = fixed.iter().find(|(name, _)| t.eq_ignore_ascii_case(name)) {
+            return Ok(*sched);
+        }
+        if let (Some(head), Some(tail)) = (t.get(..6), t.get(6..)) {
+            if head.eq_ignore_ascii_case("grain:") {
+                if let Ok(g) = tail.parse::<usize>() {
+                    return Ok(Schedule::Grain(g));
+                }
+            }
+        }
+        Err(crate::Error::invalid_argument(format_args!(
+            "schedule {s:?}: expected grain:G, static, fixed8, fixed16, fixed32, proportional2, \
+             proportional4 or adaptive"
+        )))
+    }
+}
+
 /// Runs a closure over chunks of a range, possibly in parallel.
 pub trait Executor: Sync {
     /// Threads that work on a `parallel_for`, the caller included (1 for inline).
@@ -61,4 +144,24 @@ pub trait Executor: Sync {
         schedule: Schedule,
         f: &(dyn Fn(Range<usize>) + Sync),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+
+    #[test]
+    fn schedule_names_round_trip() {
+        for s in Schedule::ALL.into_iter().chain([Schedule::Grain(0), Schedule::Grain(4096)]) {
+            assert_eq!(s.to_string().parse::<Schedule>(), Ok(s));
+            assert_eq!(s.to_string().to_ascii_uppercase().parse::<Schedule>(), Ok(s));
+        }
+        assert_eq!("grain".parse::<Schedule>(), Ok(Schedule::Grain(1)));
+        for bad in ["", "grain:", "grain:x", "grain:-1", "fixed7", "grainé:1", "静的静的静的"]
+        {
+            let e = bad.parse::<Schedule>().unwrap_err();
+            assert_eq!(e.code(), crate::Code::InvalidArgument, "{bad:?}");
+        }
+    }
 }

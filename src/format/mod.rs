@@ -53,7 +53,9 @@ fn element_align(dtype: DType) -> usize {
 impl<'a> TensorView<'a> {
     /// A [`Tensor`] over the view: the bytes borrowed in place when their address is aligned
     /// for the dtype, otherwise copied into a fresh 64-byte aligned (counted) buffer.
-    /// Data is little-endian, as both file formats store it.
+    /// Data is little-endian, as both file formats store it, so typed views of the result
+    /// (`Tensor::as_f32`, ...) are right on little-endian targets only (all rml targets:
+    /// x86_64, aarch64, Arm Cortex-M, RISC-V); [`TensorView::dequantize_into`] is right on any.
     ///
     /// # Errors
     ///

@@ -290,20 +290,20 @@ fn matmul(
 
 impl<'a> DecoderLM<'a> {
     /// Loads the weights named by `config` from `src` and allocates the KV cache, logits and
-    /// scratch arena.
+    /// scratch arena. The decoder borrows the weights' bytes (`'s`) and the executor for `'a`.
     ///
     /// # Errors
     ///
     /// Everything [`Weights::load`] reports; [`crate::Code::InvalidArgument`] for a context
     /// length of 0 or past `max_position_embeddings`, or a `prefill_chunk` of 0;
     /// [`crate::Code::ResourceExhausted`] if the cache or arena cannot be allocated.
-    pub fn new(
+    pub fn new<'s: 'a>(
         config: &ModelConfig,
-        src: &dyn TensorSource<'a>,
+        src: &dyn TensorSource<'s>,
         exec: &'a dyn Executor,
         options: DecoderOptions,
     ) -> Result<Self> {
-        let weights = Weights::load(config, src, options.weight_format)?;
+        let weights: Weights<'s> = Weights::load(config, src, options.weight_format)?;
         Self::from_weights(config, weights, exec, options)
     }
 
@@ -472,6 +472,31 @@ impl<'a> DecoderLM<'a> {
     pub fn forward(
         &mut self,
         tokens: &[u32],
+        all_logits: Option<&mut [f32]>,
+        observer: Option<&mut dyn FnMut(&Hidden<'_>)>,
+    ) -> Result<&[f32]> {
+        self.forward_with(self.exec, tokens, all_logits, observer)
+    }
+
+    /// [`DecoderLM::decode`] on another executor for this one step (e.g. the auto-tuner's
+    /// candidate pools); results are bit-identical to any other executor's.
+    ///
+    /// # Errors
+    ///
+    /// As [`DecoderLM::forward`].
+    pub fn decode_with(&mut self, exec: &dyn Executor, token: u32) -> Result<&[f32]> {
+        self.forward_with(exec, core::slice::from_ref(&token), None, None)
+    }
+
+    /// [`DecoderLM::forward`] on `exec` instead of the decoder's own executor.
+    ///
+    /// # Errors
+    ///
+    /// As [`DecoderLM::forward`].
+    pub fn forward_with(
+        &mut self,
+        exec: &dyn Executor,
+        tokens: &[u32],
         mut all_logits: Option<&mut [f32]>,
         mut observer: Option<&mut dyn FnMut(&Hidden<'_>)>,
     ) -> Result<&[f32]> {
@@ -507,7 +532,7 @@ impl<'a> DecoderLM<'a> {
             let rows = all_logits
                 .as_deref_mut()
                 .map(|out| &mut out[i * chunk * vocab..(i * chunk + part.len()) * vocab]);
-            self.step(part, i + 1 == chunks, rows, observer.as_deref_mut())?;
+            self.step(exec, part, i + 1 == chunks, rows, observer.as_deref_mut())?;
         }
         Ok(self.logits())
     }
@@ -516,14 +541,14 @@ impl<'a> DecoderLM<'a> {
     /// caller).
     fn step<'o>(
         &mut self,
+        exec: &dyn Executor,
         tokens: &[u32],
         last: bool,
         all_logits: Option<&mut [f32]>,
         mut observer: Option<&mut (dyn FnMut(&Hidden<'_>) + 'o)>,
     ) -> Result<()> {
-        let DecoderLM { config: c, weights: w, exec, options, inv_freq, kv, logits, arena, pos } =
+        let DecoderLM { config: c, weights: w, options, inv_freq, kv, logits, arena, pos, .. } =
             self;
-        let exec: &dyn Executor = *exec;
         let (n, p0) = (tokens.len(), *pos);
         let (h, nh, nkv, hd) =
             (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);

@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod decoder;
+pub mod packed;
 pub mod sample;
 pub mod weights;
 

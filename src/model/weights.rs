@@ -11,8 +11,8 @@
 //! GGUF Llama files store the q/k projection rows permuted (llama.cpp's converter pairs RoPE
 //! dimensions `i` and `i + d/2` as adjacent rows). The weights are used as stored and RoPE is
 //! applied interleaved ([`RopeLayout::Interleaved`]), which gives the same attention scores as
-//! Hugging Face's rotate-half on un-permuted rows; [`unpermute_rows`] undoes the permutation
-//! for tools that write Hugging Face files.
+//! Hugging Face's rotate-half on un-permuted rows; [`crate::format::gguf::unpermute_qk_rows`]
+//! undoes the permutation for tools that write Hugging Face files.
 
 use alloc::format;
 use alloc::string::String;
@@ -20,6 +20,7 @@ use alloc::vec::Vec;
 
 use crate::error::{Error, Result};
 use crate::format::{TensorSource, TensorView};
+use crate::kernels::quant::quantize_row_q8_0;
 use crate::mem::AlignedBlock;
 use crate::model::config::ModelConfig;
 use crate::ops::{Matrix, RopeLayout};
@@ -31,7 +32,8 @@ pub enum WeightFormat {
     /// As stored in the file (no copy unless an f32 matrix is misaligned).
     #[default]
     AsStored,
-    /// f32 / f16 / bf16 matrices quantized to Q8_0 at load (already-quantized ones kept).
+    /// f32 / f16 / bf16 matrices quantized to Q8_0 at load (already-quantized ones kept;
+    /// matrices whose rows are not a multiple of 32 long stay as stored).
     Q8_0,
 }
 
@@ -208,31 +210,6 @@ impl Naming {
             Naming::Gguf => format!("blk.{l}.{}.weight", part.gguf()),
         }
     }
-
-    /// The name in the other convention (for converters), or `None` if `name` is not a Llama
-    /// tensor name of this convention.
-    pub fn to_hugging_face(self, name: &str) -> Option<String> {
-        match self {
-            Naming::HuggingFace => Some(name.into()),
-            Naming::Gguf => {
-                for (g, h) in [
-                    (Naming::Gguf.embedding(), Naming::HuggingFace.embedding()),
-                    (Naming::Gguf.final_norm(), Naming::HuggingFace.final_norm()),
-                    (Naming::Gguf.lm_head(), Naming::HuggingFace.lm_head()),
-                ] {
-                    if name == g {
-                        return Some(h.into());
-                    }
-                }
-                let rest = name.strip_prefix("blk.")?;
-                let (l, rest) = rest.split_once('.')?;
-                let l: usize = l.parse().ok()?;
-                let part = rest.strip_suffix(".weight")?;
-                let p = Part::ALL.iter().find(|p| p.gguf() == part)?;
-                Some(Naming::HuggingFace.layer(l, *p))
-            }
-        }
-    }
 }
 
 /// The tensors of one layer.
@@ -328,11 +305,6 @@ fn check_shape(name: &str, view: &TensorView<'_>, want: &[usize]) -> Result<()> 
     Ok(())
 }
 
-/// Quantizes one row to Q8_0 with the kernels' quantizer.
-fn quantize_q8_0(_row: &[f32], _out: &mut [u8]) -> Result<()> {
-    Err(Error::unimplemented("Q8_0 weight conversion needs kernels::quant::quantize_row_q8_0"))
-}
-
 fn linear<'a>(
     src: &dyn TensorSource<'a>,
     name: &str,
@@ -344,7 +316,7 @@ fn linear<'a>(
     check_shape(name, &view, &[rows, k])?;
     let ctx = |e: Error| e.context(format_args!("tensor {name:?}"));
     let (dtype, bytes) = match (view.dtype, format) {
-        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0) => {
+        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0) if k % 32 == 0 => {
             let row_bytes = DType::Q8_0.row_bytes(k).map_err(ctx)?;
             let total = row_bytes.checked_mul(rows).ok_or_else(|| {
                 Error::resource_exhausted(format_args!("tensor {name:?}: Q8_0 size overflows"))
@@ -362,7 +334,7 @@ fn linear<'a>(
                     data: &view.data[r * k * elem..(r + 1) * k * elem],
                 };
                 one.dequantize_into(&mut row).map_err(ctx)?;
-                quantize_q8_0(&row, out).map_err(ctx)?;
+                quantize_row_q8_0(&row, out).map_err(ctx)?;
             }
             (DType::Q8_0, Bytes::Owned(block))
         }
@@ -473,96 +445,5 @@ impl<'a> Weights<'a> {
                 .map(|l| (l.attn_norm.as_slice().len() + l.ffn_norm.as_slice().len()) * 4)
                 .sum::<usize>();
         self.matrices().map(|m| m.size_bytes()).sum::<usize>() + norms
-    }
-}
-
-/// Undoes llama.cpp's q/k row permutation for one matrix of `rows` rows of `row_bytes` bytes
-/// each (any dtype: whole rows move) with `heads` heads: output row `h·2m + b·m + a` is input
-/// row `h·2m + 2a + b` (`m = rows / heads / 2`, `a < m`, `b < 2`). The inverse of
-/// `LlamaModel.permute` in llama.cpp's `convert_hf_to_gguf.py`.
-///
-/// # Errors
-///
-/// [`crate::Code::InvalidArgument`] if `rows` is not a multiple of `2 * heads`, or the
-/// lengths of `input` / `out` are not `rows * row_bytes`.
-pub fn unpermute_rows(
-    input: &[u8],
-    rows: usize,
-    row_bytes: usize,
-    heads: usize,
-    out: &mut [u8],
-) -> Result<()> {
-    if heads == 0 || rows % (2 * heads) != 0 {
-        return Err(Error::invalid_argument(format_args!(
-            "unpermute_rows: {rows} rows do not split into {heads} heads of pairs"
-        )));
-    }
-    let total = rows.checked_mul(row_bytes);
-    if total != Some(input.len()) || total != Some(out.len()) {
-        return Err(Error::invalid_argument(format_args!(
-            "unpermute_rows: {rows} rows of {row_bytes} bytes, got {} in and {} out",
-            input.len(),
-            out.len()
-        )));
-    }
-    let m = rows / heads / 2;
-    for h in 0..heads {
-        for a in 0..m {
-            for b in 0..2 {
-                let src = h * 2 * m + 2 * a + b;
-                let dst = h * 2 * m + b * m + a;
-                out[dst * row_bytes..(dst + 1) * row_bytes]
-                    .copy_from_slice(&input[src * row_bytes..(src + 1) * row_bytes]);
-            }
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unpermute_inverts_the_llama_cpp_permutation() {
-        // llama.cpp permute: w.reshape(heads, 2, m, k).swapaxes(1, 2): row h·2m + 2a + b of the
-        // permuted matrix is row h·2m + b·m + a of the original.
-        let (heads, m) = (3usize, 4usize);
-        let rows = heads * 2 * m;
-        let original: Vec<u8> = (0..rows as u8).collect();
-        let mut permuted = alloc::vec![0u8; rows];
-        for h in 0..heads {
-            for a in 0..m {
-                for b in 0..2 {
-                    permuted[h * 2 * m + 2 * a + b] = original[h * 2 * m + b * m + a];
-                }
-            }
-        }
-        let mut back = alloc::vec![0u8; rows];
-        unpermute_rows(&permuted, rows, 1, heads, &mut back).unwrap();
-        assert_eq!(back, original);
-        assert!(unpermute_rows(&permuted, rows, 1, 5, &mut back).is_err());
-        assert!(unpermute_rows(&permuted, rows, 2, heads, &mut back).is_err());
-    }
-
-    #[test]
-    fn gguf_names_map_to_hugging_face() {
-        let g = Naming::Gguf;
-        assert_eq!(g.layer(7, Part::Q), "blk.7.attn_q.weight");
-        assert_eq!(
-            g.to_hugging_face("blk.7.attn_q.weight").as_deref(),
-            Some("model.layers.7.self_attn.q_proj.weight")
-        );
-        assert_eq!(
-            g.to_hugging_face("blk.12.ffn_down.weight").as_deref(),
-            Some("model.layers.12.mlp.down_proj.weight")
-        );
-        assert_eq!(
-            g.to_hugging_face("token_embd.weight").as_deref(),
-            Some(Naming::HuggingFace.embedding())
-        );
-        assert_eq!(g.to_hugging_face("output.weight").as_deref(), Some("lm_head.weight"));
-        assert_eq!(g.to_hugging_face("blk.x.attn_q.weight"), None);
-        assert_eq!(g.to_hugging_face("rope_freqs.weight"), None);
     }
 }

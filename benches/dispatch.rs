@@ -1,0 +1,129 @@
+//! Dispatch + join cost of `ThreadPool::parallel_for` against rayon and `std::thread::scope`,
+//! in the same run: an empty body, and a 4 KiB memset per chunk (one chunk per thread).
+//!
+//! ```sh
+//! cargo bench --features std --bench dispatch -- --warm-up-time 1 --measurement-time 3
+//! ```
+//! Goal (issue 3): warm dispatch + join of an empty body ≤ 0.5 µs with 2 threads and ≥ 10×
+//! faster than rayon.
+
+use core::hint::black_box;
+use core::ops::Range;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use rayon::prelude::*;
+use rml::exec::{Schedule, ThreadPool};
+
+const CHUNK: usize = 4096;
+
+/// A raw pointer that chunks writing disjoint ranges may share.
+#[derive(Clone, Copy)]
+struct Shared(*mut u8);
+// SAFETY: every user writes only the bytes of its own chunk, so no two threads touch the same
+// byte; the buffer outlives every dispatch that uses the pointer.
+unsafe impl Sync for Shared {}
+// SAFETY: as above.
+unsafe impl Send for Shared {}
+
+impl Shared {
+    /// Through a method, so closures capture the whole (Sync) wrapper.
+    fn at(self, offset: usize) -> *mut u8 {
+        self.0.wrapping_add(offset)
+    }
+}
+
+fn rayon_pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
+}
+
+fn empty(c: &mut Criterion) {
+    let mut g = c.benchmark_group("dispatch_empty");
+    for threads in [1, 2] {
+        let pool = ThreadPool::new(threads);
+        let body = |r: Range<usize>| {
+            black_box(r);
+        };
+        g.bench_function(format!("rml_static/{threads}"), |b| {
+            b.iter(|| pool.parallel_for(0..threads, Schedule::Static, &body))
+        });
+        g.bench_function(format!("rml_grain1/{threads}"), |b| {
+            b.iter(|| pool.parallel_for(0..threads, Schedule::Grain(1), &body))
+        });
+        let rp = rayon_pool(threads);
+        g.bench_function(format!("rayon_scope/{threads}"), |b| {
+            b.iter(|| {
+                rp.scope(|s| {
+                    for i in 1..threads {
+                        s.spawn(move |_| {
+                            black_box(i);
+                        });
+                    }
+                    black_box(0);
+                })
+            })
+        });
+        g.bench_function(format!("rayon_par_iter/{threads}"), |b| {
+            b.iter(|| {
+                rp.install(|| {
+                    (0..threads).into_par_iter().with_min_len(1).for_each(|i| {
+                        black_box(i);
+                    })
+                })
+            })
+        });
+    }
+    g.bench_function("std_thread_scope/2", |b| {
+        b.iter(|| {
+            std::thread::scope(|s| {
+                s.spawn(|| black_box(1));
+                black_box(0);
+            })
+        })
+    });
+    g.finish();
+}
+
+fn memset(c: &mut Criterion) {
+    let mut g = c.benchmark_group("dispatch_memset4k");
+    for threads in [1, 2] {
+        let mut buf = vec![0u8; threads * CHUNK];
+        let pool = ThreadPool::new(threads);
+        g.bench_function(format!("rml_static/{threads}"), |b| {
+            let p = Shared(buf.as_mut_ptr());
+            let mut v = 0u8;
+            b.iter(|| {
+                v = v.wrapping_add(1);
+                pool.parallel_for(0..threads, Schedule::Static, &|r| {
+                    // SAFETY: chunk r covers bytes [r.start * CHUNK, r.end * CHUNK) of a
+                    // buffer of threads * CHUNK bytes, written by this chunk only.
+                    unsafe { p.at(r.start * CHUNK).write_bytes(v, r.len() * CHUNK) };
+                })
+            })
+        });
+        let rp = rayon_pool(threads);
+        g.bench_function(format!("rayon_par_iter/{threads}"), |b| {
+            let mut v = 0u8;
+            b.iter(|| {
+                v = v.wrapping_add(1);
+                rp.install(|| buf.par_chunks_mut(CHUNK).for_each(|c| c.fill(v)));
+            })
+        });
+        black_box(&buf);
+    }
+    let mut buf = vec![0u8; 2 * CHUNK];
+    g.bench_function("std_thread_scope/2", |b| {
+        let mut v = 0u8;
+        b.iter(|| {
+            v = v.wrapping_add(1);
+            let (lo, hi) = buf.split_at_mut(CHUNK);
+            std::thread::scope(|s| {
+                s.spawn(|| hi.fill(v));
+                lo.fill(v);
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, empty, memset);
+criterion_main!(benches);

@@ -1,0 +1,560 @@
+//! [`ThreadPool`]: a persistent pool for many small parallel loops (std). The protocol, with the
+//! ordering of every atomic and the argument that no wake-up is lost, is in `README.md` here.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::any::Any;
+use core::cell::UnsafeCell;
+use core::fmt;
+use core::ops::{Deref, Range};
+use core::sync::atomic::AtomicUsize as CounterAtomic;
+use core::time::Duration;
+
+use self::sync::{
+    fence, lock, spin_hint, thread, Arc, AtomicBool, AtomicPtr, AtomicUsize, Condvar, Liveness,
+    Mutex, Ordering,
+};
+use super::{ChunkPlan, Executor, Schedule};
+use crate::{Error, Result};
+
+mod sync;
+#[cfg(not(loom))]
+mod topology;
+mod worker;
+
+/// How long (µs) an idle worker keeps polling for the next job before it sleeps, unless
+/// `RML_THREAD_SPIN_US` or [`ThreadPoolBuilder::spin_time`] says otherwise.
+///
+/// Chosen by measurement (details in `src/exec/pool/README.md`): in a SmolLM2-135M decode the
+/// gaps between consecutive parallel loops were at most 22 µs (p99) within a token and 93 µs
+/// between tokens (greedy sampling included), so 200 µs keeps the workers awake through a
+/// decode (1 sleep in 10,339 dispatches), while an idle pool goes quiet 0.2 ms after its last
+/// job.
+pub const DEFAULT_SPIN_US: u64 = 200;
+
+/// Polls of `pending_workers` the caller makes before it starts yielding its time slice.
+const CALLER_SPIN_POLLS: u32 = 256;
+
+/// A value on its own cache line (128 bytes on x86_64 and aarch64, where the adjacent-line
+/// prefetcher pairs lines; 64 elsewhere), so threads fighting over it do not false-share.
+#[cfg_attr(any(target_arch = "x86_64", target_arch = "aarch64"), repr(align(128)))]
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), repr(align(64)))]
+#[derive(Default)]
+struct Padded<T>(T);
+
+impl<T> Deref for Padded<T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// What the caller publishes: written before the `generation` bump, read by workers after they
+/// see it. Written by one thread, read by the others; one cache line.
+struct Announce {
+    /// Bumped (SeqCst) once per job and once at shutdown.
+    generation: AtomicUsize,
+    /// The current job: a `*const Job<'_>` on the caller's stack.
+    job: AtomicPtr<()>,
+    /// Set before the last generation bump, by `Drop`.
+    shutdown: AtomicBool,
+}
+
+/// Per-thread statistics, written only by the thread that owns the slot (slot 0: whoever holds
+/// the `call` mutex; slot `i`: worker `i`).
+#[derive(Default)]
+struct Slot {
+    chunks: CounterAtomic,
+    steals: CounterAtomic,
+    sleeps: CounterAtomic,
+}
+
+/// Statistics any thread may bump.
+#[derive(Default)]
+struct Counters {
+    dispatches: CounterAtomic,
+    inline_runs: CounterAtomic,
+    wakeups: CounterAtomic,
+}
+
+/// Everything the caller and the workers share.
+struct Shared {
+    announce: Padded<Announce>,
+    /// Next chunk index to claim (dynamic schedules). Reset by the caller before publishing.
+    next_chunk: Padded<AtomicUsize>,
+    /// Workers that have not left the current job yet. Set by the caller before publishing.
+    pending: Padded<AtomicUsize>,
+    /// Workers inside the sleep protocol (between their increment and decrement).
+    sleeping: Padded<AtomicUsize>,
+    /// One caller at a time.
+    call: Mutex<()>,
+    /// Guards the sleep/wake handshake with `wake`.
+    sleep_lock: Mutex<()>,
+    wake: Condvar,
+    counters: Padded<Counters>,
+    slots: Box<[Padded<Slot>]>,
+    /// The pool's default schedule, encoded by `encode_schedule`.
+    schedule: CounterAtomic,
+    /// Threads including the caller.
+    threads: usize,
+    /// How long a worker polls before sleeping.
+    spin: Duration,
+}
+
+/// One `parallel_for`, on the caller's stack.
+struct Job<'f> {
+    f: &'f (dyn Fn(Range<usize>) + Sync),
+    plan: ChunkPlan,
+    /// Set by the first chunk that panics; others stop claiming chunks.
+    panicked: AtomicBool,
+    /// The first panic's payload, written only by the thread that set `panicked`, read by the
+    /// caller after every worker left.
+    payload: UnsafeCell<Option<Box<dyn Any + Send>>>,
+    live: Liveness,
+}
+
+impl Job<'_> {
+    fn record_panic(&self, payload: Box<dyn Any + Send>) {
+        if !self.panicked.swap(true, Ordering::AcqRel) {
+            // SAFETY: only the one thread that flipped `panicked` from false writes `payload`,
+            // and the caller reads it only after every worker left the job (pending == 0,
+            // Acquire, pairing with each worker's Release decrement).
+            unsafe { *self.payload.get() = Some(payload) };
+        }
+    }
+}
+
+/// Counters of one pool since it was created ([`ThreadPool::stats`]); relaxed, so a snapshot
+/// taken while a dispatch runs may be mid-update.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// `parallel_for` calls that published a job to the workers.
+    pub dispatches: u64,
+    /// Chunks run inside those dispatches, by the caller and the workers.
+    pub chunks: u64,
+    /// `parallel_for` calls that ran on the calling thread alone: nested inside a chunk, one
+    /// chunk in the plan, or a pool without workers. (Empty ranges are not counted.)
+    pub inline_runs: u64,
+    /// Times a worker finished its spin window without a job and went to sleep.
+    pub sleeps: u64,
+    /// Dispatches that found sleeping workers and signalled the condvar to wake them.
+    pub wakeups: u64,
+    /// Chunks run by a thread other than their static owner (`chunk % threads`, the caller
+    /// being thread 0).
+    pub steals: u64,
+}
+
+impl PoolStats {
+    /// The counts accumulated since `earlier` (a snapshot of the same pool).
+    pub fn since(&self, earlier: &PoolStats) -> PoolStats {
+        PoolStats {
+            dispatches: self.dispatches.wrapping_sub(earlier.dispatches),
+            chunks: self.chunks.wrapping_sub(earlier.chunks),
+            inline_runs: self.inline_runs.wrapping_sub(earlier.inline_runs),
+            sleeps: self.sleeps.wrapping_sub(earlier.sleeps),
+            wakeups: self.wakeups.wrapping_sub(earlier.wakeups),
+            steals: self.steals.wrapping_sub(earlier.steals),
+        }
+    }
+}
+
+/// Configures a [`ThreadPool`]; every setting has a default.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadPoolBuilder {
+    threads: Option<usize>,
+    spin: Option<Duration>,
+    schedule: Option<Schedule>,
+}
+
+impl ThreadPoolBuilder {
+    /// A builder with every setting at its default.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Threads including the caller (0 is taken as 1). Default: [`default_threads`]
+    /// (`RML_NUM_THREADS`, else the number of performance cores).
+    ///
+    /// [`default_threads`]: ThreadPool::default_threads
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = Some(threads);
+        self
+    }
+
+    /// How long an idle worker polls for the next job before sleeping on a condvar. Default:
+    /// `RML_THREAD_SPIN_US` microseconds, else [`DEFAULT_SPIN_US`]. Zero sleeps at once.
+    pub fn spin_time(mut self, spin: Duration) -> Self {
+        self.spin = Some(spin);
+        self
+    }
+
+    /// The pool's default schedule ([`ThreadPool::schedule`]); default `Proportional4`.
+    pub fn schedule(mut self, schedule: Schedule) -> Self {
+        self.schedule = Some(schedule);
+        self
+    }
+
+    /// Starts the workers.
+    ///
+    /// # Errors
+    /// `Io` when the operating system refuses a thread (workers already started are stopped).
+    pub fn build(self) -> Result<ThreadPool> {
+        #[cfg(not(loom))]
+        let threads = self.threads.unwrap_or_else(ThreadPool::default_threads).max(1);
+        #[cfg(loom)]
+        let threads = self.threads.unwrap_or(1).max(1);
+        let spin = self.spin.unwrap_or_else(|| {
+            Duration::from_micros(env_number("RML_THREAD_SPIN_US").unwrap_or(DEFAULT_SPIN_US))
+        });
+        let shared = Arc::new(Shared {
+            announce: Padded(Announce {
+                generation: AtomicUsize::new(0),
+                job: AtomicPtr::new(core::ptr::null_mut()),
+                shutdown: AtomicBool::new(false),
+            }),
+            next_chunk: Padded(AtomicUsize::new(0)),
+            pending: Padded(AtomicUsize::new(0)),
+            sleeping: Padded(AtomicUsize::new(0)),
+            call: Mutex::new(()),
+            sleep_lock: Mutex::new(()),
+            wake: Condvar::new(),
+            counters: Padded::default(),
+            slots: (0..threads).map(|_| Padded::default()).collect(),
+            schedule: CounterAtomic::new(encode_schedule(
+                self.schedule.unwrap_or(Schedule::Proportional4),
+            )),
+            threads,
+            spin,
+        });
+        let mut pool = ThreadPool { shared, workers: Vec::with_capacity(threads - 1) };
+        for index in 1..threads {
+            let shared = Arc::clone(&pool.shared);
+            let spawned = thread::Builder::new()
+                .name(alloc::format!("rml-worker-{index}"))
+                .spawn(move || worker::main(&shared, index));
+            match spawned {
+                Ok(handle) => pool.workers.push(handle),
+                // Dropping `pool` stops and joins the workers started so far.
+                Err(e) => {
+                    return Err(Error::from(e)
+                        .context(format_args!("starting worker {index} of {threads}")))
+                }
+            }
+        }
+        Ok(pool)
+    }
+}
+
+/// A persistent thread pool for many small parallel loops.
+///
+/// A pool of `threads` has `threads - 1` worker threads; the thread that calls
+/// [`parallel_for`](Self::parallel_for) works too. A dispatch builds the job on the caller's
+/// stack (a `&dyn Fn` — data pointer plus vtable — and the [`ChunkPlan`]), publishes its
+/// address, wakes sleeping workers only if there are any, runs chunks itself and returns when
+/// every worker has left the job. Nothing is allocated per dispatch. Workers spin for a while
+/// after each job (`RML_THREAD_SPIN_US`, default [`DEFAULT_SPIN_US`]) and then sleep on a
+/// condvar, so an idle pool costs no CPU. The protocol — who writes which atomic with which
+/// ordering, and why no wake-up is lost — is written up in `src/exec/pool/README.md` and
+/// model-checked by `tests/loom.rs`.
+///
+/// ```
+/// use core::sync::atomic::{AtomicUsize, Ordering};
+/// use rml::exec::{Schedule, ThreadPool};
+///
+/// let pool = ThreadPool::new(2);
+/// let sum = AtomicUsize::new(0);
+/// pool.parallel_for(0..1000, Schedule::Grain(10), &|r| {
+///     sum.fetch_add(r.sum::<usize>(), Ordering::Relaxed);
+/// });
+/// assert_eq!(sum.into_inner(), 999 * 1000 / 2);
+/// ```
+///
+/// `ThreadPool` implements [`Executor`]; GEMV/GEMM use [`schedule`](Self::schedule) when their
+/// caller passes no schedule. Concurrent callers take turns (one job at a time); a
+/// `parallel_for` called from inside a chunk (of any pool) runs inline on that thread.
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<thread::JoinHandle<()>>,
+}
+
+impl ThreadPool {
+    /// A pool of `threads` threads including the caller (`threads - 1` workers; 0 is taken as
+    /// 1, and `new(1)` runs everything inline), with the default spin time and schedule.
+    ///
+    /// # Panics
+    /// If the operating system refuses to start a thread; [`ThreadPoolBuilder::build`] returns
+    /// that as an error instead.
+    pub fn new(threads: usize) -> Self {
+        match ThreadPoolBuilder::new().threads(threads).build() {
+            Ok(pool) => pool,
+            Err(e) => panic!("rml ThreadPool::new({threads}): {e}"),
+        }
+    }
+
+    /// A builder for a pool with a custom spin time or default schedule.
+    pub fn builder() -> ThreadPoolBuilder {
+        ThreadPoolBuilder::new()
+    }
+
+    /// The process-wide pool, created on first use with [`default_threads`] threads and never
+    /// destroyed.
+    ///
+    /// # Panics
+    /// If the operating system refuses to start its threads on first use.
+    ///
+    /// [`default_threads`]: Self::default_threads
+    #[cfg(not(loom))]
+    pub fn global() -> &'static ThreadPool {
+        static GLOBAL: std::sync::OnceLock<ThreadPool> = std::sync::OnceLock::new();
+        GLOBAL.get_or_init(|| ThreadPool::new(Self::default_threads()))
+    }
+
+    /// The thread count a pool gets by default: `RML_NUM_THREADS` when it is set to a positive
+    /// integer, else the number of performance cores (Linux: the CPUs whose sysfs
+    /// `cpu_capacity`, or failing that `cpufreq/cpuinfo_max_freq`, is near the maximum; Apple:
+    /// `hw.perflevel0.logicalcpu`), capped by `std::thread::available_parallelism`.
+    #[cfg(not(loom))]
+    pub fn default_threads() -> usize {
+        env_number("RML_NUM_THREADS")
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n > 0)
+            .unwrap_or_else(topology::performance_cores)
+    }
+
+    /// Threads that work on a dispatch, the caller included.
+    #[inline]
+    pub fn threads(&self) -> usize {
+        self.shared.threads
+    }
+
+    /// How long an idle worker polls before it sleeps.
+    pub fn spin_time(&self) -> Duration {
+        self.shared.spin
+    }
+
+    /// The schedule GEMV/GEMM use on this pool when their caller passes none (a fresh pool:
+    /// `Proportional4`).
+    #[inline]
+    pub fn schedule(&self) -> Schedule {
+        decode_schedule(self.shared.schedule.load(core::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Sets the default schedule (takes effect for the next call that uses it).
+    pub fn set_schedule(&self, schedule: Schedule) {
+        self.shared
+            .schedule
+            .store(encode_schedule(schedule), core::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A snapshot of the pool's counters.
+    pub fn stats(&self) -> PoolStats {
+        use core::sync::atomic::Ordering::Relaxed;
+        let sh = &*self.shared;
+        let mut s = PoolStats {
+            dispatches: sh.counters.dispatches.load(Relaxed) as u64,
+            inline_runs: sh.counters.inline_runs.load(Relaxed) as u64,
+            wakeups: sh.counters.wakeups.load(Relaxed) as u64,
+            ..PoolStats::default()
+        };
+        for slot in sh.slots.iter() {
+            s.chunks += slot.chunks.load(Relaxed) as u64;
+            s.steals += slot.steals.load(Relaxed) as u64;
+            s.sleeps += slot.sleeps.load(Relaxed) as u64;
+        }
+        s
+    }
+
+    /// Runs `f` on chunks of `range` cut by `schedule` (see [`ChunkPlan`]) and returns when all
+    /// have run. Runs inline, as one call `f(range)`, when the pool has no workers, the plan
+    /// has one chunk, or the calling thread is already inside a chunk.
+    ///
+    /// # Panics
+    /// If `f` panics, the first panic is re-raised here once every thread has left the job;
+    /// the pool stays usable.
+    pub fn parallel_for(
+        &self,
+        range: Range<usize>,
+        schedule: Schedule,
+        f: &(dyn Fn(Range<usize>) + Sync),
+    ) {
+        let nested = sync::in_chunk();
+        let plan = ChunkPlan::new(range, schedule, self.shared.threads, nested);
+        match plan.num_chunks() {
+            0 => {}
+            1 => {
+                self.shared
+                    .counters
+                    .inline_runs
+                    .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+                f(plan.range());
+            }
+            _ => self.dispatch(plan, f),
+        }
+    }
+
+    /// Publishes a job of two or more chunks to the workers, works on it, and waits for every
+    /// worker to leave it.
+    fn dispatch(&self, plan: ChunkPlan, f: &(dyn Fn(Range<usize>) + Sync)) {
+        let sh = &*self.shared;
+        let call = lock(&sh.call);
+        let job = Job {
+            f,
+            plan,
+            panicked: AtomicBool::new(false),
+            payload: UnsafeCell::new(None),
+            live: Liveness::new(),
+        };
+        let workers = sh.threads - 1;
+        // Publish: job pointer, chunk counter and pending count first (Relaxed; ordered by the
+        // SeqCst generation bump, which workers read with Acquire).
+        let job_ptr: *const Job<'_> = &job;
+        sh.announce.job.store(job_ptr.cast_mut().cast::<()>(), Ordering::Relaxed);
+        sh.next_chunk.store(0, Ordering::Relaxed);
+        sh.pending.store(workers, Ordering::Relaxed);
+        sh.announce.generation.fetch_add(1, Ordering::SeqCst);
+        // Either a worker going to sleep sees the new generation, or we see its `sleeping`
+        // increment (the two SeqCst fences; README "No lost wake-up").
+        fence(Ordering::SeqCst);
+        if sh.sleeping.load(Ordering::SeqCst) > 0 {
+            let _g = lock(&sh.sleep_lock);
+            sh.wake.notify_all();
+            sh.counters.wakeups.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        }
+        sh.counters.dispatches.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+
+        worker::run_chunks(sh, &job, 0);
+
+        // Every worker must leave the job before this frame (and `job`) dies.
+        let mut polls = 0u32;
+        while sh.pending.load(Ordering::Acquire) != 0 {
+            if polls < CALLER_SPIN_POLLS {
+                polls += 1;
+                spin_hint();
+            } else {
+                thread::yield_now();
+            }
+        }
+        job.live.kill();
+        drop(call);
+        if job.panicked.load(Ordering::Relaxed) {
+            if let Some(payload) = job.payload.into_inner() {
+                std::panic::resume_unwind(payload);
+            }
+        }
+    }
+}
+
+impl Executor for ThreadPool {
+    fn threads(&self) -> usize {
+        ThreadPool::threads(self)
+    }
+
+    fn schedule(&self) -> Schedule {
+        ThreadPool::schedule(self)
+    }
+
+    fn parallel_for(
+        &self,
+        range: Range<usize>,
+        schedule: Schedule,
+        f: &(dyn Fn(Range<usize>) + Sync),
+    ) {
+        ThreadPool::parallel_for(self, range, schedule, f)
+    }
+}
+
+impl fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadPool")
+            .field("threads", &self.threads())
+            .field("spin", &self.shared.spin)
+            .field("schedule", &self.schedule())
+            .finish()
+    }
+}
+
+impl Drop for ThreadPool {
+    /// Stops and joins every worker, waking sleeping ones; returns within about one wake-up.
+    fn drop(&mut self) {
+        let sh = &*self.shared;
+        sh.announce.shutdown.store(true, Ordering::Relaxed);
+        sh.announce.generation.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        {
+            let _g = lock(&sh.sleep_lock);
+            sh.wake.notify_all();
+        }
+        for handle in self.workers.drain(..) {
+            // A worker never panics (chunk panics are caught), so there is nothing to report.
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Reads a non-negative integer from the environment variable `name`; absent or unparsable
+/// values give `None`.
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok()?.trim().parse().ok()
+}
+
+const TAG_BITS: u32 = 3;
+
+fn encode_schedule(s: Schedule) -> usize {
+    match s {
+        Schedule::Grain(g) => g.min(usize::MAX >> TAG_BITS) << TAG_BITS,
+        Schedule::Static => 1,
+        Schedule::Fixed8 => 2,
+        Schedule::Fixed16 => 3,
+        Schedule::Fixed32 => 4,
+        Schedule::Proportional2 => 5,
+        Schedule::Proportional4 => 6,
+        Schedule::Adaptive => 7,
+    }
+}
+
+fn decode_schedule(v: usize) -> Schedule {
+    match v & ((1 << TAG_BITS) - 1) {
+        0 => Schedule::Grain(v >> TAG_BITS),
+        1 => Schedule::Static,
+        2 => Schedule::Fixed8,
+        3 => Schedule::Fixed16,
+        4 => Schedule::Fixed32,
+        5 => Schedule::Proportional2,
+        6 => Schedule::Proportional4,
+        _ => Schedule::Adaptive,
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_encoding_round_trips() {
+        for s in Schedule::ALL.into_iter().chain([Schedule::Grain(0), Schedule::Grain(1 << 40)]) {
+            assert_eq!(decode_schedule(encode_schedule(s)), s);
+        }
+        assert_eq!(
+            decode_schedule(encode_schedule(Schedule::Grain(usize::MAX))),
+            Schedule::Grain(usize::MAX >> TAG_BITS)
+        );
+    }
+
+    #[test]
+    fn padded_is_a_cache_line() {
+        assert!(core::mem::align_of::<Padded<AtomicUsize>>() >= 64);
+        assert_eq!(core::mem::size_of::<Padded<AtomicUsize>>() % 64, 0);
+    }
+
+    #[test]
+    fn fresh_pool_defaults() {
+        let pool = ThreadPool::new(2);
+        assert_eq!(pool.threads(), 2);
+        assert_eq!(pool.schedule(), Schedule::Proportional4);
+        assert_eq!(Executor::schedule(&pool), Schedule::Proportional4);
+        pool.set_schedule(Schedule::Grain(32));
+        assert_eq!(Executor::schedule(&pool), Schedule::Grain(32));
+        assert_eq!(ThreadPool::new(0).threads(), 1);
+    }
+}

@@ -1,0 +1,144 @@
+//! Block-quantized weights inside safetensors files, as `rml convert --dtype q8_0` writes them.
+//!
+//! safetensors has no dtype for ggml's blocks, so a Q8_0 matrix `[rows, k]` is stored as a
+//! plain `U8` tensor `[rows, k / 32 * 34]` (its rows of `block_q8_0`, unchanged) and marked in
+//! the file's `__metadata__` with `"rml.dtype.<tensor name>": "Q8_0"`. Other tools see bytes;
+//! rml reads them back as Q8_0 views in place ([`PackedSource`]), so the kernels use them
+//! without a copy.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::error::{Error, Result};
+use crate::format::{TensorSource, TensorView};
+use crate::tensor::{DType, Shape};
+
+/// The `__metadata__` key prefix that marks a packed tensor (followed by the tensor's name).
+pub const PACKED_DTYPE_KEY: &str = "rml.dtype.";
+
+/// The block dtypes that may be packed (named as in the metadata value).
+fn packed_dtype(name: &str) -> Option<DType> {
+    match name {
+        "Q8_0" => Some(DType::Q8_0),
+        "Q4_0" => Some(DType::Q4_0),
+        "Q4_1" => Some(DType::Q4_1),
+        _ => None,
+    }
+}
+
+/// The metadata entry that marks `tensor` as packed `dtype`.
+pub fn metadata_entry(tensor: &str, dtype: DType) -> (String, String) {
+    (format!("{PACKED_DTYPE_KEY}{tensor}"), String::from(dtype.name()))
+}
+
+/// The logical view of a packed tensor: `raw` holds `rows` rows of `row_bytes` bytes of
+/// `dtype` blocks (`shape` is the stored `[rows, row_bytes]`).
+///
+/// # Errors
+///
+/// [`crate::Code::DataLoss`] naming the tensor if the stored shape is not 2-D, the rows are
+/// not whole blocks, or the byte count does not match.
+pub fn unpack_view<'a>(
+    name: &str,
+    dtype: DType,
+    stored: &[usize],
+    raw: &'a [u8],
+) -> Result<TensorView<'a>> {
+    let [rows, row_bytes] = *stored else {
+        return Err(Error::data_loss(format_args!(
+            "tensor {name:?}: packed {dtype} must be stored as [rows, row_bytes], found {stored:?}"
+        )));
+    };
+    let bb = dtype.block_bytes();
+    if row_bytes % bb != 0 || rows.checked_mul(row_bytes) != Some(raw.len()) {
+        return Err(Error::data_loss(format_args!(
+            "tensor {name:?}: {rows} rows of {row_bytes} bytes ({} in the file) are not whole \
+             {dtype} blocks of {bb} bytes",
+            raw.len()
+        )));
+    }
+    let k = row_bytes / bb * dtype.block_size();
+    Ok(TensorView { dtype, shape: Shape::new(&[rows, k])?, data: raw })
+}
+
+/// A [`TensorSource`] over an opened model that also understands packed tensors (std).
+#[cfg(feature = "std")]
+pub struct PackedSource<'m> {
+    model: &'m crate::load::Model,
+    packed: Vec<(String, DType)>,
+}
+
+#[cfg(feature = "std")]
+impl core::fmt::Debug for PackedSource<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PackedSource").field("packed", &self.packed.len()).finish()
+    }
+}
+
+#[cfg(feature = "std")]
+impl<'m> PackedSource<'m> {
+    /// Reads the packing marks of `model`'s `__metadata__` (none for GGUF).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::Unimplemented`] naming the tensor for a mark with an unknown dtype.
+    pub fn new(model: &'m crate::load::Model) -> Result<Self> {
+        let mut packed = Vec::new();
+        for (k, v) in model.safetensors_metadata() {
+            if let Some(tensor) = k.strip_prefix(PACKED_DTYPE_KEY) {
+                let dt = packed_dtype(v).ok_or_else(|| {
+                    Error::unimplemented(format_args!(
+                        "tensor {tensor:?}: packed dtype {v:?} (known: Q8_0, Q4_0, Q4_1)"
+                    ))
+                })?;
+                packed.push((String::from(tensor), dt));
+            }
+        }
+        Ok(PackedSource { model, packed })
+    }
+}
+
+#[cfg(feature = "std")]
+impl<'m> TensorSource<'m> for PackedSource<'m> {
+    fn tensor(&self, name: &str) -> Result<TensorView<'m>> {
+        match self.packed.iter().find(|(n, _)| n == name) {
+            Some(&(_, dtype)) => {
+                let info =
+                    self.model.tensor_infos().iter().find(|t| t.name == name).ok_or_else(|| {
+                        Error::not_found(format_args!("tensor {name:?} is not in the model"))
+                    })?;
+                let raw = self.model.raw_bytes(name)?;
+                unpack_view(name, dtype, info.shape.dims(), raw)
+            }
+            None => self.model.tensor(name),
+        }
+    }
+
+    fn tensor_names(&self) -> Vec<&str> {
+        self.model.tensor_infos().iter().map(|t| t.name.as_str()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unpack_checks_whole_blocks() {
+        let raw = [0u8; 2 * 68];
+        let v = unpack_view("w", DType::Q8_0, &[2, 68], &raw).unwrap();
+        assert_eq!((v.dtype, v.shape.dims()), (DType::Q8_0, &[2usize, 64][..]));
+        for (shape, len) in [([2usize, 67usize], 134usize), ([2, 68], 135)] {
+            let e = unpack_view("w", DType::Q8_0, &shape, &vec_of(len)).unwrap_err();
+            assert_eq!(e.code(), crate::Code::DataLoss);
+            assert!(e.message().contains("\"w\""), "{e}");
+        }
+        assert!(unpack_view("w", DType::Q8_0, &[136], &raw).is_err());
+        assert_eq!(metadata_entry("w", DType::Q8_0), ("rml.dtype.w".into(), "Q8_0".into()));
+    }
+
+    fn vec_of(n: usize) -> Vec<u8> {
+        alloc::vec![0u8; n]
+    }
+}

@@ -1,0 +1,232 @@
+//! The `rml` binary: reproducible seeded generation, greedy output on the real model, and
+//! one-line errors with a non-zero exit for bad paths, a truncated model, an unsupported
+//! `rope_scaling` and `-n` past the context.
+#![cfg(feature = "cli")]
+
+mod decoder_common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use decoder_common::{data, smollm2_gguf};
+use rml::tokenizer::Tokenizer;
+
+fn rml(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rml"))
+        .args(args)
+        .env_remove("RML_MODEL")
+        .env("RML_TUNE", "off")
+        .output()
+        .unwrap()
+}
+
+/// GPT-2's byte-to-unicode alphabet: the printable character standing for each byte.
+fn byte_alphabet() -> Vec<String> {
+    let mut printable: Vec<u32> =
+        (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut chars: Vec<u32> = printable.clone();
+    let mut extra = 0;
+    for b in 0..256u32 {
+        if !printable.contains(&b) {
+            printable.push(b);
+            chars.push(256 + extra);
+            extra += 1;
+        }
+    }
+    let mut by_byte = vec![String::new(); 256];
+    for (b, c) in printable.iter().zip(&chars) {
+        by_byte[*b as usize] = char::from_u32(*c).unwrap().to_string();
+    }
+    by_byte
+}
+
+/// A Hugging Face folder with the tiny f32 model, `config` as its config.json (default: the
+/// fixture's), and a byte-level tokenizer whose 256 tokens are the bytes.
+fn tiny_dir(name: &str, config: Option<&str>) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = data("tiny-llama/f32");
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let cfg = match config {
+        Some(c) => c.to_string(),
+        None => std::fs::read_to_string(src.join("config.json")).unwrap(),
+    };
+    std::fs::write(dir.join("config.json"), cfg).unwrap();
+    let alphabet = byte_alphabet();
+    let tokens: Vec<&str> = alphabet.iter().map(String::as_str).collect();
+    let tok = Tokenizer::from_gguf_vocab("gpt2", None, &tokens, &[], &[]).unwrap();
+    tok.save(&dir.join("tokenizer.json")).unwrap();
+    dir
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Fails unless `o` exited non-zero with exactly one line on stderr containing `needle`.
+fn one_line_error(o: &Output, needle: &str) {
+    let err = stderr(o);
+    assert!(!o.status.success(), "exited 0; stderr: {err}");
+    assert_eq!(o.status.code(), Some(1), "stderr: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err:?}");
+    assert!(err.contains(needle), "{needle:?} not in {err:?}");
+    assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+}
+
+#[test]
+fn seeded_sampling_is_reproducible() {
+    let dir = tiny_dir("cli-seed", None);
+    let d = dir.to_str().unwrap();
+    let run = |seed: &str| {
+        let o = rml(&[
+            "generate",
+            "--model",
+            d,
+            "--prompt",
+            "hello",
+            "-n",
+            "24",
+            "--temperature",
+            "1.0",
+            "--top-p",
+            "0.95",
+            "--seed",
+            seed,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let (a, b, c) = (run("7"), run("7"), run("8"));
+    assert_eq!(a, b, "same seed, different text");
+    assert_ne!(a, c, "different seeds, same 24 sampled tokens");
+    assert!(a.starts_with("hello"), "{a:?}");
+    // The summary line goes to stderr.
+    let o = rml(&[
+        "generate",
+        "--model",
+        d,
+        "--prompt",
+        "hi",
+        "-n",
+        "4",
+        "--threads",
+        "2",
+        "--schedule",
+        "static",
+    ]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    for field in [
+        "prompt tokens",
+        "prefill",
+        "decode",
+        "tok/s",
+        "threads",
+        "schedule static",
+        "kernels",
+        "peak memory",
+    ] {
+        assert!(err.contains(field), "{field:?} missing from the summary {err:?}");
+    }
+}
+
+#[test]
+fn bad_paths_are_one_line_errors() {
+    let o = rml(&["generate", "--model", "/nonexistent/model.gguf", "-n", "1"]);
+    one_line_error(&o, "/nonexistent/model.gguf");
+    let o = rml(&["inspect", "/nonexistent/dir"]);
+    one_line_error(&o, "/nonexistent/dir");
+    let empty = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-empty-dir");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = rml(&["generate", "--model", empty.to_str().unwrap(), "-n", "1"]);
+    one_line_error(&o, "config.json");
+}
+
+#[test]
+fn a_truncated_model_is_a_one_line_error() {
+    let dir = tiny_dir("cli-truncated", None);
+    let w = dir.join("model.safetensors");
+    let bytes = std::fs::read(&w).unwrap();
+    std::fs::write(&w, &bytes[..bytes.len() / 2]).unwrap();
+    let o = rml(&["generate", "--model", dir.to_str().unwrap(), "-n", "1"]);
+    one_line_error(&o, "model.safetensors");
+    // A truncated GGUF as well.
+    let gguf = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-truncated.gguf");
+    let mut head = b"GGUF".to_vec();
+    head.extend_from_slice(&3u32.to_le_bytes());
+    head.extend_from_slice(&[0u8; 5]);
+    std::fs::write(&gguf, head).unwrap();
+    let o = rml(&["generate", "--model", gguf.to_str().unwrap(), "-n", "1"]);
+    one_line_error(&o, "cli-truncated.gguf");
+}
+
+#[test]
+fn an_unsupported_rope_scaling_is_a_one_line_error() {
+    let text = std::fs::read_to_string(data("tiny-llama/f32/config.transformers4.json")).unwrap();
+    let text = text.replace(
+        "\"rope_scaling\": null",
+        "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}",
+    );
+    assert!(text.contains("yarn"), "fixture changed: {text}");
+    let dir = tiny_dir("cli-yarn", Some(&text));
+    let o = rml(&["generate", "--model", dir.to_str().unwrap(), "-n", "1"]);
+    one_line_error(&o, "yarn");
+}
+
+#[test]
+fn n_past_the_context_is_a_one_line_error() {
+    let dir = tiny_dir("cli-context", None);
+    let d = dir.to_str().unwrap();
+    // max_position_embeddings is 512.
+    let o = rml(&["generate", "--model", d, "--prompt", "hello", "-n", "600"]);
+    one_line_error(&o, "context");
+    let o = rml(&["generate", "--model", d, "--prompt", "hello", "-n", "20", "--context", "16"]);
+    one_line_error(&o, "context of 16");
+    let o = rml(&["generate", "--model", d, "--prompt", "hello", "-n", "2", "--context", "1000"]);
+    one_line_error(&o, "context length 1000");
+    let o =
+        rml(&["generate", "--model", d, "--prompt", "hello", "-n", "2", "--schedule", "sideways"]);
+    assert!(!o.status.success());
+}
+
+#[test]
+fn greedy_smollm2_continues_the_reference_prompt() {
+    let Some(gguf) = smollm2_gguf() else { return };
+    let o = rml(&[
+        "generate",
+        "--model",
+        gguf.to_str().unwrap(),
+        "--prompt",
+        "Once upon a time, there was a little",
+        "-n",
+        "16",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The reference's first 16 greedy tokens.
+    assert_eq!(
+        stdout(&o).trim_end(),
+        "Once upon a time, there was a little girl named Emma who loved to play in the sun. \
+         She would often go to"
+    );
+}
+
+#[test]
+fn inspect_lists_tensors_and_metadata() {
+    let dir = tiny_dir("cli-inspect", None);
+    let o = rml(&["inspect", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("model.layers.1.mlp.down_proj.weight"), "{out}");
+    assert!(out.contains("2 layers, hidden 64"), "{out}");
+    let Some(gguf) = smollm2_gguf() else { return };
+    let o = rml(&["inspect", gguf.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert!(out.contains("tokenizer.ggml.pre"), "{out}");
+    assert!(out.contains("blk.29.ffn_down.weight"), "{out}");
+    assert!(out.contains("tensors (272"), "{out}");
+}

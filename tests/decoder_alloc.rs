@@ -1,0 +1,107 @@
+//! Zero heap allocations per decode step after warm-up: a counting global allocator watches
+//! 16 decode steps (plus sampling) of the tiny model and of SmolLM2, with the inline executor
+//! and with a thread pool, in both activation modes.
+//!
+//! One test function: the counter is process-wide, so nothing may run beside it.
+#![cfg(feature = "std")]
+
+mod decoder_common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+use decoder_common::{data, leak_aligned, smollm2_gguf};
+use rml::exec::Executor;
+use rml::format::hf_config::parse_config;
+use rml::format::safetensors::SafeTensors;
+use rml::format::TensorSource;
+use rml::load::Model;
+use rml::model::config::ModelConfig;
+use rml::model::{DecoderLM, DecoderOptions, Sampler, SamplerConfig};
+use rml::ops::Activations;
+use rml::InlineExecutor;
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, SeqCst);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, SeqCst);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, SeqCst);
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Prompt, one warm-up step, then 16 counted steps of decode + sampling.
+fn count_steps(
+    what: &str,
+    config: &ModelConfig,
+    src: &dyn TensorSource<'_>,
+    exec: &dyn Executor,
+    activations: Activations,
+) {
+    let opts = DecoderOptions { context_len: Some(64), activations, ..DecoderOptions::default() };
+    let mut m = DecoderLM::new(config, src, exec, opts).unwrap();
+    let sc = SamplerConfig {
+        temperature: 0.8,
+        top_k: 40,
+        top_p: 0.95,
+        repetition_penalty: 1.1,
+        seed: 7,
+    };
+    let mut sampler = Sampler::new(sc, config.vocab_size).unwrap();
+    let prompt = [1u32, 17, 42, 99, 3, 128, 7, 64];
+    sampler.record(&prompt).unwrap();
+    let mut tok = sampler.sample(m.prefill(&prompt).unwrap()).unwrap();
+    tok = sampler.sample(m.decode(tok).unwrap()).unwrap();
+    let before = ALLOCATIONS.load(SeqCst);
+    for _ in 0..16 {
+        tok = sampler.sample(m.decode(tok).unwrap()).unwrap();
+    }
+    let allocs = ALLOCATIONS.load(SeqCst) - before;
+    eprintln!("{what}: {allocs} allocations in 16 decode steps");
+    assert_eq!(allocs, 0, "{what}: 16 decode steps allocated {allocs} times");
+}
+
+fn executors() -> Vec<(&'static str, Box<dyn Executor>)> {
+    vec![
+        ("inline", Box::new(InlineExecutor)),
+        ("2-thread pool", Box::new(rml::exec::ThreadPool::new(2))),
+    ]
+}
+
+#[test]
+fn decode_steps_allocate_nothing() {
+    let dir = data("tiny-llama/f32");
+    let cfg = parse_config(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    let st = SafeTensors::parse(leak_aligned(&dir.join("model.safetensors"))).unwrap();
+    let smol = smollm2_gguf().map(|p| Model::open(p).unwrap());
+    for (name, exec) in executors() {
+        for act in [Activations::F32, Activations::Int8] {
+            count_steps(&format!("tiny f32, {name}, {act:?}"), &cfg, &st, &*exec, act);
+            if let Some(model) = &smol {
+                let what = format!("SmolLM2 Q4_1, {name}, {act:?}");
+                count_steps(&what, model.config(), &model, &*exec, act);
+            }
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! ThreadPool behaviour: every schedule covers every index once, the executor runs exactly the
+//! planned chunks, panics reach the caller and leave the pool usable, tiny-dispatch stress,
+//! prompt drop, statistics, and oversubscription. Every test that could hang runs inside a
+//! watchdog so that a hang fails the test instead.
+#![cfg(feature = "std")]
+
+use core::ops::Range;
+use core::panic::AssertUnwindSafe;
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use core::time::Duration;
+use std::panic::{catch_unwind, resume_unwind};
+use std::sync::{mpsc, Mutex};
+use std::time::Instant;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use rml::exec::{ChunkPlan, Executor, InlineExecutor, Schedule, ThreadPool};
+
+/// Runs `f` on its own thread and fails the test if it does not finish within `secs`.
+fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(catch_unwind(AssertUnwindSafe(f)));
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(panic)) => resume_unwind(panic),
+        Err(_) => panic!("watchdog: still running after {secs} s (hang?)"),
+    }
+}
+
+fn schedules() -> impl Strategy<Value = Schedule> {
+    prop_oneof![
+        (0usize..200).prop_map(Schedule::Grain),
+        proptest::sample::select(Schedule::ALL.to_vec())
+    ]
+}
+
+/// Runs one `parallel_for` and checks that every index ran exactly once and that the chunks
+/// were exactly the plan's.
+fn check_cover(exec: &dyn Executor, start: usize, n: usize, s: Schedule) {
+    let counts: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+    let seen = Mutex::new(Vec::<Range<usize>>::new());
+    exec.parallel_for(start..start + n, s, &|r| {
+        for i in r.clone() {
+            counts[i - start].fetch_add(1, Relaxed);
+        }
+        seen.lock().unwrap().push(r);
+    });
+    for (i, c) in counts.iter().enumerate() {
+        assert_eq!(
+            c.load(Relaxed),
+            1,
+            "index {} under {s:?} with {} threads",
+            start + i,
+            exec.threads()
+        );
+    }
+    let mut seen = seen.into_inner().unwrap();
+    seen.sort_by_key(|r| r.start);
+    let plan = ChunkPlan::new(start..start + n, s, exec.threads(), false);
+    if plan.num_chunks() <= 1 || exec.threads() == 1 {
+        // Inline: one call over the whole range (none for an empty range).
+        let expected: Vec<_> = plan.iter().next().map(|_| start..start + n).into_iter().collect();
+        assert_eq!(seen, expected);
+    } else {
+        assert_eq!(seen, plan.iter().collect::<Vec<_>>(), "{s:?}");
+    }
+}
+
+#[test]
+fn every_schedule_and_thread_count_covers_each_index_once() {
+    watchdog(600, || {
+        for threads in [1, 2, 3, 4, 8] {
+            let pool = ThreadPool::new(threads);
+            assert_eq!(pool.threads(), threads);
+            for s in Schedule::ALL.into_iter().chain([Schedule::Grain(7)]) {
+                for n in [0, 1, 2, 7, 8, 9, 31, 64, 100, 1000] {
+                    check_cover(&pool, 3, n, s);
+                }
+            }
+            let mut runner = TestRunner::new(Config { cases: 64, ..Config::default() });
+            runner
+                .run(&(0usize..1000, 0usize..3000, schedules()), |(start, n, s)| {
+                    check_cover(&pool, start, n, s);
+                    Ok(())
+                })
+                .unwrap();
+        }
+        for s in Schedule::ALL {
+            check_cover(&InlineExecutor, 5, 77, s);
+        }
+    });
+}
+
+#[test]
+fn panic_reaches_the_caller_and_the_pool_keeps_working() {
+    watchdog(120, || {
+        let pool = ThreadPool::new(4);
+        for s in Schedule::ALL.into_iter().chain([Schedule::Fixed8, Schedule::Grain(3)]) {
+            for bad in [0, 499, 999] {
+                let ran = AtomicUsize::new(0);
+                let result = catch_unwind(AssertUnwindSafe(|| {
+                    pool.parallel_for(0..1000, s, &|r| {
+                        for i in r {
+                            if i == bad {
+                                panic!("chunk failed at {i}");
+                            }
+                            ran.fetch_add(1, Relaxed);
+                        }
+                    });
+                }));
+                let payload = result.expect_err("the panic must reach the caller");
+                let msg = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .unwrap_or_else(|| String::from("<not a String>"));
+                assert_eq!(msg, format!("chunk failed at {bad}"), "{s:?}");
+                assert!(ran.load(Relaxed) < 1000);
+                // The same pool still computes a correct sum.
+                let sum = AtomicUsize::new(0);
+                pool.parallel_for(0..1000, s, &|r| {
+                    sum.fetch_add(r.sum::<usize>(), Relaxed);
+                });
+                assert_eq!(sum.load(Relaxed), 999 * 1000 / 2, "{s:?}");
+            }
+        }
+        // Several chunks panicking at once: the caller still gets one of them.
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.parallel_for(0..64, Schedule::Fixed8, &|_| panic!("everyone"));
+        }));
+        assert!(r.is_err());
+        // A panic inside a nested (inline) loop travels out through both levels.
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.parallel_for(0..8, Schedule::Static, &|outer| {
+                pool.parallel_for(0..8, Schedule::Static, &|inner| {
+                    if outer.start == 2 && inner.contains(&5) {
+                        panic!("nested");
+                    }
+                });
+            });
+        }));
+        assert!(r.is_err());
+        let sum = AtomicUsize::new(0);
+        pool.parallel_for(0..100, Schedule::Grain(1), &|r| {
+            sum.fetch_add(r.len(), Relaxed);
+        });
+        assert_eq!(sum.load(Relaxed), 100);
+    });
+}
+
+#[test]
+fn alternating_tiny_dispatches_with_8_threads() {
+    let total = watchdog(300, || {
+        let pool = ThreadPool::new(8);
+        let count = AtomicUsize::new(0);
+        let body = |r: Range<usize>| {
+            count.fetch_add(r.len(), Relaxed);
+        };
+        for i in 0..200_000usize {
+            let n = if i % 2 == 0 { 1 } else { 9 };
+            let s = Schedule::ALL[(i / 2) % Schedule::ALL.len()];
+            pool.parallel_for(0..n, s, &body);
+        }
+        let stats = pool.stats();
+        // Every n = 9 call under a schedule that makes 2+ chunks is a real dispatch.
+        assert!(stats.dispatches >= 50_000, "{stats:?}");
+        count.load(Relaxed)
+    });
+    assert_eq!(total, 100_000 * (1 + 9));
+}
+
+#[test]
+fn dropping_a_pool_with_sleeping_workers_returns_promptly() {
+    watchdog(60, || {
+        // Spin 0: workers sleep as soon as they have nothing to do.
+        let pool = ThreadPool::builder().threads(4).spin_time(Duration::ZERO).build().unwrap();
+        let t0 = Instant::now();
+        while pool.stats().sleeps < 3 {
+            assert!(t0.elapsed() < Duration::from_secs(20), "workers never went to sleep");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let t = Instant::now();
+        drop(pool);
+        let dropped_in = t.elapsed();
+        assert!(dropped_in < Duration::from_secs(2), "drop took {dropped_in:?}");
+
+        // After a dispatch and a spin window that has long expired.
+        let pool =
+            ThreadPool::builder().threads(3).spin_time(Duration::from_micros(100)).build().unwrap();
+        pool.parallel_for(0..100, Schedule::Fixed8, &|_| {});
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(pool.stats().sleeps >= 2);
+        let t = Instant::now();
+        drop(pool);
+        assert!(t.elapsed() < Duration::from_secs(2));
+
+        // While workers are still spinning (a very long spin window).
+        let pool =
+            ThreadPool::builder().threads(3).spin_time(Duration::from_secs(3600)).build().unwrap();
+        pool.parallel_for(0..100, Schedule::Fixed8, &|_| {});
+        let t = Instant::now();
+        drop(pool);
+        assert!(t.elapsed() < Duration::from_secs(2));
+    });
+}
+
+#[test]
+fn sleeping_workers_are_woken_and_counted() {
+    watchdog(60, || {
+        let pool = ThreadPool::builder().threads(3).spin_time(Duration::ZERO).build().unwrap();
+        let t0 = Instant::now();
+        while pool.stats().sleeps < 2 {
+            assert!(t0.elapsed() < Duration::from_secs(20));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let before = pool.stats();
+        let sum = AtomicUsize::new(0);
+        for _ in 0..20 {
+            pool.parallel_for(0..300, Schedule::Static, &|r| {
+                sum.fetch_add(r.len(), Relaxed);
+            });
+        }
+        assert_eq!(sum.load(Relaxed), 20 * 300);
+        let d = pool.stats().since(&before);
+        assert_eq!(d.dispatches, 20);
+        assert_eq!(d.chunks, 60);
+        assert_eq!(d.steals, 0, "Static never steals");
+        // With no spin window every dispatch finds sleepers and has to wake them.
+        assert!(d.wakeups >= 1 && d.wakeups <= 20, "{d:?}");
+        assert!(d.sleeps >= 2, "{d:?}");
+    });
+}
+
+#[test]
+fn stats_count_dispatches_chunks_inline_runs_and_steals() {
+    watchdog(60, || {
+        let pool = ThreadPool::new(2);
+        let s0 = pool.stats();
+        pool.parallel_for(0..1000, Schedule::Grain(10), &|_| {}); // 8 chunks
+        pool.parallel_for(0..5, Schedule::Grain(10), &|_| {}); // 1 chunk: inline
+        pool.parallel_for(0..0, Schedule::Grain(10), &|_| {}); // empty: nothing
+        pool.parallel_for(0..100, Schedule::Static, &|_| {}); // 2 owned chunks
+        let d = pool.stats().since(&s0);
+        assert_eq!((d.dispatches, d.chunks, d.inline_runs), (2, 10, 1), "{d:?}");
+        assert!(d.steals <= 8);
+
+        // A pool without workers runs everything inline.
+        let one = ThreadPool::new(1);
+        one.parallel_for(0..100, Schedule::Fixed8, &|_| {});
+        assert_eq!(one.stats().inline_runs, 1);
+        assert_eq!(one.stats().dispatches, 0);
+    });
+}
+
+#[test]
+fn a_blocked_worker_makes_the_caller_steal() {
+    watchdog(60, || {
+        // 2 threads, 8 chunks; chunk 0's runner waits until every other chunk has run, so the
+        // other thread runs chunks 1..8, half of which are owned by the waiting thread.
+        let pool = ThreadPool::new(2);
+        let done = AtomicUsize::new(0);
+        let who = Mutex::new(vec![None; 8]);
+        pool.parallel_for(0..8, Schedule::Fixed8, &|_| {});
+        let s0 = pool.stats();
+        pool.parallel_for(0..64, Schedule::Fixed8, &|r| {
+            let c = r.start / 8;
+            who.lock().unwrap()[c] = Some(std::thread::current().id());
+            if c == 0 {
+                let t = Instant::now();
+                while done.load(Relaxed) < 7 && t.elapsed() < Duration::from_secs(10) {
+                    std::thread::yield_now();
+                }
+            } else {
+                done.fetch_add(1, Relaxed);
+            }
+        });
+        let d = pool.stats().since(&s0);
+        let who = who.into_inner().unwrap();
+        let caller = std::thread::current().id();
+        // Expected steals from the recorded runners: chunk c is owned by thread c % 2.
+        let expected =
+            who.iter().enumerate().filter(|(c, t)| (c % 2 == 0) != (t.unwrap() == caller)).count()
+                as u64;
+        assert_eq!(d.chunks, 8);
+        assert_eq!(d.steals, expected, "{who:?}");
+        assert!(d.steals >= 3, "one thread ran 7 chunks, so at least 3 were stolen: {d:?}");
+    });
+}
+
+#[test]
+fn concurrent_callers_take_turns() {
+    watchdog(120, || {
+        let pool = ThreadPool::new(3);
+        let total = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..2000 {
+                        pool.parallel_for(0..50, Schedule::Proportional2, &|r| {
+                            total.fetch_add(r.len(), Relaxed);
+                        });
+                    }
+                });
+            }
+        });
+        assert_eq!(total.load(Relaxed), 4 * 2000 * 50);
+    });
+}
+
+#[test]
+fn global_pool_is_shared_and_sized() {
+    let a = ThreadPool::global();
+    let b = ThreadPool::global();
+    assert!(core::ptr::eq(a, b));
+    assert!(a.threads() >= 1);
+    let sum = AtomicUsize::new(0);
+    a.parallel_for(0..10_000, Schedule::Grain(64), &|r| {
+        sum.fetch_add(r.sum::<usize>(), Relaxed);
+    });
+    assert_eq!(sum.load(Relaxed), 9999 * 10_000 / 2);
+}
+
+/// 1,000 small dispatches on 8 threads (on a machine with fewer cores) finish within 10× of
+/// the same loops on one thread. A generous bound that catches pathological oversubscription
+/// (spinning workers starving the ones that have not checked in), not a speed target.
+#[test]
+fn oversubscribed_pool_is_not_pathological() {
+    let (t1, t8) = watchdog(300, || {
+        let data: Vec<f32> = (0..32_768).map(|i| i as f32 * 0.25).collect();
+        let run = |pool: &ThreadPool| {
+            let sink = AtomicU32::new(0);
+            let t = Instant::now();
+            for _ in 0..1000 {
+                pool.parallel_for(0..data.len(), Schedule::Proportional4, &|r| {
+                    let s: f32 = data[r].iter().map(|x| x.sqrt()).sum();
+                    sink.fetch_add(s as u32 & 1, Relaxed);
+                });
+            }
+            core::hint::black_box(sink.load(Relaxed));
+            t.elapsed()
+        };
+        let one = ThreadPool::new(1);
+        let eight = ThreadPool::new(8);
+        run(&one);
+        run(&eight);
+        // Best of three on each, to keep other load on the machine out of the comparison.
+        let t1 = (0..3).map(|_| run(&one)).min().unwrap();
+        let t8 = (0..3).map(|_| run(&eight)).min().unwrap();
+        (t1, t8)
+    });
+    println!("1,000 dispatches of 32 Ki sqrt-sums: 1 thread {t1:?}, 8 threads {t8:?}");
+    assert!(t8 <= t1 * 10, "8 threads took {t8:?}, 1 thread {t1:?}");
+}
