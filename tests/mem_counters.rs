@@ -85,7 +85,7 @@ fn zero_byte_requests_are_defined() {
 fn concurrent_allocation_from_8_threads_keeps_counters_consistent() {
     let _g = LOCK.lock().unwrap();
     let before = stats();
-    const PER_THREAD: usize = 2000;
+    const PER_THREAD: usize = if cfg!(miri) { 200 } else { 2000 };
     std::thread::scope(|s| {
         for t in 0..8 {
             s.spawn(move || {

@@ -51,18 +51,18 @@ pub fn aligned_alloc(bytes: usize) -> Result<NonNull<u8>> {
             "aligned_alloc: the allocation backend could not provide {total} bytes"
         )));
     }
-    let addr = raw as usize;
+    let addr = raw.addr();
     // Cannot overflow: `raw + total` is inside one allocation, and `aligned + bytes <= raw + total`.
     let aligned_addr = (addr + HEADER + ALIGN - 1) & !(ALIGN - 1);
     let offset = aligned_addr - addr;
     // SAFETY: `offset <= HEADER + ALIGN - 1 < total`, so the pointer stays inside the block.
     let aligned = unsafe { raw.add(offset) };
     // SAFETY: `aligned - HEADER >= raw` (offset >= HEADER) and is usize-aligned (aligned is
-    // 64-aligned, HEADER is a multiple of usize), so both header words are in the block.
+    // 64-aligned, HEADER is a multiple of usize), so both header words are in the block. The
+    // backend's pointer is stored as a pointer (not an integer), keeping its provenance.
     unsafe {
-        let header = aligned.cast::<usize>().sub(2);
-        header.write(addr);
-        header.add(1).write(bytes);
+        aligned.cast::<*mut u8>().sub(2).write(raw);
+        aligned.cast::<usize>().sub(1).write(bytes);
     }
     stats::record_alloc(bytes);
     // SAFETY: `aligned` is derived from the non-null `raw` by a forward offset.
@@ -78,8 +78,8 @@ pub fn aligned_alloc(bytes: usize) -> Result<NonNull<u8>> {
 pub unsafe fn header(ptr: NonNull<u8>) -> (*mut u8, usize) {
     // SAFETY: the caller guarantees the header words below `ptr` were written by aligned_alloc.
     unsafe {
-        let h = ptr.as_ptr().cast::<usize>().sub(2);
-        (h.read() as *mut u8, h.add(1).read())
+        let p = ptr.as_ptr();
+        (p.cast::<*mut u8>().sub(2).read(), p.cast::<usize>().sub(1).read())
     }
 }
 
@@ -141,8 +141,12 @@ impl AlignedBlock {
 
     /// A block of zero bytes; allocates nothing.
     pub const fn empty() -> Self {
-        // SAFETY: ALIGN is non-zero; a dangling, aligned pointer is valid for zero-length slices.
-        AlignedBlock { ptr: unsafe { NonNull::new_unchecked(ALIGN as *mut u8) }, len: 0 }
+        // SAFETY: ALIGN is non-zero; a dangling, aligned pointer (with no provenance: it is
+        // never dereferenced) is valid for zero-length slices.
+        AlignedBlock {
+            ptr: unsafe { NonNull::new_unchecked(core::ptr::without_provenance_mut(ALIGN)) },
+            len: 0,
+        }
     }
 
     /// Length in bytes.
