@@ -454,6 +454,85 @@ fn model_config_from_llama_metadata() {
     assert!(e.message().contains("missing metadata \"llama.embedding_length\""), "{e}");
 }
 
+#[test]
+fn model_config_refuses_hostile_llama_metadata() {
+    let base = || {
+        Builder::new()
+            .kv_str("general.architecture", "llama")
+            .kv_u32("llama.embedding_length", 64)
+            .kv_u32("llama.feed_forward_length", 176)
+            .kv_u32("llama.block_count", 2)
+            .kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+            .kv_u32("llama.context_length", 512)
+            .kv_u32("llama.vocab_size", 3)
+    };
+    let config = |b: Builder| Gguf::parse(&b.build()).unwrap().model_config();
+    assert_eq!(config(base().kv_u32("llama.attention.head_count", 4)).unwrap().head_dim, 16);
+    for (b, code, needle) in [
+        (base().kv_u32("llama.attention.head_count", 0), Code::InvalidArgument, "head_count 0"),
+        (base().kv_u32("llama.attention.head_count", 5), Code::InvalidArgument, "head_count 5"),
+        (
+            base()
+                .kv_u32("llama.attention.head_count", 4)
+                .kv_u32("llama.attention.head_count_kv", 0),
+            Code::InvalidArgument,
+            "num_key_value_heads is 0",
+        ),
+        (
+            base()
+                .kv_u32("llama.attention.head_count", 4)
+                .kv_u32("llama.attention.head_count_kv", 3),
+            Code::InvalidArgument,
+            "num_key_value_heads 3",
+        ),
+        (
+            base()
+                .kv_u32("llama.attention.head_count", 4)
+                .kv_u32("llama.attention.value_length", 8),
+            Code::Unimplemented,
+            "value_length 8",
+        ),
+        (
+            base().kv_u32("llama.attention.head_count", 4).kv_u32("llama.rope.dimension_count", 8),
+            Code::Unimplemented,
+            "dimension_count 8",
+        ),
+        (
+            base().kv_u32("llama.attention.head_count", 4).kv_f32("llama.rope.freq_base", f32::NAN),
+            Code::InvalidArgument,
+            "rope_theta NaN",
+        ),
+        (
+            base()
+                .kv_u32("llama.attention.head_count", 4)
+                .kv_str("llama.rope.scaling.type", "linear")
+                .kv_f32("llama.rope.scaling.factor", -1.0),
+            Code::InvalidArgument,
+            "factor -1",
+        ),
+        (
+            base()
+                .kv_u32("llama.attention.head_count", 4)
+                .kv_str("llama.rope.scaling.type", "yarn"),
+            Code::Unimplemented,
+            "\"yarn\"",
+        ),
+        (
+            base().kv_u32("llama.attention.head_count", 4).kv_raw(
+                "tokenizer.ggml.eos_token_id",
+                5,
+                &(-1i32).to_le_bytes(),
+            ),
+            Code::DataLoss,
+            "eos_token_id",
+        ),
+    ] {
+        let e = config(b).unwrap_err();
+        assert_eq!(e.code(), code, "{e}");
+        assert!(e.message().contains(needle), "{e} lacks {needle:?}");
+    }
+}
+
 // ------------------------------------------------------------------ the real model
 
 fn smollm2() -> Option<Vec<u8>> {

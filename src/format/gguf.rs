@@ -1015,8 +1015,9 @@ impl<'a> Gguf<'a> {
     /// # Errors
     ///
     /// [`crate::Code::Unimplemented`] for another architecture, a rope scaling type other
-    /// than none/linear, a `rope_freqs.weight` tensor (precomputed frequency factors), or
-    /// `rope.dimension_count` differing from the head width (partial rotary);
+    /// than none/linear, a `rope_freqs.weight` tensor (precomputed frequency factors),
+    /// `rope.dimension_count` differing from the head width (partial rotary), or
+    /// `attention.value_length` differing from it;
     /// [`crate::Code::DataLoss`] naming a missing or mistyped key; the errors of
     /// [`ModelConfig::validate`].
     pub fn model_config(&self) -> Result<ModelConfig> {
@@ -1043,6 +1044,14 @@ impl<'a> Gguf<'a> {
                 hidden_size / num_attention_heads
             }
         };
+        if let Some(v) = self.get_usize("llama.attention.value_length")? {
+            if v != head_dim {
+                return Err(Error::unimplemented(format_args!(
+                    "GGUF: llama.attention.value_length {v} differs from the key width {head_dim} \
+                     (rml's attention uses one head width)"
+                )));
+            }
+        }
         if let Some(rot) = self.get_usize("llama.rope.dimension_count")? {
             if rot != head_dim {
                 return Err(Error::unimplemented(format_args!(
