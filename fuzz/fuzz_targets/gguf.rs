@@ -1,6 +1,6 @@
 //! Raw bytes into the GGUF parser and every accessor on what it accepts: no panic, no
-//! out-of-bounds read, no huge allocation; accepted tensors lie inside the file and match
-//! their shapes.
+//! out-of-bounds read, no huge allocation; accepted tensors lie inside the file, do not
+//! overlap, and match their shapes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -23,6 +23,13 @@ fuzz_target!(|data: &[u8]| {
     let _ = g.bos_token_id();
     let _ = g.eos_token_id();
     let _ = g.model_config();
+    // Non-empty tensors never share a byte.
+    let mut ranges: Vec<(usize, usize)> =
+        g.infos().iter().filter(|t| t.bytes > 0).map(|t| (t.offset, t.offset + t.bytes)).collect();
+    ranges.sort_unstable();
+    for w in ranges.windows(2) {
+        assert!(w[0].1 <= w[1].0, "accepted overlapping tensors {w:?}");
+    }
     for info in g.infos() {
         assert!(info.offset >= g.data_start() && info.offset + info.bytes <= data.len());
         assert_eq!(g.raw_bytes(&info.name).unwrap().len(), info.bytes);
