@@ -244,7 +244,7 @@ unsafe fn row_dot<Q: QBlock, D: Dot>(
         if b < nb {
             let (mut is, mut dw, mut dx) = ([0i32; 8], [0f32; 8], [0f32; 8]);
             let (mut mw, mut sx) = ([0f32; 8], [0f32; 8]);
-            for j in 0..(nb - b).min(8) {
+            for j in 0..nb - b {
                 let blk = w.add((b + j) * Q::BYTES);
                 is[j] = vaddvq_s32(isum::<Q, D>(blk, qs.add((b + j) * QK)));
                 dw[j] = vgetq_lane_f32::<0>(gather_f16(blk, 0));

@@ -242,7 +242,7 @@ unsafe fn row_dot<Q: QBlock>(
         if b < nb {
             let (mut is, mut dw, mut dx) = ([0i32; 8], [0f32; 8], [0f32; 8]);
             let (mut mw, mut sx) = ([0f32; 8], [0f32; 8]);
-            for j in 0..(nb - b).min(8) {
+            for j in 0..nb - b {
                 let blk = w.add((b + j) * Q::BYTES);
                 is[j] = hsum_epi32(Q::isum(blk, qs.add((b + j) * QK)));
                 if Q::MINUS_8_SUM {
