@@ -162,13 +162,19 @@ impl Shape {
     ///
     /// [`crate::Code::InvalidArgument`] if the last dimension is not a multiple of the block
     /// size of a quantized dtype; [`crate::Code::ResourceExhausted`] on overflow.
+    /// A shape with no elements (any dimension 0) needs 0 bytes, however large its other
+    /// dimensions are.
     pub fn storage_bytes(&self, dtype: DType) -> Result<usize> {
         let last = self.dims().last().copied().unwrap_or(1);
-        let rows = if self.rank == 0 { 1 } else { self.numel().checked_div(last).unwrap_or(0) };
-        if last == 0 {
-            return Ok(0);
+        let bs = dtype.block_size();
+        if last % bs != 0 {
+            return Err(Error::invalid_argument(format_args!(
+                "shape {self:?} of {dtype}: rows of {last} elements are not a multiple of the \
+                 block size {bs}"
+            )));
         }
-        rows.checked_mul(dtype.row_bytes(last)?).ok_or_else(|| {
+        // `numel` fits usize (checked by `Shape::new`) and is a multiple of the block size.
+        (self.numel() / bs).checked_mul(dtype.block_bytes()).ok_or_else(|| {
             Error::resource_exhausted(format_args!("shape {self:?} of {dtype} overflows usize"))
         })
     }
@@ -295,8 +301,9 @@ impl<'a> Tensor<'a> {
                 self.shape, self.dtype
             )));
         }
+        // No elements: nothing to misread, whatever the (dangling) address of the bytes.
         let addr = self.as_bytes().as_ptr() as usize;
-        if addr % align_of::<T>() != 0 {
+        if !self.as_bytes().is_empty() && addr % align_of::<T>() != 0 {
             return Err(Error::invalid_argument(format_args!(
                 "tensor {want} {:?}: data at {addr:#x} is not {}-byte aligned",
                 self.shape,
@@ -379,12 +386,15 @@ impl Tensor<'static> {
 }
 
 /// Reinterprets aligned bytes as `T` elements (trailing bytes that do not fill a `T` are
-/// ignored).
+/// ignored). Fewer bytes than one `T` give an empty slice at any address.
 ///
 /// # Panics
 ///
-/// If `bytes` is not aligned for `T` (callers check first).
+/// If `bytes` holds at least one `T` and is not aligned for `T` (callers check first).
 pub(crate) fn cast_slice<T: crate::mem::Pod>(bytes: &[u8]) -> &[T] {
+    if bytes.len() < core::mem::size_of::<T>() {
+        return &[];
+    }
     assert_eq!(bytes.as_ptr() as usize % align_of::<T>(), 0, "misaligned cast");
     // SAFETY: aligned (asserted), in bounds (length rounded down), `T` is Pod so every bit
     // pattern is a valid value.
@@ -397,8 +407,11 @@ pub(crate) fn cast_slice<T: crate::mem::Pod>(bytes: &[u8]) -> &[T] {
 ///
 /// # Panics
 ///
-/// If `bytes` is not aligned for `T`.
+/// If `bytes` holds at least one `T` and is not aligned for `T`.
 pub(crate) fn cast_slice_mut<T: crate::mem::Pod>(bytes: &mut [u8]) -> &mut [T] {
+    if bytes.len() < core::mem::size_of::<T>() {
+        return &mut [];
+    }
     assert_eq!(bytes.as_ptr() as usize % align_of::<T>(), 0, "misaligned cast");
     // SAFETY: as `cast_slice`, with exclusive access from `&mut`.
     unsafe {
@@ -430,6 +443,24 @@ mod tests {
         assert!(Shape::new(&[1; 9]).is_err());
         let s = Shape::new(&[usize::MAX / 2]).unwrap();
         assert!(s.storage_bytes(DType::F32).is_err());
+        assert_eq!(Shape::new(&[3, 64]).unwrap().storage_bytes(DType::Q4_1).unwrap(), 120);
+        assert_eq!(Shape::new(&[]).unwrap().storage_bytes(DType::I64).unwrap(), 8);
+        assert!(Shape::new(&[2, 48]).unwrap().storage_bytes(DType::Q8_0).is_err());
+    }
+
+    #[test]
+    fn empty_shapes_need_no_bytes_whatever_their_other_dimensions() {
+        for dims in [&[usize::MAX / 2, 0][..], &[0, usize::MAX / 2], &[0, 1 << 62, 7]] {
+            let s = Shape::new(dims).unwrap();
+            assert_eq!(s.numel(), 0);
+            assert_eq!(s.storage_bytes(DType::F32).unwrap(), 0, "{dims:?}");
+        }
+        let s = Shape::new(&[0, usize::MAX - 31]).unwrap();
+        assert_eq!(s.storage_bytes(DType::Q8_0).unwrap(), 0);
+        // The block rule still applies to an empty quantized shape.
+        assert!(Shape::new(&[0, 33]).unwrap().storage_bytes(DType::Q8_0).is_err());
+        let t = Tensor::from_buffer(DType::F32, Shape::new(&[1 << 62, 0]).unwrap(), &[]).unwrap();
+        assert!(t.as_f32().unwrap().is_empty());
     }
 
     #[test]

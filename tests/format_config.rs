@@ -264,3 +264,53 @@ fn oversized_config_refused() {
     let big = format!("{{\"x\": \"{}\"}}", "a".repeat(rml::format::hf_config::MAX_CONFIG_BYTES));
     assert_eq!(parse_config(&big).unwrap_err().code(), Code::ResourceExhausted);
 }
+
+#[test]
+fn sizes_whose_weights_could_not_exist_are_refused() {
+    // Every field fits usize, but the f32 weight matrices they describe would not fit in the
+    // address space: refused, so that code sizing buffers from a config cannot overflow.
+    for (text, needle) in [
+        (
+            v4("").replace("\"vocab_size\": 100", "\"vocab_size\": 18446744073709551615"),
+            "vocab_size",
+        ),
+        (
+            v4("")
+                .replace("\"intermediate_size\": 96", "\"intermediate_size\": 9223372036854775807"),
+            "intermediate_size 9223372036854775807",
+        ),
+        (v4(r#""head_dim": 4611686018427387904"#), "head_dim 4611686018427387904"),
+        (
+            v4(r#""head_dim": 8"#)
+                .replace("\"hidden_size\": 48", "\"hidden_size\": 4611686018427387904"),
+            "hidden_size 4611686018427387904",
+        ),
+    ] {
+        let e = parse_config(&text).expect_err(needle);
+        assert_eq!(e.code(), Code::InvalidArgument, "{needle}: {e}");
+        assert!(e.message().contains(needle) && e.message().contains("address space"), "{e}");
+    }
+    // Large but possible sizes are fine.
+    let c = parse_config(&v4(r#""max_position_embeddings": 1048576"#)).unwrap();
+    assert_eq!(c.max_position_embeddings, 1 << 20);
+}
+
+#[test]
+fn syntax_errors_inside_a_value_name_the_key() {
+    // serde_json refuses these while reading the value; the message names the key too.
+    for (extra, needle) in [
+        (r#""rope_theta": 1e400"#, "number out of range"),
+        (
+            r#""x": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"#,
+            "recursion limit",
+        ),
+    ] {
+        let key = &extra[..extra.find(':').unwrap()];
+        let e = parse_config(&v4(extra)).unwrap_err();
+        assert_eq!(e.code(), Code::DataLoss);
+        assert!(e.message().contains(key) && e.message().contains(needle), "{e}");
+    }
+    // A syntax error between values is still reported as such.
+    let e = parse_config(r#"{"vocab_size": 1,, "x": 2}"#).unwrap_err();
+    assert!(e.message().contains("not a valid JSON object"), "{e}");
+}

@@ -377,6 +377,31 @@ fn bad_shapes_and_offsets() {
 }
 
 #[test]
+fn an_empty_tensor_does_not_hide_an_overlap() {
+    // a: [0, 256); z: empty at 64; b: [128, 192) lies inside a. Comparing sorted neighbours
+    // only, z between a and b used to hide the overlap.
+    let mut f = Builder::new()
+        .tensor_info("a", &[64], 0, 0)
+        .tensor_info("z", &[0], 0, 64)
+        .tensor_info("b", &[16], 0, 128)
+        .build();
+    f.extend_from_slice(&[0; 256]);
+    expect_err(
+        &f,
+        Code::DataLoss,
+        &["\"b\" (data [128, 192))", "overlaps", "\"a\" (data [0, 256))"],
+    );
+    // Empty tensors anywhere (inside others, at the end) are fine on their own.
+    let mut f = Builder::new()
+        .tensor_info("a", &[64], 0, 0)
+        .tensor_info("z", &[0, 4], 0, 64)
+        .tensor_info("e", &[0], 2, 256)
+        .build();
+    f.extend_from_slice(&[0; 256]);
+    assert_eq!(Gguf::parse(&f).unwrap().infos().len(), 3);
+}
+
+#[test]
 fn deeply_nested_arrays_refused() {
     let mut v = vec![];
     for _ in 0..20 {

@@ -383,3 +383,40 @@ fn aligned_data_borrowed_not_copied() {
     let t = st.tensor("a").unwrap().to_tensor().unwrap();
     assert!(matches!(t.storage(), rml::Storage::Borrowed(_)));
 }
+
+#[test]
+fn empty_tensor_with_huge_dimensions_is_usable() {
+    // Zero elements, whatever the other dimensions: zero bytes, usable as an empty tensor
+    // (this used to parse, then fail at use with "4611686018427387904 elements overflow").
+    let h = r#"{"w":{"dtype":"F32","shape":[4611686018427387904,0],"data_offsets":[0,0]},
+               "v":{"dtype":"BF16","shape":[0,4611686018427387904],"data_offsets":[0,0]}}"#;
+    let f = file(h, &[]);
+    assert_eq!(parse(&f).unwrap(), 2);
+    let st = SafeTensors::parse(&f).unwrap();
+    for name in ["w", "v"] {
+        let v = st.tensor(name).unwrap();
+        assert_eq!(v.shape.storage_bytes(v.dtype).unwrap(), 0);
+        assert_eq!(v.to_tensor().unwrap().as_bytes().len(), 0);
+        v.dequantize_into(&mut []).unwrap();
+    }
+    assert!(st.tensor("w").unwrap().to_tensor().unwrap().as_f32().unwrap().is_empty());
+}
+
+#[test]
+fn deep_nesting_in_an_ignored_key_is_refused_like_the_reference_does() {
+    // serde_json's nesting limit (128) applies to unknown keys too, as in the safetensors
+    // crate; deeper values used to be skipped, so rml accepted files the reference rejects.
+    for depth in [200usize, 100_000] {
+        let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let h = format!(r#"{{"w":{{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":{deep}}}}}"#);
+        let f = file(&h, &[0; 4]);
+        assert!(safetensors::SafeTensors::deserialize(&f).is_err());
+        expect_err(parse(&f), Code::DataLoss, &["\"w\"", "recursion limit"]);
+        for h in [format!(r#"{{"__metadata__":{{"k":{deep}}}}}"#), format!(r#"{{"w":{deep}}}"#)] {
+            expect_err(parse(&file(&h, &[0; 4])), Code::DataLoss, &[]);
+        }
+    }
+    // Shallow unknown values are still ignored.
+    let h = r#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":{"a":[1,"b",null,{}]}}}"#;
+    assert_eq!(parse(&file(h, &[0; 4])).unwrap(), 1);
+}

@@ -729,13 +729,19 @@ impl<'a> Gguf<'a> {
             }
             t.offset = data_start + rel as usize;
         }
-        let mut by_offset: Vec<usize> = (0..tensors.len()).collect();
-        by_offset.sort_by_key(|&i| (tensors[i].offset, tensors[i].bytes));
+        // Overlap: empty tensors hold no bytes and overlap nothing, so they are left out (kept
+        // in, one between a tensor and another inside it would hide the overlap); sorted by
+        // start, each non-empty tensor must begin at or after the end of the one before.
+        let mut by_offset: Vec<usize> =
+            (0..tensors.len()).filter(|&i| tensors[i].bytes > 0).collect();
+        by_offset.sort_by_key(|&i| tensors[i].offset);
         for w in by_offset.windows(2) {
             let (a, b) = (&tensors[w[0]], &tensors[w[1]]);
-            if b.bytes > 0 && a.offset + a.bytes > b.offset {
+            if a.offset + a.bytes > b.offset {
+                let rel = |t: &TensorInfo| (t.offset - data_start, t.offset - data_start + t.bytes);
+                let ((a0, a1), (b0, b1)) = (rel(a), rel(b));
                 return Err(Error::data_loss(format_args!(
-                    "GGUF: tensor {:?} overlaps tensor {:?}",
+                    "GGUF: tensor {:?} (data [{b0}, {b1})) overlaps tensor {:?} (data [{a0}, {a1}))",
                     b.name, a.name
                 )));
             }

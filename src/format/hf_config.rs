@@ -53,10 +53,14 @@ fn parse_config_inner(text: &str) -> Result<ModelConfig> {
         )));
     }
     let mut de = serde_json::Deserializer::from_str(text);
+    let mut in_value = None;
     let obj = de
-        .deserialize_map(TopLevel)
+        .deserialize_map(TopLevel { in_value: &mut in_value })
         .and_then(|o| de.end().map(|()| o))
-        .map_err(|e| Error::data_loss(format_args!("not a valid JSON object: {e}")))?;
+        .map_err(|e| match &in_value {
+            Some(key) => Error::data_loss(format_args!("{key:?}: not valid JSON: {e}")),
+            None => Error::data_loss(format_args!("not a valid JSON object: {e}")),
+        })?;
     let c = Obj { map: &obj, path: "" };
 
     if let Some(t) = c.opt_str("model_type")? {
@@ -299,9 +303,13 @@ impl<'m> Obj<'m> {
 }
 
 /// The top-level object, refusing a key given twice (serde_json's `Map` would keep the last).
-struct TopLevel;
+struct TopLevel<'k> {
+    /// The key whose value is being read, so that a syntax error inside it (a number out of
+    /// range, nesting too deep) can name the key.
+    in_value: &'k mut Option<String>,
+}
 
-impl<'de> Visitor<'de> for TopLevel {
+impl<'de> Visitor<'de> for TopLevel<'_> {
     type Value = Map<String, Value>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -311,7 +319,9 @@ impl<'de> Visitor<'de> for TopLevel {
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
         let mut map = Map::new();
         while let Some(key) = access.next_key::<String>()? {
+            *self.in_value = Some(key.clone());
             let value: Value = access.next_value()?;
+            *self.in_value = None;
             if map.contains_key(&key) {
                 return Err(de::Error::custom(format_args!("key {key:?} is given twice")));
             }

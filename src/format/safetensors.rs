@@ -540,13 +540,69 @@ impl<'de> Visitor<'de> for EntrySeed<'_> {
                     }
                     e.offsets = Some(map.next_value_seed(OffsetsSeed { name })?);
                 }
-                // Unknown keys are ignored, as the safetensors crate does.
+                // Unknown keys are ignored, as the safetensors crate does (and, like it, with
+                // serde_json's nesting limit: `IgnoredAny` would skip any depth).
                 _ => {
-                    map.next_value::<IgnoredAny>()?;
+                    map.next_value_seed(Skip)?;
                 }
             }
         }
         Ok(e)
+    }
+}
+
+/// Skips one JSON value of any shape through `deserialize_any`, so that the deserializer's
+/// recursion limit applies to it; allocates nothing beyond what the deserializer itself does.
+struct Skip;
+
+impl<'de> DeserializeSeed<'de> for Skip {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(Skip)
+    }
+}
+
+impl<'de> Visitor<'de> for Skip {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Skip)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key_seed(Skip)?.is_some() {
+            map.next_value_seed(Skip)?;
+        }
+        Ok(())
     }
 }
 

@@ -5,7 +5,8 @@
 //! The table is complete in scalar; an ISA's table overrides every entry with its own body.
 //! [`active`] picks the best table the CPU supports on first use (with `std`:
 //! `is_x86_feature_detected!` / `is_aarch64_feature_detected!` and the `RML_KERNELS`
-//! environment variable; without: the compile-time `target_feature`s) and caches the choice
+//! environment variable; without: the compile-time `target_feature`s, and CPUID on x86_64)
+//! and caches the choice
 //! in an atomic; [`force`] pins one (tests, benchmarks). Under Miri everything is scalar.
 //!
 //! Entries are `unsafe fn`s over pointers and lengths; the safe entry points that check
@@ -150,9 +151,41 @@ fn has_avx2() -> bool {
         && std::is_x86_feature_detected!("f16c")
 }
 
+/// Without `std`: the compile-time features, or else CPUID itself (AVX, FMA, F16C and
+/// OSXSAVE in leaf 1, AVX2 in leaf 7) plus `XGETBV` confirming the OS saves the YMM state.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(feature = "std")))]
 fn has_avx2() -> bool {
-    cfg!(all(target_feature = "avx2", target_feature = "fma", target_feature = "f16c"))
+    use core::arch::x86_64::{__cpuid, __cpuid_count};
+    if cfg!(all(target_feature = "avx2", target_feature = "fma", target_feature = "f16c")) {
+        return true;
+    }
+    // SAFETY: CPUID exists on every x86_64 CPU (the intrinsic is safe on newer compilers,
+    // unsafe on older ones: hence `unused_unsafe`).
+    #[allow(unused_unsafe)]
+    let (max_leaf, l1) = unsafe { (__cpuid(0).eax, __cpuid(1)) };
+    let bit = |r: u32, b: u32| r & (1 << b) != 0;
+    let (fma, osxsave, avx, f16c) =
+        (bit(l1.ecx, 12), bit(l1.ecx, 27), bit(l1.ecx, 28), bit(l1.ecx, 29));
+    if max_leaf < 7 || !(fma && osxsave && avx && f16c) {
+        return false;
+    }
+    // SAFETY: leaf 7 exists (checked above).
+    #[allow(unused_unsafe)]
+    let avx2 = bit(unsafe { __cpuid_count(7, 0) }.ebx, 5);
+    // SAFETY: OSXSAVE is set, so XGETBV is available.
+    avx2 && unsafe { xcr0() } & 0b110 == 0b110
+}
+
+/// `XCR0`: which register states the OS saves (bit 1 SSE, bit 2 AVX).
+///
+/// # Safety
+///
+/// The CPU supports XGETBV (CPUID.1:ECX.OSXSAVE).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(feature = "std")))]
+#[target_feature(enable = "xsave")]
+unsafe fn xcr0() -> u64 {
+    // SAFETY: XGETBV is available (caller contract).
+    unsafe { core::arch::x86_64::_xgetbv(0) }
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]

@@ -76,13 +76,18 @@ pub struct ModelConfig {
 
 impl ModelConfig {
     /// Query heads per key/value head (`num_attention_heads / num_key_value_heads`).
+    ///
+    /// # Panics
+    ///
+    /// If `num_key_value_heads` is 0 (a config that [`ModelConfig::validate`] refuses).
     pub fn kv_groups(&self) -> usize {
         self.num_attention_heads / self.num_key_value_heads
     }
 
-    /// Checks the invariants the decoder relies on: every size non-zero, KV heads dividing
-    /// query heads, an even head width, finite positive `rms_norm_eps` and `rope_theta`, and
-    /// positive finite scaling factors.
+    /// Checks the invariants the decoder relies on: every size non-zero, every weight matrix
+    /// (embedding, q/k/v/o, MLP) small enough that its f32 byte size fits `isize`, KV heads
+    /// dividing query heads, an even head width, finite positive `rms_norm_eps` and
+    /// `rope_theta`, and positive finite scaling factors.
     ///
     /// # Errors
     ///
@@ -100,6 +105,36 @@ impl ModelConfig {
         ] {
             if v == 0 {
                 return Err(Error::invalid_argument(format_args!("{name} is 0")));
+            }
+        }
+        // Every weight matrix must have an f32 size that a process could address, so that the
+        // decoder (and anyone else) can compute sizes from these fields without overflow.
+        let h = self.hidden_size;
+        let (q, kv) = (self.num_attention_heads, self.num_key_value_heads);
+        for (rows, rows_desc) in [
+            (Some(self.vocab_size), format_args!("vocab_size {}", self.vocab_size)),
+            (
+                Some(self.intermediate_size),
+                format_args!("intermediate_size {}", self.intermediate_size),
+            ),
+            (
+                q.checked_mul(self.head_dim),
+                format_args!("num_attention_heads {q} × head_dim {}", self.head_dim),
+            ),
+            (
+                kv.checked_mul(self.head_dim),
+                format_args!("num_key_value_heads {kv} × head_dim {}", self.head_dim),
+            ),
+        ] {
+            let fits = rows
+                .and_then(|r| r.checked_mul(h))
+                .and_then(|n| n.checked_mul(4))
+                .is_some_and(|b| b <= isize::MAX as usize);
+            if !fits {
+                return Err(Error::invalid_argument(format_args!(
+                    "{rows_desc} rows × hidden_size {h}: the f32 weight matrix would not fit in \
+                     the address space"
+                )));
             }
         }
         if self.num_attention_heads % self.num_key_value_heads != 0 {

@@ -5,13 +5,14 @@
 //! the micro-kernel is a register tile of `R` weight rows × `N` activation rows, each output
 //! with one 8-lane accumulator: lane `j` accumulates the products of the elements
 //! `i ≡ j (mod 8)` in order with FMA, a K tail shorter than 8 goes through zero-filled lanes,
-//! and the lanes are summed by [`super::hsum_ps`]. Every output sees exactly that sequence of
+//! and the lanes are summed by `hsum4` (four outputs at a time, each lane from its own
+//! accumulator). Every output sees exactly that sequence of
 //! operations whatever the tile shape, so a row's result does not depend on which rows share
 //! its tile or chunk: results are bit-identical for every schedule and thread count.
 
 use core::arch::x86_64::*;
 
-use super::hsum_ps;
+use super::mask;
 
 /// A weight encoding: how 8 consecutive elements of a row become 8 f32 lanes. Elements are
 /// addressed in units of 32 (a quantization block) and 8-element chunks inside them.
@@ -36,20 +37,6 @@ trait Weights {
     ///
     /// As [`Weights::chunk`].
     unsafe fn tail(row: *const u8, i: usize, len: usize) -> __m256;
-}
-
-/// `-1` × 8 then `0` × 8: loading 8 lanes at `8 - len` gives a mask of `len` lanes.
-static MASKS: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
-
-/// A lane mask selecting the first `len <= 8` lanes.
-///
-/// # Safety
-///
-/// AVX must be available; `len <= 8`.
-#[inline(always)]
-unsafe fn mask(len: usize) -> __m256i {
-    // SAFETY: `8 - len <= 8`, so 8 lanes from there stay inside `MASKS`.
-    unsafe { _mm256_loadu_si256(MASKS.as_ptr().add(8 - len).cast()) }
 }
 
 /// Copies `len < 8` 16-bit values into a zero-filled 8-lane buffer.
@@ -231,27 +218,46 @@ impl Weights for Q4_1W {
     }
 }
 
-/// One `R × N` tile: `y[t * ldy + r] = W[r] · x[t]` for `r < R`, `t < N`.
+/// The lane sums of four accumulators, `Σa = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))`
+/// in lane 0 and likewise for `b`, `c`, `d`: each lane depends on its own accumulator only.
 ///
 /// # Safety
 ///
-/// `w` points to `R` rows of `rb` bytes holding `k` elements, `x` to `N` rows of `k` floats,
-/// every `y[t * ldy + r]` is writable; AVX2, FMA and F16C are available.
+/// AVX available.
 #[inline(always)]
-unsafe fn tile<W: Weights, const R: usize, const N: usize>(
+unsafe fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
+    // SAFETY: register-only AVX intrinsics.
+    unsafe {
+        let s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+        _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s))
+    }
+}
+
+/// `R × N` accumulators, one 8-lane vector per output.
+type Acc<const R: usize, const N: usize> = [[__m256; N]; R];
+
+/// Adds the products of elements `k0..k1` into `acc` (`k0` a multiple of 32; `k1` either a
+/// multiple of 32 or `k`, in which case the tail past the last whole block is included).
+///
+/// # Safety
+///
+/// `w` points to `R` rows of `rb` bytes holding `k` elements, `x` to `N` rows of `k` floats;
+/// AVX2, FMA and F16C are available.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accumulate<W: Weights, const R: usize, const N: usize>(
+    acc: &mut Acc<R, N>,
     w: *const u8,
     rb: usize,
     k: usize,
     x: *const f32,
-    y: *mut f32,
-    ldy: usize,
+    k0: usize,
+    k1: usize,
 ) {
     // SAFETY: every pointer below stays inside the rows described by the caller contract:
-    // blocks `b < k / 32`, 8-element steps below `k`, and a masked tail of `k % 8` lanes.
+    // blocks below `k1 / 32 <= k / 32`, 8-element steps below `k`, a masked tail of `k % 8`.
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); N]; R];
-        let nblk = k / 32;
-        for b in 0..nblk {
+        for b in k0 / 32..k1 / 32 {
             for c in 0..4 {
                 let mut xv = [_mm256_setzero_ps(); N];
                 for (t, xv) in xv.iter_mut().enumerate() {
@@ -265,8 +271,8 @@ unsafe fn tile<W: Weights, const R: usize, const N: usize>(
                 }
             }
         }
-        if W::TAIL {
-            let mut i = nblk * 32;
+        if W::TAIL && k1 == k {
+            let mut i = k / 32 * 32;
             while i < k {
                 let len = (k - i).min(8);
                 let m = mask(len);
@@ -288,11 +294,160 @@ unsafe fn tile<W: Weights, const R: usize, const N: usize>(
                 i += 8;
             }
         }
-        for (r, acc) in acc.iter().enumerate() {
-            for (t, a) in acc.iter().enumerate() {
-                *y.add(t * ldy + r) = hsum_ps(*a);
+    }
+}
+
+/// Writes `y[t * ldy + r] = Σ lanes of acc[r][t]`, four rows at a time.
+///
+/// # Safety
+///
+/// Every `y[t * ldy + r]`, `r < R`, `t < N`, is writable; AVX available.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn finish<const R: usize, const N: usize>(acc: &Acc<R, N>, y: *mut f32, ldy: usize) {
+    // SAFETY: writes only the `R × N` outputs of the caller contract.
+    unsafe {
+        for t in 0..N {
+            let mut r = 0;
+            while r < R {
+                let g = |i: usize| if r + i < R { acc[r + i][t] } else { _mm256_setzero_ps() };
+                let sums = hsum4(g(0), g(1), g(2), g(3));
+                let out = y.add(t * ldy + r);
+                if R - r >= 4 {
+                    _mm_storeu_ps(out, sums);
+                } else {
+                    let mut v = [0f32; 4];
+                    _mm_storeu_ps(v.as_mut_ptr(), sums);
+                    for (i, v) in v.iter().enumerate().take(R - r) {
+                        *out.add(i) = *v;
+                    }
+                }
+                r += 4;
             }
         }
+    }
+}
+
+/// One `R × N` tile over all of K: `y[t * ldy + r] = W[r] · x[t]` for `r < R`, `t < N`.
+///
+/// # Safety
+///
+/// `w` points to `R` rows of `rb` bytes holding `k` elements, `x` to `N` rows of `k` floats,
+/// every `y[t * ldy + r]` is writable; AVX2, FMA and F16C are available.
+#[inline(always)]
+unsafe fn tile<W: Weights, const R: usize, const N: usize>(
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    x: *const f32,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: forwarded caller contract (AVX2, FMA and F16C available).
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); N]; R];
+        accumulate::<W, R, N>(&mut acc, w, rb, k, x, 0, k);
+        finish(&acc, y, ldy);
+    }
+}
+
+/// K is cut into chunks of this many elements when it exceeds [`KC_MIN`] (a multiple of 32).
+const KC: usize = 256;
+/// Below this K the whole row fits L1 next to the activation rows: no K blocking.
+const KC_MIN: usize = 768;
+/// Activation tiles (of 3 rows) whose accumulators stay live across the K chunks.
+const MACRO_TILES: usize = 16;
+
+/// Accumulators of one tile, parked in `store` between K chunks (the values are stored and
+/// reloaded unchanged, so the arithmetic is exactly [`tile`]'s).
+///
+/// # Safety
+///
+/// As [`accumulate`]; `store` holds at least `R * N` vectors.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accumulate_parked<W: Weights, const R: usize, const N: usize>(
+    store: &mut [__m256],
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    x: *const f32,
+    k0: usize,
+    k1: usize,
+) {
+    let mut acc: Acc<R, N> = core::array::from_fn(|r| core::array::from_fn(|t| store[r * N + t]));
+    // SAFETY: forwarded caller contract.
+    unsafe { accumulate::<W, R, N>(&mut acc, w, rb, k, x, k0, k1) };
+    for (r, acc) in acc.iter().enumerate() {
+        store[r * N..r * N + N].copy_from_slice(acc);
+    }
+}
+
+/// Four weight rows × `n` activation rows with K blocking: for each group of up to
+/// `3 * MACRO_TILES` activation rows, K chunks of [`KC`] run over all the group's tiles, so
+/// the 4 × `KC` weights stay in L1 while the activations stream from L2. Same per-output
+/// arithmetic as [`tile`].
+///
+/// # Safety
+///
+/// As [`super::super::MatmulF32Fn`] for 4 rows; AVX2, FMA and F16C are available.
+#[inline(always)]
+unsafe fn rows4_kblocked<W: Weights>(
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    x: *const f32,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: AVX is available (caller contract).
+    let zero = unsafe { _mm256_setzero_ps() };
+    let mut store = [zero; 12 * MACRO_TILES];
+    let mut t0 = 0;
+    while t0 < n {
+        let tn = (n - t0).min(3 * MACRO_TILES);
+        store.fill(zero);
+        let mut k0 = 0;
+        while k0 < k {
+            let k1 = if k - k0 > KC { k0 + KC } else { k };
+            let mut t = 0;
+            while t < tn {
+                let s = &mut store[t * 4..];
+                // SAFETY: activation rows `t0 + t .. + 3 <= n` (caller contract).
+                unsafe {
+                    let xt = x.add((t0 + t) * k);
+                    match tn - t {
+                        1 => accumulate_parked::<W, 4, 1>(s, w, rb, k, xt, k0, k1),
+                        2 => accumulate_parked::<W, 4, 2>(s, w, rb, k, xt, k0, k1),
+                        _ => accumulate_parked::<W, 4, 3>(s, w, rb, k, xt, k0, k1),
+                    }
+                }
+                t += 3;
+            }
+            k0 = k1;
+        }
+        let mut t = 0;
+        while t < tn {
+            let s = &store[t * 4..];
+            // SAFETY: outputs of activation rows `t0 + t ..` (caller contract).
+            unsafe {
+                let yt = y.add((t0 + t) * ldy);
+                match tn - t {
+                    1 => finish::<4, 1>(&core::array::from_fn(|r| [s[r]]), yt, ldy),
+                    2 => {
+                        finish::<4, 2>(&core::array::from_fn(|r| [s[2 * r], s[2 * r + 1]]), yt, ldy)
+                    }
+                    _ => finish::<4, 3>(
+                        &core::array::from_fn(|r| [s[3 * r], s[3 * r + 1], s[3 * r + 2]]),
+                        yt,
+                        ldy,
+                    ),
+                }
+            }
+            t += 3;
+        }
+        t0 += tn;
     }
 }
 
@@ -360,7 +515,11 @@ unsafe fn matmul<W: Weights>(
             }
         } else {
             while r + 4 <= rows {
-                rows_of::<W, 4>(w.add(r * rb), rb, k, x, n, y.add(r), ldy);
+                if k > KC_MIN {
+                    rows4_kblocked::<W>(w.add(r * rb), rb, k, x, n, y.add(r), ldy);
+                } else {
+                    rows_of::<W, 4>(w.add(r * rb), rb, k, x, n, y.add(r), ldy);
+                }
                 r += 4;
             }
         }

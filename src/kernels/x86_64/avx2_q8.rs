@@ -63,8 +63,8 @@ unsafe fn nibbles32(qs: *const u8) -> __m256i {
     // SAFETY: 16 bytes readable (caller contract).
     unsafe {
         let v = _mm_loadu_si128(qs.cast());
-        let m = _mm_set1_epi8(0x0F);
-        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(v), m), _mm_and_si128(v, m))
+        let both = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
+        _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
     }
 }
 
@@ -117,12 +117,15 @@ impl QBlock for Q4_1B {
 unsafe fn reduce8(v: [__m256i; 8]) -> __m256i {
     // SAFETY: register-only AVX2 intrinsics.
     unsafe {
-        let h01 = _mm256_hadd_epi32(v[0], v[1]);
-        let h23 = _mm256_hadd_epi32(v[2], v[3]);
-        let h45 = _mm256_hadd_epi32(v[4], v[5]);
-        let h67 = _mm256_hadd_epi32(v[6], v[7]);
-        let q0 = _mm256_hadd_epi32(h01, h23);
-        let q1 = _mm256_hadd_epi32(h45, h67);
+        // Pairs: [a0+a2, b0+b2, a1+a3, b1+b3 | a4+a6, b4+b6, a5+a7, b5+b7].
+        let pair =
+            |a, b| _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+        let (p01, p23, p45, p67) =
+            (pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
+        // Quads: [v0, v1, v2, v3 (low-lane halves) | v0, v1, v2, v3 (high-lane halves)].
+        let quad =
+            |a, b| _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+        let (q0, q1) = (quad(p01, p23), quad(p45, p67));
         _mm256_add_epi32(
             _mm256_permute2x128_si256::<0x20>(q0, q1),
             _mm256_permute2x128_si256::<0x31>(q0, q1),

@@ -42,3 +42,17 @@ unsafe fn hsum_ps(v: __m256) -> f32 {
         _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
     }
 }
+
+/// `-1` × 8 then `0` × 8: loading 8 lanes at `8 - len` gives a mask of `len` lanes.
+static MASKS: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
+
+/// A lane mask selecting the first `len <= 8` lanes.
+///
+/// # Safety
+///
+/// AVX must be available; `len <= 8`.
+#[inline(always)]
+unsafe fn mask(len: usize) -> __m256i {
+    // SAFETY: `8 - len <= 8`, so 8 lanes from there stay inside `MASKS`.
+    unsafe { _mm256_loadu_si256(MASKS.as_ptr().add(8 - len).cast()) }
+}

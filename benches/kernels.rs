@@ -1,0 +1,217 @@
+//! Kernel benchmarks, single-threaded, each against a peer in the same group:
+//!
+//! - `gemm_f32/<n>x<k>x<rows>`: `Y[n × rows] = X[n × k] · Wᵀ` with rml's best ISA vs the
+//!   `gemm` and `matrixmultiply` crates (throughput in flops, `2 n k rows`).
+//! - `gemv_bandwidth`: f32 GEMV over a 64 MiB matrix (larger than the last-level cache) vs a
+//!   plain loop that reads the same bytes (throughput in bytes of weights).
+//! - `gemv_quant/<dtype>`: Q8_0 / Q4_1 GEMV, int8 activations vs f32 activations vs the scalar
+//!   table (throughput in bytes of weights).
+//!
+//! `cargo bench --bench kernels -- --warm-up-time 1 --measurement-time 2`
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use rml::kernels::{self, quant, Isa, Kernels};
+use rml::mem::AlignedBlock;
+use rml::ops::{gemm_with, scratch_bytes, Activations, Matrix};
+use rml::{DType, InlineExecutor};
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn f32_bytes(v: &[f32]) -> AlignedBlock {
+    let bytes: Vec<u8> = v.iter().flat_map(|f| f.to_le_bytes()).collect();
+    AlignedBlock::try_from_slice(&bytes).unwrap()
+}
+
+fn best() -> &'static Kernels {
+    kernels::table(kernels::best()).unwrap()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rml_gemm(
+    kern: &Kernels,
+    w: &Matrix<'_>,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    act: Activations,
+    s: &mut [u8],
+) {
+    gemm_with(kern, &InlineExecutor, None, w, x, n, y, act, s).unwrap();
+}
+
+fn gemm_f32(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gemm_f32");
+    let shapes = [
+        (1, 576, 576),
+        (16, 576, 576),
+        (64, 576, 576),
+        (1, 576, 1536),
+        (16, 576, 1536),
+        (64, 576, 1536),
+        (16, 2048, 2048),
+        (64, 2048, 2048),
+    ];
+    let kern = best();
+    for (n, k, rows) in shapes {
+        let wv = values(rows * k, 1);
+        let data = f32_bytes(&wv);
+        let w = Matrix::new(DType::F32, rows, k, data.as_slice()).unwrap();
+        let x = values(n * k, 2);
+        let mut y = vec![0f32; n * rows];
+        let id = format!("{n}x{k}x{rows}");
+        g.throughput(Throughput::Elements((2 * n * k * rows) as u64));
+        g.bench_function(BenchmarkId::new(format!("rml-{}", kern.isa()), &id), |b| {
+            b.iter(|| rml_gemm(kern, &w, black_box(&x), n, &mut y, Activations::F32, &mut []))
+        });
+        let reference = y.clone();
+        // Y (n × rows, row-major) = X (n × k, row-major) · Wᵀ (k × rows: element (i, j) is
+        // W[j][i], so stride 1 down a column and k across).
+        g.bench_function(BenchmarkId::new("gemm", &id), |b| {
+            b.iter(|| {
+                // SAFETY: every stride describes the buffers above, which outlive the call.
+                unsafe {
+                    gemm::gemm(
+                        n,
+                        rows,
+                        k,
+                        y.as_mut_ptr(),
+                        1,
+                        rows as isize,
+                        false,
+                        black_box(x.as_ptr()),
+                        1,
+                        k as isize,
+                        wv.as_ptr(),
+                        k as isize,
+                        1,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    )
+                }
+            })
+        });
+        check_close(&reference, &y, "gemm");
+        g.bench_function(BenchmarkId::new("matrixmultiply", &id), |b| {
+            b.iter(|| {
+                // SAFETY: as above.
+                unsafe {
+                    matrixmultiply::sgemm(
+                        n,
+                        k,
+                        rows,
+                        1.0,
+                        black_box(x.as_ptr()),
+                        k as isize,
+                        1,
+                        wv.as_ptr(),
+                        1,
+                        k as isize,
+                        0.0,
+                        y.as_mut_ptr(),
+                        rows as isize,
+                        1,
+                    )
+                }
+            })
+        });
+        check_close(&reference, &y, "matrixmultiply");
+    }
+    g.finish();
+}
+
+/// The peers must compute the same product (so the comparison is fair).
+fn check_close(a: &[f32], b: &[f32], what: &str) {
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() <= 1e-3 * (1.0 + x.abs()), "{what} disagrees: {x} vs {y}");
+    }
+}
+
+fn gemv_bandwidth(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gemv_bandwidth");
+    let (rows, k) = (16384, 1024); // 64 MiB of f32 weights
+    let wv = values(rows * k, 3);
+    let data = f32_bytes(&wv);
+    let w = Matrix::new(DType::F32, rows, k, data.as_slice()).unwrap();
+    let x = values(k, 4);
+    let mut y = vec![0f32; rows];
+    g.throughput(Throughput::Bytes((rows * k * 4) as u64));
+    g.sample_size(20);
+    let kern = best();
+    g.bench_function(format!("rml-gemv-{}", kern.isa()), |b| {
+        b.iter(|| rml_gemm(kern, &w, black_box(&x), 1, &mut y, Activations::F32, &mut []))
+    });
+    g.bench_function("read-loop", |b| b.iter(|| read_all(black_box(&wv))));
+    g.finish();
+}
+
+/// Reads every float once with 16 independent sums (vectorised by the compiler).
+fn read_all(v: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    for c in v.chunks_exact(16) {
+        for i in 0..16 {
+            acc[i] += c[i];
+        }
+    }
+    acc.iter().sum()
+}
+
+fn gemv_quant(c: &mut Criterion) {
+    let shapes = [(1536, 576), (4096, 4096)];
+    let best = best();
+    let scalar = kernels::table(Isa::Scalar).unwrap();
+    for dtype in [DType::Q8_0, DType::Q4_1] {
+        let mut g = c.benchmark_group(format!("gemv_quant/{dtype}"));
+        for (rows, k) in shapes {
+            let wv = values(rows * k, 5);
+            let rb = dtype.row_bytes(k).unwrap();
+            let mut bytes = vec![0u8; rows * rb];
+            for (src, dst) in wv.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
+                match dtype {
+                    DType::Q8_0 => quant::quantize_row_q8_0(src, dst).unwrap(),
+                    _ => quant::quantize_row_q4_1(src, dst).unwrap(),
+                }
+            }
+            let data = AlignedBlock::try_from_slice(&bytes).unwrap();
+            let w = Matrix::new(dtype, rows, k, data.as_slice()).unwrap();
+            let x = values(k, 6);
+            let mut y = vec![0f32; rows];
+            let mut s = vec![0u8; scratch_bytes(k, 1, Activations::Int8)];
+            let id = format!("{rows}x{k}");
+            g.throughput(Throughput::Bytes(bytes.len() as u64));
+            if rows * k > 1 << 22 {
+                g.sample_size(20);
+            }
+            for (name, kern, act) in [
+                (format!("int8-{}", best.isa()), best, Activations::Int8),
+                (format!("f32-{}", best.isa()), best, Activations::F32),
+                ("int8-scalar".into(), scalar, Activations::Int8),
+                ("f32-scalar".into(), scalar, Activations::F32),
+            ] {
+                g.bench_function(BenchmarkId::new(name, &id), |b| {
+                    b.iter(|| rml_gemm(kern, &w, black_box(&x), 1, &mut y, act, &mut s))
+                });
+            }
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, gemm_f32, gemv_bandwidth, gemv_quant);
+criterion_main!(benches);

@@ -1,0 +1,98 @@
+//! GEMV / GEMM results are bit-identical for every schedule and for 1, 2, 3, 5 and 8 threads
+//! (rows are split across the pool, never K, and each output is computed by one chunk with
+//! a fixed order of operations), on every kernel table the host runs.
+#![cfg(feature = "std")]
+
+use half::f16;
+use rml::exec::ThreadPool;
+use rml::kernels::{table, Isa};
+use rml::mem::AlignedBlock;
+use rml::ops::{gemm_with, scratch_bytes, Activations, Matrix};
+use rml::{DType, InlineExecutor, Schedule};
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Weights of `dtype`, `rows × k`, from deterministic values.
+fn weights(dtype: DType, rows: usize, k: usize) -> AlignedBlock {
+    let v = values(rows * k, 11);
+    let rb = dtype.row_bytes(k).unwrap();
+    let mut bytes = vec![0u8; rows * rb];
+    for (src, dst) in v.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
+        match dtype {
+            DType::F32 => {
+                dst.copy_from_slice(&src.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<_>>())
+            }
+            DType::F16 => dst.copy_from_slice(
+                &src.iter().flat_map(|&f| f16::from_f32(f).to_le_bytes()).collect::<Vec<_>>(),
+            ),
+            DType::Q8_0 => rml::kernels::quant::quantize_row_q8_0(src, dst).unwrap(),
+            DType::Q4_0 => rml::kernels::quant::quantize_row_q4_0(src, dst).unwrap(),
+            DType::Q4_1 => rml::kernels::quant::quantize_row_q4_1(src, dst).unwrap(),
+            _ => unreachable!(),
+        }
+    }
+    AlignedBlock::try_from_slice(&bytes).unwrap()
+}
+
+#[test]
+fn every_schedule_and_thread_count_gives_identical_bits() {
+    // Rows above the parallel thresholds (64 f32, 32 quantized) and not multiples of any
+    // tile or chunk size; K with a ragged tail for the unblocked dtypes; n = 1 (GEMV) and 5.
+    let cases = [
+        (DType::F32, 203, 77, Activations::F32),
+        (DType::F32, 130, 800, Activations::F32), // K blocking (K > 768)
+        (DType::F16, 97, 45, Activations::F32),
+        (DType::Q8_0, 75, 96, Activations::F32),
+        (DType::Q4_1, 75, 96, Activations::F32),
+        (DType::Q8_0, 75, 288, Activations::Int8),
+        (DType::Q4_0, 41, 64, Activations::Int8),
+        (DType::Q4_1, 133, 288, Activations::Int8),
+    ];
+    let pools: Vec<ThreadPool> = [1, 2, 3, 5, 8].into_iter().map(ThreadPool::new).collect();
+    let mut schedules: Vec<Option<Schedule>> = Schedule::ALL.into_iter().map(Some).collect();
+    schedules.extend([None, Some(Schedule::Grain(7)), Some(Schedule::Grain(1000))]);
+    let mut checked = 0;
+    for isa in Isa::ALL {
+        let Ok(kern) = table(isa) else {
+            println!("skipping {isa}: not available here");
+            continue;
+        };
+        for &(dtype, rows, k, act) in &cases {
+            let data = weights(dtype, rows, k);
+            let w = Matrix::new(dtype, rows, k, data.as_slice()).unwrap();
+            for n in [1, 5] {
+                let x = values(n * k, 5 + n as u32);
+                let mut scratch = vec![0u8; scratch_bytes(k, n, act)];
+                let mut want = vec![0f32; n * rows];
+                gemm_with(kern, &InlineExecutor, None, &w, &x, n, &mut want, act, &mut scratch)
+                    .unwrap();
+                for pool in &pools {
+                    for &schedule in &schedules {
+                        let mut y = vec![f32::NAN; n * rows];
+                        gemm_with(kern, pool, schedule, &w, &x, n, &mut y, act, &mut scratch)
+                            .unwrap();
+                        let same = y.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{isa} {dtype} {rows}x{k} n={n} {act:?}: {} threads, {schedule:?} \
+                             differs from inline",
+                            rml::Executor::threads(pool)
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    println!("{checked} runs bit-identical to the inline result");
+}
