@@ -71,9 +71,14 @@ impl core::fmt::Debug for Model {
     }
 }
 
-/// Maps `path` read-only, refusing an empty file.
+/// Maps `path` read-only, refusing an empty file and anything but a regular file.
 fn map_file(path: &Path) -> Result<Mapped> {
     let ctx = |e: Error| e.context(path.display());
+    // Checked before opening: opening a FIFO for reading blocks until a writer appears, and a
+    // directory or device cannot be a model file.
+    if !std::fs::metadata(path).map_err(|e| ctx(e.into()))?.is_file() {
+        return Err(ctx(Error::invalid_argument("not a regular file")));
+    }
     let file = File::open(path).map_err(|e| ctx(e.into()))?;
     let len = file.metadata().map_err(|e| ctx(e.into()))?.len();
     if len == 0 {
@@ -123,8 +128,9 @@ impl Model {
     ///
     /// # Errors
     ///
-    /// [`crate::Code::Io`] if the file cannot be read; [`crate::Code::DataLoss`] for an empty
-    /// or malformed file (see [`Gguf::parse`]); the errors of [`Gguf::model_config`]. Every
+    /// [`crate::Code::Io`] if the file cannot be read; [`crate::Code::InvalidArgument`] if it
+    /// is not a regular file (a FIFO, a device); [`crate::Code::DataLoss`] for an empty or
+    /// malformed file (see [`Gguf::parse`]); the errors of [`Gguf::model_config`]. Every
     /// message starts with the path.
     pub fn open_gguf(path: impl AsRef<Path>) -> Result<Model> {
         let path = path.as_ref();
@@ -155,7 +161,8 @@ impl Model {
     /// # Errors
     ///
     /// [`crate::Code::NotFound`] if `config.json` or the weights are missing;
-    /// [`crate::Code::Io`] for unreadable files; [`crate::Code::DataLoss`] for a malformed
+    /// [`crate::Code::Io`] for unreadable files; [`crate::Code::InvalidArgument`] for a shard
+    /// that is not a regular file; [`crate::Code::DataLoss`] for a malformed
     /// config, index or shard, a shard name with a path in it, a tensor in two shards, or an
     /// index entry whose tensor is not in the shard it names; the errors of
     /// [`parse_config`]. Every message names the file.

@@ -272,6 +272,106 @@ pub fn gemm_with(
 // caller splits work.
 // ---------------------------------------------------------------------------------------------
 
+/// The kernel one matrix of [`gemm_fused`] uses.
+#[derive(Clone, Copy)]
+enum RowKernel {
+    F32(kernels::MatmulF32Fn),
+    Q8(kernels::MatmulQ8Fn),
+}
+
+/// Several matrices that read the same input, as one parallel loop:
+/// `Y_i[n × rows_i] = X[n × k] · W_iᵀ` for each `W_i = w[i]`, `Y_i = y[i]`.
+///
+/// The decoder runs the q/k/v projections together and the gate/up projections together:
+/// one dispatch instead of three or two, and with [`Activations::Int8`] the input is quantized
+/// once. Rows of all matrices are numbered in order and split across `exec` like one matrix's
+/// rows (the parallel threshold is [`PAR_ROWS_QUANT`] if every matrix is quantized, else
+/// [`PAR_ROWS_F32`]); every output is computed by the same kernel call as in [`gemm`], so the
+/// results are bit-identical to separate [`gemm`] calls. `scratch` as for [`gemm`].
+///
+/// # Errors
+///
+/// As [`gemm`]; also [`crate::Code::InvalidArgument`] if the matrices' `k` differ.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_fused<const N: usize>(
+    exec: &dyn Executor,
+    schedule: Option<Schedule>,
+    w: [&Matrix<'_>; N],
+    x: &[f32],
+    n: usize,
+    y: [&mut [f32]; N],
+    act: Activations,
+    scratch: &mut [u8],
+) -> Result<()> {
+    let Some(first) = w.first() else { return Ok(()) };
+    let k = first.k;
+    let mut offsets = [0usize; N];
+    let mut total = 0usize;
+    for i in 0..N {
+        let (rows, ki) = (w[i].rows, w[i].k);
+        if ki != k || Some(x.len()) != n.checked_mul(k) || Some(y[i].len()) != n.checked_mul(rows) {
+            return Err(Error::invalid_argument(format_args!(
+                "gemm_fused: matrix {i} is {rows}x{ki} (first has k = {k}), n = {n}: x has {}, \
+                 y has {}",
+                x.len(),
+                y[i].len()
+            )));
+        }
+        offsets[i] = total;
+        total += rows;
+    }
+    if total == 0 || n == 0 {
+        return Ok(());
+    }
+    let kern = kernels::active()?;
+    let int8 = act == Activations::Int8 && w.iter().any(|m| m.dtype.is_quantized());
+    let xq = if int8 { Some(Q8Acts::quantize(kern, x, n, k, scratch)?) } else { None };
+    let mut fns = [RowKernel::F32(kern.matmul_f32(first.dtype)?); N];
+    for i in 0..N {
+        fns[i] = if int8 && w[i].dtype.is_quantized() {
+            RowKernel::Q8(kern.matmul_q8(w[i].dtype)?)
+        } else {
+            RowKernel::F32(kern.matmul_f32(w[i].dtype)?)
+        };
+    }
+    let outs = y.map(|yi| SyncPtr(yi.as_mut_ptr()));
+    let body = |range: Range<usize>| {
+        for i in 0..N {
+            let (lo, hi) = (offsets[i], offsets[i] + w[i].rows);
+            let (a, b) = (range.start.max(lo), range.end.min(hi));
+            if a >= b {
+                continue;
+            }
+            let (m, r0) = (w[i], a - lo);
+            // SAFETY: `kern` is an available table; rows `r0 .. r0 + (b - a)` lie inside
+            // `m.data` (`Matrix::new` checked `rows * row_bytes`); `x` holds `n * k` floats
+            // and `xq` (if any) `n` quantized rows of `k / 32` blocks; outputs
+            // `t * rows_i + r` for `r` in `r0 .. r0 + (b - a)` are inside `y[i]` and written by
+            // this chunk only (chunks tile the numbered rows without overlap).
+            unsafe {
+                let wp = m.data.as_ptr().add(r0 * m.row_bytes);
+                let out = outs[i].at(r0);
+                match (fns[i], &xq) {
+                    (RowKernel::Q8(f), Some(q)) => f(wp, m.row_bytes, b - a, q, n, out, m.rows),
+                    (RowKernel::F32(f), _) => {
+                        f(wp, m.row_bytes, b - a, k, x.as_ptr(), n, out, m.rows)
+                    }
+                    // A Q8 kernel is only chosen when `xq` exists.
+                    (RowKernel::Q8(_), None) => {}
+                }
+            }
+        }
+    };
+    let threshold =
+        if w.iter().all(|m| m.dtype.is_quantized()) { PAR_ROWS_QUANT } else { PAR_ROWS_F32 };
+    if exec.threads() > 1 && total >= threshold {
+        exec.parallel_for(0..total, schedule.unwrap_or_else(|| exec.schedule()), &body);
+    } else {
+        body(0..total);
+    }
+    Ok(())
+}
+
 /// Dot product of two equal-length f32 slices with eight independent partial sums (so the
 /// compiler can vectorise it), combined in a fixed order.
 ///
@@ -620,6 +720,68 @@ mod layer_math_tests {
         // n = 1 attends to position 0 only.
         attention_head(&q, &keys, &values, 1, 0.5, &mut scores, &mut out);
         assert_eq!(out, [10.0, 0.0]);
+    }
+
+    #[test]
+    fn gemm_fused_equals_separate_gemms_bit_for_bit() {
+        use crate::kernels::quant::quantize_row_q8_0;
+        let k = 64;
+        let vals = |rows: usize, seed: usize| -> alloc::vec::Vec<f32> {
+            (0..rows * k).map(|i| (((i * 7 + seed * 13) % 29) as f32 - 14.0) * 0.05).collect()
+        };
+        let f32_bytes = |v: &[f32]| -> crate::mem::AlignedBlock {
+            let b: alloc::vec::Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            crate::mem::AlignedBlock::try_from_slice(&b).unwrap()
+        };
+        let (a, b, c) = (vals(40, 1), vals(72, 2), vals(33, 3));
+        let mut q8 = alloc::vec![0u8; 72 * 68];
+        for (row, out) in b.chunks_exact(k).zip(q8.chunks_exact_mut(68)) {
+            quantize_row_q8_0(row, out).unwrap();
+        }
+        let (ab, cb) = (f32_bytes(&a), f32_bytes(&c));
+        let wa = Matrix::new(DType::F32, 40, k, ab.as_slice()).unwrap();
+        let wb = Matrix::new(DType::Q8_0, 72, k, &q8).unwrap();
+        let wc = Matrix::new(DType::F32, 33, k, cb.as_slice()).unwrap();
+        let n = 3;
+        let x: alloc::vec::Vec<f32> = (0..n * k).map(|i| ((i % 11) as f32 - 5.0) * 0.3).collect();
+        for act in [Activations::F32, Activations::Int8] {
+            let mut scratch = alloc::vec![0u8; scratch_bytes(k, n, act) + 64];
+            let off = scratch.as_ptr().align_offset(64);
+            let scratch = &mut scratch[off..];
+            let exec = crate::exec::InlineExecutor;
+            let mut want =
+                [alloc::vec![0f32; n * 40], alloc::vec![0f32; n * 72], alloc::vec![0f32; n * 33]];
+            for (w, y) in [&wa, &wb, &wc].into_iter().zip(want.iter_mut()) {
+                gemm(&exec, None, w, &x, n, y, act, scratch).unwrap();
+            }
+            let (mut ya, mut yb, mut yc) =
+                (alloc::vec![0f32; n * 40], alloc::vec![0f32; n * 72], alloc::vec![0f32; n * 33]);
+            gemm_fused(
+                &exec,
+                None,
+                [&wa, &wb, &wc],
+                &x,
+                n,
+                [&mut ya, &mut yb, &mut yc],
+                act,
+                scratch,
+            )
+            .unwrap();
+            assert!(ya == want[0] && yb == want[1] && yc == want[2], "{act:?}");
+        }
+        let short = Matrix::new(DType::F32, 1, 32, &ab.as_slice()[..128]).unwrap();
+        let (mut y1, mut y2) = (alloc::vec![0f32; 40], alloc::vec![0f32; 1]);
+        let e = gemm_fused(
+            &crate::exec::InlineExecutor,
+            None,
+            [&wa, &short],
+            &x[..k],
+            1,
+            [&mut y1, &mut y2],
+            Activations::F32,
+            &mut [],
+        );
+        assert_eq!(e.unwrap_err().code(), crate::Code::InvalidArgument);
     }
 
     #[test]

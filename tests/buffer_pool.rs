@@ -111,3 +111,69 @@ fn limit_frees_instead_of_caching() {
     pool.clear();
     assert_eq!(pool.stats().cached_blocks, 0);
 }
+
+#[test]
+fn nested_scopes_restore_the_outer_pool() {
+    let _g = LOCK.lock().unwrap();
+    let outer = BufferPool::new();
+    let inner = BufferPool::new();
+    let _o = ScopedBufferPool::new(&outer);
+    {
+        let _i = ScopedBufferPool::new(&inner);
+        drop(Tensor::zeros(DType::F32, shape(8)).unwrap());
+    }
+    drop(Tensor::zeros(DType::F32, shape(16)).unwrap());
+    assert_eq!((inner.stats().misses, inner.stats().cached_blocks), (1, 1));
+    assert_eq!((outer.stats().misses, outer.stats().cached_blocks), (1, 1));
+    // Zero-byte tensors go through the pool too, and allocate nothing.
+    let allocs = stats().allocations;
+    let z = Tensor::zeros(DType::F32, shape(0)).unwrap();
+    assert!(matches!(z.storage(), Storage::Pooled(_)));
+    drop(z);
+    assert_eq!(stats().allocations, allocs);
+}
+
+#[test]
+fn many_threads_sharing_one_pool_keep_pool_and_counters_consistent() {
+    let _g = LOCK.lock().unwrap();
+    let before = stats();
+    let pool = BufferPool::new();
+    const THREADS: usize = 8;
+    const ROUNDS: usize = 300;
+    let (tx, rx) = std::sync::mpsc::channel::<Tensor<'static>>();
+    let rx = Mutex::new(rx);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (pool, tx, rx) = (&pool, tx.clone(), &rx);
+            s.spawn(move || {
+                let _scope = ScopedBufferPool::new(pool);
+                for i in 0..ROUNDS {
+                    let mut x = Tensor::zeros(DType::F32, shape(1 + (i * 7 + t) % 5 * 64)).unwrap();
+                    let v = x.as_f32_mut().unwrap();
+                    assert!(v.iter().all(|&e| e == 0.0), "a reused block was not zeroed");
+                    v.fill(t as f32 + 1.0);
+                    if i % 3 == 0 {
+                        // Hand it to whichever thread takes it next: returned from there.
+                        tx.send(x).unwrap();
+                    }
+                    if i % 5 == 0 {
+                        let got = rx.lock().unwrap().try_recv();
+                        drop(got);
+                    }
+                }
+            });
+        }
+        drop(tx);
+    });
+    drop(rx); // tensors still queued return to the pool here
+    let s = pool.stats();
+    assert_eq!(s.hits + s.misses, THREADS * ROUNDS);
+    assert_eq!(s.cached_blocks, s.misses, "every block is back in the pool");
+    let now = stats();
+    assert_eq!(now.allocations - before.allocations, s.misses, "only misses allocate");
+    assert_eq!(now.frees, before.frees);
+    assert_eq!(now.live_bytes - before.live_bytes, s.cached_bytes);
+    pool.clear();
+    assert_eq!(stats().live_bytes, before.live_bytes);
+    assert_eq!(stats().frees - before.frees, s.misses);
+}

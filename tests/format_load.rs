@@ -158,6 +158,26 @@ fn empty_and_truncated_files_fail_at_open() {
     expect_err(Model::open(&t.0), Code::DataLoss, &["config.json", "missing"]);
 }
 
+#[test]
+fn special_files_are_refused_without_blocking() {
+    // A character device and a FIFO (opening a FIFO for reading would wait for a writer).
+    expect_err(Model::open("/dev/null"), Code::InvalidArgument, &["/dev/null", "regular file"]);
+    let t = TempDir::new();
+    let fifo = t.path("model.gguf");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if made.is_ok_and(|s| s.success()) {
+        expect_err(Model::open(&fifo), Code::InvalidArgument, &["model.gguf", "regular file"]);
+    } else {
+        eprintln!("SKIP the FIFO case: mkfifo is not available");
+    }
+    // A shard that is a directory.
+    std::fs::copy(data("tiny-llama/f32/config.json"), t.path("config.json")).unwrap();
+    std::fs::write(t.path("model.safetensors.index.json"), br#"{"weight_map": {"w": "shard"}}"#)
+        .unwrap();
+    std::fs::create_dir(t.path("shard")).unwrap();
+    expect_err(Model::open(&t.0), Code::InvalidArgument, &["shard", "regular file"]);
+}
+
 fn smollm2_path() -> Option<PathBuf> {
     let p: PathBuf = std::env::var("RML_SMOLLM2_GGUF")
         .unwrap_or_else(|_| {

@@ -69,12 +69,14 @@ impl Arena {
         self.block.len()
     }
 
-    /// Bytes in use since the last reset (including alignment padding).
+    /// Bytes in use since the last reset: the offset of the end of the last slice handed
+    /// out (alignment padding included).
     pub fn used(&self) -> usize {
         self.offset.get()
     }
 
-    /// The most bytes ever in use at once since the arena was made.
+    /// The most bytes ever in use at once since the arena was made: the largest
+    /// [`Arena::used`] seen, not lowered by [`Arena::reset`] (size the next arena from it).
     pub fn high_water_mark(&self) -> usize {
         self.high_water.get()
     }
@@ -125,6 +127,10 @@ impl Arena {
 
     /// Hands out `n` zeroed elements of `T` aligned to `align` bytes (a power of two up to
     /// [`MAX_ARENA_ALIGN`]; raised to `align_of::<T>()` if smaller).
+    ///
+    /// The padding that aligns the start counts as used: the arena's block is 64-byte
+    /// aligned, so a request aligned above 64 can cost up to `align - 64` extra bytes (size an
+    /// arena that must hold `b` bytes at 4096 alignment as `b + 4032`).
     ///
     /// # Errors
     ///

@@ -50,8 +50,8 @@ impl BufferPool {
         Self::with_limit(usize::MAX)
     }
 
-    /// A pool that frees returned blocks instead of caching them once `max_cached_bytes` are
-    /// cached.
+    /// A pool that caches at most `max_cached_bytes`: a returned block that would take the
+    /// cached bytes above the limit is freed instead.
     pub fn with_limit(max_cached_bytes: usize) -> Arc<Self> {
         Arc::new(BufferPool { inner: Mutex::new(Inner::default()), max_cached_bytes })
     }
@@ -175,6 +175,26 @@ pub(crate) fn current() -> Option<Arc<BufferPool>> {
 
 /// Installs a pool on the current thread until dropped (then the previous one, if any, is
 /// back). Not `Send`: it must be dropped on the thread that made it.
+///
+/// Guards nest like scopes: drop them in the reverse order of creation (as `let` bindings
+/// in nested blocks do). Each guard restores the pool that was installed when it was made,
+/// so dropping an outer guard before an inner one leaves the outer guard's pool installed
+/// once both are gone. Forgetting a guard leaves its pool installed until the thread ends.
+///
+/// ```
+/// use rml::mem::{BufferPool, ScopedBufferPool};
+/// use rml::{DType, Shape, Storage, Tensor};
+/// let pool = BufferPool::new();
+/// {
+///     let _scope = ScopedBufferPool::new(&pool);
+///     let t = Tensor::zeros(DType::F32, Shape::new(&[256])?)?; // a miss: allocates
+///     assert!(matches!(t.storage(), Storage::Pooled(_)));
+/// } // `t` went back to the pool
+/// let _scope = ScopedBufferPool::new(&pool);
+/// let _again = Tensor::zeros(DType::F32, Shape::new(&[256])?)?; // a hit: no allocation
+/// assert_eq!((pool.stats().hits, pool.stats().misses), (1, 1));
+/// # Ok::<(), rml::Error>(())
+/// ```
 pub struct ScopedBufferPool {
     previous: Option<Arc<BufferPool>>,
     _not_send: core::marker::PhantomData<*const ()>,

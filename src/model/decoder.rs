@@ -13,7 +13,8 @@
 //! [`DecoderLM::prefill`] allocate nothing (with the inline executor or a thread pool).
 //!
 //! Parallelism: matrix products split over output rows ([`crate::ops::gemv`] /
-//! [`crate::ops::gemm`]), attention over query heads; each output element is computed by one
+//! [`crate::ops::gemm`]; q/k/v and gate/up each as one loop with [`crate::ops::gemm_fused`]),
+//! attention over query heads; each output element is computed by one
 //! chunk in a fixed order, so logits are bit-identical for every executor, thread count and
 //! schedule.
 
@@ -600,9 +601,8 @@ impl<'a> DecoderLM<'a> {
                 let r = t * h..(t + 1) * h;
                 ops::rms_norm(&x[r.clone()], lw.attn_norm.as_slice(), eps, &mut xn[r]);
             }
-            matmul(exec, sched, &lw.q, xn, n, q, act, scratch)?;
-            matmul(exec, sched, &lw.k, xn, n, k, act, scratch)?;
-            matmul(exec, sched, &lw.v, xn, n, v, act, scratch)?;
+            let qkv = [&lw.q.matrix()?, &lw.k.matrix()?, &lw.v.matrix()?];
+            ops::gemm_fused(exec, sched, qkv, xn, n, [&mut *q, &mut *k, &mut *v], act, scratch)?;
             for t in 0..n {
                 let (c_t, s_t) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
                 ops::rope(&mut q[t * qd..(t + 1) * qd], c_t, s_t, layout);
@@ -646,8 +646,8 @@ impl<'a> DecoderLM<'a> {
                 let r = t * h..(t + 1) * h;
                 ops::rms_norm(&x[r.clone()], lw.ffn_norm.as_slice(), eps, &mut xn[r]);
             }
-            matmul(exec, sched, &lw.gate, xn, n, gate, act, scratch)?;
-            matmul(exec, sched, &lw.up, xn, n, up, act, scratch)?;
+            let gate_up = [&lw.gate.matrix()?, &lw.up.matrix()?];
+            ops::gemm_fused(exec, sched, gate_up, xn, n, [&mut *gate, &mut *up], act, scratch)?;
             ops::swiglu(gate, up);
             matmul(exec, sched, &lw.down, gate, n, xn, act, scratch)?;
             ops::add_assign(x, xn);

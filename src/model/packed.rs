@@ -8,17 +8,20 @@
 
 use alloc::format;
 use alloc::string::String;
+#[cfg(feature = "std")]
 use alloc::vec::Vec;
 
 use crate::error::{Error, Result};
-use crate::format::{TensorSource, TensorView};
+#[cfg(feature = "std")]
+use crate::format::TensorSource;
+use crate::format::TensorView;
 use crate::tensor::{DType, Shape};
 
 /// The `__metadata__` key prefix that marks a packed tensor (followed by the tensor's name).
 pub const PACKED_DTYPE_KEY: &str = "rml.dtype.";
 
-/// The block dtypes that may be packed (named as in the metadata value).
-fn packed_dtype(name: &str) -> Option<DType> {
+/// The block dtype a metadata value names (`"Q8_0"`, `"Q4_0"`, `"Q4_1"`), if any.
+pub fn packed_dtype(name: &str) -> Option<DType> {
     match name {
         "Q8_0" => Some(DType::Q8_0),
         "Q4_0" => Some(DType::Q4_0),
@@ -138,7 +141,7 @@ mod tests {
         assert_eq!(metadata_entry("w", DType::Q8_0), ("rml.dtype.w".into(), "Q8_0".into()));
     }
 
-    fn vec_of(n: usize) -> Vec<u8> {
+    fn vec_of(n: usize) -> alloc::vec::Vec<u8> {
         alloc::vec![0u8; n]
     }
 }
