@@ -1,5 +1,7 @@
 //! Dispatch + join cost of `ThreadPool::parallel_for` against rayon and `std::thread::scope`,
-//! in the same run: an empty body, and a 4 KiB memset per chunk (one chunk per thread).
+//! in the same run: an empty body, and a 4 KiB memset per chunk (one chunk per thread). The
+//! calling thread is outside the pools (as in rml's decoder), except in
+//! `rayon_par_iter_in_pool`, rayon's best case.
 //!
 //! ```sh
 //! cargo bench --features std --bench dispatch -- --warm-up-time 1 --measurement-time 3
@@ -65,6 +67,17 @@ fn empty(c: &mut Criterion) {
         g.bench_function(format!("rayon_par_iter/{threads}"), |b| {
             b.iter(|| {
                 rp.install(|| {
+                    (0..threads).into_par_iter().with_min_len(1).for_each(|i| {
+                        black_box(i);
+                    })
+                })
+            })
+        });
+        // rayon's best case: the calling thread is already one of its workers, so a loop is
+        // a join on the local deque instead of an injection from outside.
+        g.bench_function(format!("rayon_par_iter_in_pool/{threads}"), |b| {
+            rp.install(|| {
+                b.iter(|| {
                     (0..threads).into_par_iter().with_min_len(1).for_each(|i| {
                         black_box(i);
                     })

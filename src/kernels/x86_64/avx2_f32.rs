@@ -37,6 +37,25 @@ trait Weights {
     ///
     /// As [`Weights::chunk`].
     unsafe fn tail(row: *const u8, i: usize, len: usize) -> __m256;
+
+    /// The four chunks of block `b` at once (the same values as [`Weights::chunk`]; the
+    /// quantized encodings override it to decode the block's bytes once).
+    ///
+    /// # Safety
+    ///
+    /// As [`Weights::chunk`].
+    #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            [
+                Self::chunk(row, b, 0),
+                Self::chunk(row, b, 1),
+                Self::chunk(row, b, 2),
+                Self::chunk(row, b, 3),
+            ]
+        }
+    }
 }
 
 /// Copies `len < 8` 16-bit values into a zero-filled 8-lane buffer.
@@ -153,6 +172,24 @@ unsafe fn nibbles(qs: *const u8, c: usize) -> __m256i {
     }
 }
 
+/// All four chunks of [`nibbles`] from one 16-byte load.
+///
+/// # Safety
+///
+/// 16 readable bytes at `qs`; AVX2 available.
+#[inline(always)]
+unsafe fn nibbles_block(qs: *const u8) -> [__m256; 4] {
+    // SAFETY: 16 bytes readable (caller contract); the rest is register-only.
+    unsafe {
+        let v = _mm_loadu_si128(qs.cast());
+        let m = _mm_set1_epi8(0x0F);
+        let lo = _mm_and_si128(v, m);
+        let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), m);
+        let f = |q| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+        [f(lo), f(_mm_unpackhi_epi64(lo, lo)), f(hi), f(_mm_unpackhi_epi64(hi, hi))]
+    }
+}
+
 impl Weights for Q8_0W {
     const TAIL: bool = false;
     const ELEM_BYTES: usize = 0;
@@ -190,6 +227,18 @@ impl Weights for Q4_0W {
     }
 
     #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: block `b` is in bounds (caller contract); the same arithmetic as `chunk`.
+        unsafe {
+            let blk = row.add(b * 18);
+            let d = f16_splat(blk);
+            let q = nibbles_block(blk.add(2));
+            let f = |q| _mm256_mul_ps(_mm256_sub_ps(q, _mm256_set1_ps(8.0)), d);
+            [f(q[0]), f(q[1]), f(q[2]), f(q[3])]
+        }
+    }
+
+    #[inline(always)]
     unsafe fn tail(_: *const u8, _: usize, _: usize) -> __m256 {
         // SAFETY: register-only; never called (`TAIL` is false).
         unsafe { _mm256_setzero_ps() }
@@ -208,6 +257,25 @@ impl Weights for Q4_1W {
             let blk = row.add(b * 20);
             let q = _mm256_cvtepi32_ps(nibbles(blk.add(4), c));
             _mm256_fmadd_ps(q, f16_splat(blk), f16_splat(blk.add(2)))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: block `b` is in bounds (caller contract); the same arithmetic as `chunk`.
+        unsafe {
+            let blk = row.add(b * 20);
+            // Lane 0: d, lane 1: m.
+            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(blk.cast::<i32>().read_unaligned()));
+            let d = _mm256_broadcastss_ps(dm);
+            let m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+            let q = nibbles_block(blk.add(4));
+            [
+                _mm256_fmadd_ps(q[0], d, m),
+                _mm256_fmadd_ps(q[1], d, m),
+                _mm256_fmadd_ps(q[2], d, m),
+                _mm256_fmadd_ps(q[3], d, m),
+            ]
         }
     }
 
@@ -257,7 +325,26 @@ unsafe fn accumulate<W: Weights, const R: usize, const N: usize>(
     // SAFETY: every pointer below stays inside the rows described by the caller contract:
     // blocks below `k1 / 32 <= k / 32`, 8-element steps below `k`, a masked tail of `k % 8`.
     unsafe {
-        for b in k0 / 32..k1 / 32 {
+        if N == 1 {
+            // One activation row (GEMV): decode each weight block once, then the same FMAs
+            // in the same order as below.
+            for b in k0 / 32..k1 / 32 {
+                let p = x.add(b * 32);
+                let xv = [
+                    _mm256_loadu_ps(p),
+                    _mm256_loadu_ps(p.add(8)),
+                    _mm256_loadu_ps(p.add(16)),
+                    _mm256_loadu_ps(p.add(24)),
+                ];
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let wv = W::block(w.add(r * rb), b);
+                    for c in 0..4 {
+                        acc[0] = _mm256_fmadd_ps(wv[c], xv[c], acc[0]);
+                    }
+                }
+            }
+        }
+        for b in (k0 / 32..k1 / 32).filter(|_| N != 1) {
             for c in 0..4 {
                 let mut xv = [_mm256_setzero_ps(); N];
                 for (t, xv) in xv.iter_mut().enumerate() {
