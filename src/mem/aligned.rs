@@ -143,10 +143,8 @@ impl AlignedBlock {
     pub const fn empty() -> Self {
         // SAFETY: ALIGN is non-zero; a dangling, aligned pointer (with no provenance: it is
         // never dereferenced) is valid for zero-length slices.
-        AlignedBlock {
-            ptr: unsafe { NonNull::new_unchecked(core::ptr::without_provenance_mut(ALIGN)) },
-            len: 0,
-        }
+        let ptr = unsafe { NonNull::new_unchecked(core::ptr::without_provenance_mut(ALIGN)) };
+        AlignedBlock { ptr, len: 0 }
     }
 
     /// Length in bytes.
