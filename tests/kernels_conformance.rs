@@ -283,6 +283,26 @@ fn check_quantize(kern: &Kernels, blocks: usize, seed: u64) -> Result<(), TestCa
     Ok(())
 }
 
+/// Shapes past the K blocking (K > 768) and past one group of activation rows (48), with
+/// ragged K tails: same checks as the proptest cases.
+fn long_k(kern: &Kernels) {
+    let cases = [
+        (DType::F32, Case { rows: 9, k: 1003, n: 50, seed: 1 }),
+        (DType::F32, Case { rows: 4, k: 800, n: 7, seed: 2 }),
+        (DType::F16, Case { rows: 6, k: 777, n: 5, seed: 3 }),
+        (DType::BF16, Case { rows: 5, k: 1030, n: 4, seed: 4 }),
+        (DType::Q8_0, Case { rows: 7, k: 1056, n: 49, seed: 5 }),
+        (DType::Q4_0, Case { rows: 4, k: 800, n: 3, seed: 6 }),
+        (DType::Q4_1, Case { rows: 5, k: 1024, n: 6, seed: 7 }),
+    ];
+    for (dtype, c) in &cases {
+        check_f32(kern, *dtype, c).unwrap();
+        if dtype.is_quantized() {
+            check_int8(kern, *dtype, c).unwrap();
+        }
+    }
+}
+
 /// Exact ties round away from zero, the same on every path.
 fn quantize_ties(kern: &Kernels) {
     let mut x = [0f32; QK];
@@ -490,6 +510,11 @@ macro_rules! suite {
                 fn quantize_q8_0_bytes(blocks in 0usize..=70, seed in any::<u64>()) {
                     if let Some(k) = kernels(ISA) { check_quantize(k, blocks, seed)?; }
                 }
+            }
+
+            #[test]
+            fn long_k_and_many_activation_rows() {
+                if let Some(k) = kernels(ISA) { long_k(k); }
             }
 
             #[test]

@@ -9,7 +9,7 @@
 //! - Q4_0 / Q4_1: the nibbles (0..=15) are already unsigned: `Σ nibble · x` directly (a pair
 //!   is at most `2 · 15 · 128`), and Q4_0 subtracts `8 · Σ x` afterwards.
 //!
-//! Eight blocks' i32 vectors are reduced together with `hadd`, and the f32 part follows the
+//! Eight blocks' i32 vectors are reduced together (unpack + add), and the f32 part follows the
 //! oracle's order exactly ([`crate::kernels::scalar::accumulate8`]: block `b` into lane
 //! `b % 8` with separate multiply and add, then the fixed horizontal sum), so the results
 //! are bit-identical to the scalar table.
