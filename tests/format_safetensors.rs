@@ -1,6 +1,8 @@
 //! safetensors: the real fixture files, and malformed files by category (each a hand-made
-//! byte string). Every error must name the tensor (or key) and the problem, and parsing must
-//! never make an allocation larger than the input (plus a small fixed overhead).
+//! byte string). Every error must name the tensor (or key) and the problem, and parsing these
+//! small files must never make an allocation larger than the input plus a small fixed
+//! overhead. (A header packed with thousands of minimal entries costs a few times its size,
+//! one fixed-size record per tensor: `format_adversarial` bounds that at 4x.)
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
