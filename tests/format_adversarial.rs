@@ -5,8 +5,10 @@
 //! allocation far above the input size, and an accepted file hands out views that are
 //! inside it and match their shapes. Errors carry a code and name what is wrong.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "common/largest_alloc.rs"]
+mod largest_alloc;
+
+use largest_alloc::largest_allocation;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rml::format::gguf::Gguf;
@@ -15,55 +17,11 @@ use rml::format::safetensors::SafeTensors;
 use rml::format::{FileDType, TensorSource, TensorView};
 use rml::{Code, Error};
 
-// ------------------------------------------------------------------ allocation tracking
-
-/// Records the largest single allocation made on a thread while it is armed.
-struct Tracking;
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to `System`; the bookkeeping only touches const-initialised thread-locals
-// (no allocation, no reentrancy).
-unsafe impl GlobalAlloc for Tracking {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        note(l.size());
-        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        note(new);
-        // SAFETY: as above.
-        unsafe { System.realloc(p, l, new) }
-    }
-}
-
-fn note(size: usize) {
-    let _ = ARMED.try_with(|a| {
-        if a.get() {
-            let _ = LARGEST.try_with(|m| m.set(m.get().max(size)));
-        }
-    });
-}
-
-#[global_allocator]
-static ALLOC: Tracking = Tracking;
-
 /// Runs `f` (a parse of `input_len` bytes), failing the test if it panicked (naming `what`) or
 /// made a single allocation above `4 * input_len + 64 KiB`: a parser's tables are a small,
 /// fixed multiple of the header it walked, never sized by a count the file claims.
 fn guarded<T>(what: &dyn std::fmt::Display, input_len: usize, f: impl FnOnce() -> T) -> T {
-    LARGEST.with(|m| m.set(0));
-    ARMED.with(|a| a.set(true));
-    let r = catch_unwind(AssertUnwindSafe(f));
-    ARMED.with(|a| a.set(false));
-    let largest = LARGEST.with(|m| m.get());
+    let (r, largest) = largest_allocation(|| catch_unwind(AssertUnwindSafe(f)));
     let r = r.unwrap_or_else(|_| panic!("{what}: the parser panicked"));
     assert!(
         largest <= 4 * input_len + (64 << 10),

@@ -4,50 +4,14 @@
 //! overhead. (A header packed with thousands of minimal entries costs a few times its size,
 //! one fixed-size record per tensor: `format_adversarial` bounds that at 4x.)
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "common/largest_alloc.rs"]
+mod largest_alloc;
+
+use largest_alloc::largest_allocation;
 
 use rml::format::safetensors::SafeTensors;
 use rml::format::{FileDType, TensorSource};
 use rml::{Code, DType, Error};
-
-/// Records the largest single allocation made on a thread while it is armed.
-struct Tracking;
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to `System`; the bookkeeping only touches const-initialised thread-locals
-// (no allocation, no reentrancy).
-unsafe impl GlobalAlloc for Tracking {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        note(l.size());
-        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        note(new);
-        // SAFETY: as above.
-        unsafe { System.realloc(p, l, new) }
-    }
-}
-
-fn note(size: usize) {
-    let _ = ARMED.try_with(|a| {
-        if a.get() {
-            let _ = LARGEST.try_with(|m| m.set(m.get().max(size)));
-        }
-    });
-}
-
-#[global_allocator]
-static ALLOC: Tracking = Tracking;
 
 /// Fixed overhead allowed above the input size: a few small tables (the tensor list starts at
 /// 4 entries, the name index, serde_json's scratch buffer).
@@ -55,11 +19,7 @@ const SLACK: usize = 1024;
 
 /// Parses `bytes`, asserting that no single allocation exceeded `bytes.len() + SLACK`.
 fn parse(bytes: &[u8]) -> Result<usize, Error> {
-    LARGEST.with(|m| m.set(0));
-    ARMED.with(|a| a.set(true));
-    let r = SafeTensors::parse(bytes).map(|st| st.len());
-    ARMED.with(|a| a.set(false));
-    let largest = LARGEST.with(|m| m.get());
+    let (r, largest) = largest_allocation(|| SafeTensors::parse(bytes).map(|st| st.len()));
     assert!(
         largest <= bytes.len() + SLACK,
         "largest allocation {largest} for a {}-byte input",
