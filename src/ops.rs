@@ -553,7 +553,9 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
 ///
 /// `keys` and `values` hold positions `0..n` of one KV head, `q.len()` floats each, position
 /// `t` at `[t * d, (t + 1) * d)`; `scores` is scratch of at least `n` floats. Positions past
-/// `n` are not read (causality is the caller's choice of `n`).
+/// `n` are not read (causality is the caller's choice of `n`). With an AVX2 kernel tier
+/// active the two loops over the cache run as AVX2 code with the same arithmetic (bit-identical
+/// results).
 ///
 /// # Panics
 ///
@@ -572,6 +574,17 @@ pub fn attention_head(
     assert!(n > 0 && out.len() == d, "attention_head: shapes");
     assert!(keys.len() >= n * d && values.len() >= n * d && scores.len() >= n);
     let scores = &mut scores[..n];
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    if kernels::active().is_ok_and(|k| k.isa().has_avx2()) {
+        // SAFETY: the active table is an AVX2 tier, so the CPU has AVX2; `keys` and `values`
+        // hold `n * d` floats (asserted above). Same arithmetic as the loops below.
+        unsafe {
+            kernels::attention::scores(q, keys, scale, scores);
+            softmax(scores);
+            kernels::attention::weighted_sum(scores, values, out);
+        }
+        return;
+    }
     for (t, s) in scores.iter_mut().enumerate() {
         *s = dot(q, &keys[t * d..(t + 1) * d]) * scale;
     }

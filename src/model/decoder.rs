@@ -14,7 +14,8 @@
 //!
 //! Parallelism: matrix products split over output rows ([`crate::ops::gemv`] /
 //! [`crate::ops::gemm`]; q/k/v and gate/up each as one loop with [`crate::ops::gemm_fused`]),
-//! attention over query heads; each output element is computed by one
+//! attention over query heads and (prefill) interleaved parts of their query rows; each
+//! output element is computed by one
 //! chunk in a fixed order, so logits are bit-identical for every executor, thread count and
 //! schedule.
 
@@ -211,6 +212,11 @@ unsafe impl Sync for SharedMut {}
 /// Attention works below this many multiply-adds run inline (dispatch would cost more).
 const PAR_ATTENTION_WORK: usize = 1 << 15;
 
+/// Prefill attention splits each head's query rows into this many interleaved parts (row `t`
+/// in part `t % ATT_PARTS`), so that heads × parts items balance across threads; each part
+/// has its own score row.
+const ATT_PARTS: usize = 4;
+
 /// A Llama-family decoder with its KV cache; see the module docs.
 pub struct DecoderLM<'a> {
     config: ModelConfig,
@@ -253,7 +259,7 @@ fn arena_bytes(c: &ModelConfig, n: usize, ctx: usize, act: Activations) -> Optio
         n.checked_mul(i)?,                       // gate
         n.checked_mul(i)?,                       // up
         n.checked_mul(c.head_dim)?,              // cos and sin (head_dim / 2 each)
-        c.num_attention_heads.checked_mul(ctx)?, // scores
+        c.num_attention_heads.checked_mul(ATT_PARTS.min(n))?.checked_mul(ctx)?, // scores
     ];
     let mut total = 0usize;
     for f in floats {
@@ -573,7 +579,8 @@ impl<'a> DecoderLM<'a> {
         let cos = arena.alloc_slice::<f32>(n * half)?;
         let sin = arena.alloc_slice::<f32>(n * half)?;
         let span = p0 + n;
-        let scores = arena.alloc_slice::<f32>(nh * span)?;
+        let parts = ATT_PARTS.min(n);
+        let scores = arena.alloc_slice::<f32>(nh * parts * span)?;
         let scratch_len =
             [h, qd, inter].iter().map(|&kk| ops::scratch_bytes(kk, n, act)).max().unwrap_or(0);
         let scratch = arena.alloc_slice_aligned::<u8>(scratch_len, ops_align())?;
@@ -614,16 +621,18 @@ impl<'a> DecoderLM<'a> {
                 let q: &[f32] = q;
                 let out = SharedMut(att.as_mut_ptr());
                 let sc = SharedMut(scores.as_mut_ptr());
+                // Item `i` is head `i / parts`, query rows `t ≡ i % parts (mod parts)`.
                 let heads = |range: Range<usize>| {
                     let (out, sc) = (out, sc);
-                    for hq in range {
+                    for i in range {
+                        let (hq, part) = (i / parts, i % parts);
                         let (keys, values) = (kv.keys(l, hq / groups), kv.values(l, hq / groups));
-                        // SAFETY: head `hq` owns `scores[hq * span .. (hq + 1) * span]` and the
-                        // output rows `[t * qd + hq * hd, + hd)`; chunks hold disjoint heads,
-                        // and the arena slices outlive the parallel_for.
+                        // SAFETY: item `i` owns `scores[i * span .. (i + 1) * span]` and the
+                        // output rows `[t * qd + hq * hd, + hd)` of its query rows; chunks
+                        // hold disjoint items, and the arena slices outlive the parallel_for.
                         let s =
-                            unsafe { core::slice::from_raw_parts_mut(sc.0.add(hq * span), span) };
-                        for t in 0..n {
+                            unsafe { core::slice::from_raw_parts_mut(sc.0.add(i * span), span) };
+                        for t in (part..n).step_by(parts) {
                             let at = t * qd + hq * hd;
                             // SAFETY: as above.
                             let o = unsafe { core::slice::from_raw_parts_mut(out.0.add(at), hd) };
@@ -634,9 +643,9 @@ impl<'a> DecoderLM<'a> {
                 };
                 let work = nh * n * span * hd;
                 if exec.threads() > 1 && work >= PAR_ATTENTION_WORK {
-                    exec.parallel_for(0..nh, Schedule::Grain(1), &heads);
+                    exec.parallel_for(0..nh * parts, Schedule::Grain(1), &heads);
                 } else {
-                    heads(0..nh);
+                    heads(0..nh * parts);
                 }
             }
             matmul(exec, sched, &lw.o, att, n, xn, act, scratch)?;

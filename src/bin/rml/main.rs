@@ -59,7 +59,7 @@ enum Command {
     /// Find the fastest thread count and schedule for one decode step and cache it.
     Tune(ModelArg),
     /// Prefill and decode speed at 1..=cores threads, against the machine's read bandwidth.
-    Bench(ModelArg),
+    Bench(BenchArgs),
     /// Convert a GGUF file or Hugging Face folder to a Hugging Face safetensors folder.
     Convert {
         /// Input: a .gguf file or a Hugging Face folder.
@@ -80,6 +80,28 @@ struct ModelArg {
     /// Activations for quantized weights.
     #[arg(long, value_enum, default_value_t = Act::F32)]
     activations: Act,
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    /// Prompt tokens of the timed prefill.
+    #[arg(long, default_value_t = 64)]
+    prompt: usize,
+    /// Tokens already in the KV cache when the decode steps are timed (0: decode right after
+    /// the prompt).
+    #[arg(long, default_value_t = 0)]
+    depth: usize,
+    /// Timed decode steps.
+    #[arg(long, default_value_t = 32)]
+    decode: usize,
+    /// Repeats per thread count (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Thread counts to run, e.g. `1,2` (default: 1..=cores).
+    #[arg(long, value_delimiter = ',')]
+    threads: Vec<usize>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -153,8 +175,19 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate(&args),
         Command::Inspect { path } => inspect(&path),
         Command::Tune(args) => tune(&args),
-        Command::Bench(args) => resolve_model(args.model.as_deref())
-            .and_then(|p| bench::run(&p, args.activations.into())),
+        Command::Bench(args) => resolve_model(args.model.model.as_deref()).and_then(|p| {
+            bench::run(
+                &p,
+                &bench::Shape {
+                    act: args.model.activations.into(),
+                    prompt: args.prompt,
+                    depth: args.depth,
+                    decode: args.decode,
+                    repeats: args.repeats,
+                    threads: args.threads.clone(),
+                },
+            )
+        }),
         Command::Convert { input, output, dtype } => convert::run(&input, &output, dtype),
     };
     match result {

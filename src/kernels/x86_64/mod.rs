@@ -7,8 +7,10 @@
 
 use super::{Isa, Kernels};
 
+pub(crate) mod attention;
 mod avx2_f32;
 mod avx2_q8;
+mod avx512_q8;
 
 /// The AVX2 table: every entry overridden.
 pub(crate) const AVX2: Kernels = Kernels {
@@ -23,6 +25,25 @@ pub(crate) const AVX2: Kernels = Kernels {
     q4_0_q8: avx2_q8::matmul_q4_0_q8,
     q4_1_q8: avx2_q8::matmul_q4_1_q8,
     quantize_q8: avx2_q8::quantize_q8,
+};
+
+/// The AVX-VNNI table: AVX2's, with the int8 kernels on the 256-bit `vpdpbusd`.
+pub(crate) const AVX_VNNI: Kernels = Kernels {
+    isa: Isa::AvxVnni,
+    q8_0_q8: avx512_q8::vnni_q8_0_q8,
+    q4_0_q8: avx512_q8::vnni_q4_0_q8,
+    q4_1_q8: avx512_q8::vnni_q4_1_q8,
+    ..AVX2
+};
+
+/// The AVX-512 table: AVX2's, with the int8 kernels on 512-bit `vpdpbusd` (four weight rows
+/// per activation load).
+pub(crate) const AVX512: Kernels = Kernels {
+    isa: Isa::Avx512,
+    q8_0_q8: avx512_q8::avx512_q8_0_q8,
+    q4_0_q8: avx512_q8::avx512_q4_0_q8,
+    q4_1_q8: avx512_q8::avx512_q4_1_q8,
+    ..AVX2
 };
 
 use core::arch::x86_64::*;
