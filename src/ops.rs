@@ -736,6 +736,34 @@ mod layer_math_tests {
     }
 
     #[test]
+    fn attention_head_is_bit_identical_to_the_portable_loops() {
+        // On an AVX2 tier `attention_head` runs the SIMD loops; they must give the bits of
+        // `dot` / `softmax` / `axpy` (on other machines this compares the portable path with
+        // itself).
+        for d in [1usize, 7, 8, 13, 32, 64, 80, 128] {
+            for n in [1usize, 3, 4, 5, 17, 64] {
+                let f = |i: usize, s: f32| ((i as f32 * 0.731 + s).sin() * 2.5) as f32;
+                let q: alloc::vec::Vec<f32> = (0..d).map(|i| f(i, 0.3)).collect();
+                let keys: alloc::vec::Vec<f32> = (0..n * d).map(|i| f(i, 1.1)).collect();
+                let values: alloc::vec::Vec<f32> = (0..n * d).map(|i| f(i, 2.7)).collect();
+                let mut scores = alloc::vec![0f32; n];
+                let mut out = alloc::vec![0f32; d];
+                attention_head(&q, &keys, &values, n, 0.125, &mut scores, &mut out);
+                let mut want_s: alloc::vec::Vec<f32> =
+                    (0..n).map(|t| dot(&q, &keys[t * d..(t + 1) * d]) * 0.125).collect();
+                softmax(&mut want_s);
+                let mut want = alloc::vec![0f32; d];
+                for (t, &p) in want_s.iter().enumerate() {
+                    axpy(p, &values[t * d..(t + 1) * d], &mut want);
+                }
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<alloc::vec::Vec<_>>();
+                assert_eq!(bits(&scores), bits(&want_s), "scores d={d} n={n}");
+                assert_eq!(bits(&out), bits(&want), "output d={d} n={n}");
+            }
+        }
+    }
+
+    #[test]
     fn gemm_fused_equals_separate_gemms_bit_for_bit() {
         use crate::kernels::quant::quantize_row_q8_0;
         let k = 64;
