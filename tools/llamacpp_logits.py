@@ -13,8 +13,23 @@ import glob
 import os
 import sys
 
+import llama_cpp.llama_cpp
 import numpy as np
 from llama_cpp import Llama
+
+# Without extra buffer types (AMX tiles, repacked weights): on the VM this was written on the
+# CPU reports AMX but executing it raises SIGILL. Q4_1 then takes llama.cpp's standard int8
+# path (ggml_vec_dot_q4_1_q8_1, activations quantized to Q8_1). RML_LLAMA_EXTRA_BUFTS=1 keeps
+# llama.cpp's default.
+if os.environ.get("RML_LLAMA_EXTRA_BUFTS") != "1":
+    _default = llama_cpp.llama_cpp.llama_model_default_params
+
+    def _params():
+        p = _default()
+        p.use_extra_bufts = False
+        return p
+
+    llama_cpp.llama_cpp.llama_model_default_params = _params
 
 model, out = sys.argv[1], sys.argv[2]
 threads = int(sys.argv[3]) if len(sys.argv) > 3 else os.cpu_count()

@@ -4,7 +4,9 @@
 //!
 //! The prompt length (`--prompt`), the KV-cache depth the decode steps start at (`--depth`),
 //! the decode steps, repeats and thread counts are options, so that long-prompt prefill and
-//! decode deep into the context are measured too.
+//! decode deep into the context are measured too. The last column is the calling thread's
+//! tokens per CPU second (prefill / decode): with one thread, the speed the code would have
+//! on an idle core, whatever else the machine runs.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -57,6 +59,15 @@ fn read_bandwidth(pool: &ThreadPool, buf: &[u64], repeats: usize) -> f64 {
         best = best.min(t.elapsed().as_secs_f64());
     }
     (chunks * CHUNK * 8) as f64 / best
+}
+
+/// CPU seconds the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`): with one thread the
+/// whole work of a step, unaffected by time spent waiting for a core on a loaded machine.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// A probe buffer of `bytes` (rounded down to whole MiB, at least 1 MiB).
@@ -113,7 +124,7 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
         per_token / (1024.0 * 1024.0)
     );
     println!(
-        "{:>7} {:>14} {:>13} {:>15} {:>13} {:>9} {:>15} {:>9} {:>10}",
+        "{:>7} {:>14} {:>13} {:>15} {:>13} {:>9} {:>15} {:>9} {:>10} {:>13}",
         "threads",
         "prefill tok/s",
         "decode tok/s",
@@ -122,26 +133,30 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
         "of limit",
         "same-size GB/s",
         "of that",
-        "disp/token"
+        "disp/token",
+        "cpu pp/tg"
     );
     for &t in &threads {
         let pool = ThreadPool::builder().threads(t).schedule(Schedule::Proportional2).build()?;
         let (mut prefill, mut dec_s, mut disp) = (f64::INFINITY, f64::INFINITY, 0.0);
+        let (mut prefill_cpu, mut dec_cpu) = (f64::INFINITY, f64::INFINITY);
         for _ in 0..repeats {
             dec.reset();
-            let t0 = Instant::now();
+            let (t0, c0) = (Instant::now(), thread_cpu_s());
             dec.forward_with(&pool, &tokens[..prompt], None, None)?;
             prefill = prefill.min(t0.elapsed().as_secs_f64());
+            prefill_cpu = prefill_cpu.min(thread_cpu_s() - c0);
             if start != prompt {
                 dec.reset();
                 dec.forward_with(&pool, &tokens[..start], None, None)?;
             }
             let before = pool.stats().dispatches;
-            let t0 = Instant::now();
+            let (t0, c0) = (Instant::now(), thread_cpu_s());
             for i in 0..decode as u32 {
                 dec.decode_with(&pool, (i * 31 + 7) % vocab)?;
             }
             dec_s = dec_s.min(t0.elapsed().as_secs_f64());
+            dec_cpu = dec_cpu.min(thread_cpu_s() - c0);
             disp = (pool.stats().dispatches - before) as f64 / decode as f64;
         }
         let bw = read_bandwidth(&pool, &big, repeats);
@@ -149,7 +164,7 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
         let tps = decode as f64 / dec_s;
         let weights_bw = per_token * tps;
         println!(
-            "{:>7} {:>14.1} {:>13.1} {:>15.2} {:>13.2} {:>8.0}% {:>15.2} {:>8.0}% {:>10.1}",
+            "{:>7} {:>14.1} {:>13.1} {:>15.2} {:>13.2} {:>8.0}% {:>15.2} {:>8.0}% {:>10.1} {:>6.0}/{:<6.1}",
             pool.threads(),
             prompt as f64 / prefill,
             tps,
@@ -158,7 +173,9 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
             100.0 * weights_bw / bw,
             bw_same / 1e9,
             100.0 * weights_bw / bw_same,
-            disp
+            disp,
+            prompt as f64 / prefill_cpu,
+            decode as f64 / dec_cpu
         );
     }
     Ok(())
