@@ -16,7 +16,7 @@ pub mod mem;
 pub mod model;
 pub mod ops;
 pub mod tensor;
-#[cfg(feature = "cli")]
+#[cfg(feature = "tokenizer")]
 pub mod tokenizer;
 
 pub use error::{Code, Error, Result};
