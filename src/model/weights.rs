@@ -20,10 +20,10 @@ use alloc::vec::Vec;
 
 use crate::error::{Error, Result};
 use crate::format::{TensorSource, TensorView};
-use crate::kernels::quant::quantize_row_q8_0;
 use crate::mem::AlignedBlock;
 use crate::model::config::ModelConfig;
 use crate::ops::{Matrix, RopeLayout};
+use crate::quant::quantize_row_q8_0;
 use crate::tensor::DType;
 
 /// How matrices are kept in memory.
@@ -316,7 +316,9 @@ fn linear<'a>(
     check_shape(name, &view, &[rows, k])?;
     let ctx = |e: Error| e.context(format_args!("tensor {name:?}"));
     let (dtype, bytes) = match (view.dtype, format) {
-        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0) if k % 32 == 0 => {
+        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0)
+            if k % DType::Q8_0.block_size() == 0 =>
+        {
             let row_bytes = DType::Q8_0.row_bytes(k).map_err(ctx)?;
             let total = row_bytes.checked_mul(rows).ok_or_else(|| {
                 Error::resource_exhausted(format_args!("tensor {name:?}: Q8_0 size overflows"))
