@@ -714,7 +714,7 @@ mod layer_math_tests {
         // itself).
         for d in [1usize, 7, 8, 13, 32, 64, 80, 128] {
             for n in [1usize, 3, 4, 5, 17, 64] {
-                let f = |i: usize, s: f32| ((i as f32 * 0.731 + s).sin() * 2.5) as f32;
+                let f = |i: usize, s: f32| (i as f32 * 0.731 + s).sin() * 2.5;
                 let q: alloc::vec::Vec<f32> = (0..d).map(|i| f(i, 0.3)).collect();
                 let keys: alloc::vec::Vec<f32> = (0..n * d).map(|i| f(i, 1.1)).collect();
                 let values: alloc::vec::Vec<f32> = (0..n * d).map(|i| f(i, 2.7)).collect();
@@ -728,7 +728,8 @@ mod layer_math_tests {
                 for (t, &p) in want_s.iter().enumerate() {
                     axpy(p, &values[t * d..(t + 1) * d], &mut want);
                 }
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<alloc::vec::Vec<_>>();
+                let bits =
+                    |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<alloc::vec::Vec<_>>();
                 assert_eq!(bits(&scores), bits(&want_s), "scores d={d} n={n}");
                 assert_eq!(bits(&out), bits(&want), "output d={d} n={n}");
             }

@@ -8,7 +8,7 @@
 //!
 //! For every prompt of `tests/data/agreement/prompts.json` (chat prompts wrapped in the
 //! SmolLM2 chat template) it tokenizes with `tests/data/smollm2-135m/tokenizer.json`, writes
-//! the ids to `OUT_DIR/NAME.tokens` (u32 little-endian), runs them through the model once with
+//! the ids to `OUT_DIR/NAME.tokens` (u32 little-endian; an existing file is reused), runs them through the model once with
 //! f32 and once with int8 activations (every position's logits), and reports per prompt and
 //! over all positions: argmax agreement (the share of positions whose top token is the f32
 //! one), and the mean and largest absolute logit difference. If `OUT_DIR/NAME.llama.f32`
@@ -22,8 +22,17 @@ use rml::load::Model;
 use rml::model::packed::PackedSource;
 use rml::model::{DecoderLM, DecoderOptions};
 use rml::ops::Activations;
-use rml::tokenizer::{chat_prompt, Tokenizer};
+use rml::tokenizer::Tokenizer;
 use rml::{Error, Result};
+
+/// SmolLM2's chat template (ChatML with its default system turn, as in its GGUF's
+/// `tokenizer.chat_template`) for one user turn, ready for the assistant's reply.
+fn chat_prompt(prompt: &str) -> String {
+    format!(
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
+         Face<|im_end|>\n<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+    )
+}
 
 /// Agreement sums over positions.
 #[derive(Default, Clone, Copy)]
@@ -79,15 +88,13 @@ fn argmax(v: &[f32]) -> usize {
     best
 }
 
-fn logits(
-    model: &Model,
-    pool: &ThreadPool,
-    ids: &[u32],
-    act: Activations,
-) -> Result<Vec<f32>> {
+fn logits(model: &Model, pool: &ThreadPool, ids: &[u32], act: Activations) -> Result<Vec<f32>> {
     let c = model.config();
-    let opts =
-        DecoderOptions { context_len: Some(ids.len()), activations: act, ..DecoderOptions::default() };
+    let opts = DecoderOptions {
+        context_len: Some(ids.len()),
+        activations: act,
+        ..DecoderOptions::default()
+    };
     let mut dec = DecoderLM::new(c, &PackedSource::new(model)?, pool, opts)?;
     let mut out = vec![0f32; ids.len() * c.vocab_size];
     dec.forward(ids, Some(&mut out), None)?;
@@ -108,10 +115,9 @@ fn main() -> Result<()> {
     std::fs::create_dir_all(&out)?;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tok = Tokenizer::from_file(&root.join("tests/data/smollm2-135m/tokenizer.json"))?;
-    let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(
-        root.join("tests/data/agreement/prompts.json"),
-    )?)
-    .map_err(|e| Error::invalid_argument(format_args!("prompts.json: {e}")))?;
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join("tests/data/agreement/prompts.json"))?)
+            .map_err(|e| Error::invalid_argument(format_args!("prompts.json: {e}")))?;
     let prompts = spec["prompts"].as_array().cloned().unwrap_or_default();
     let model = Model::open(&model_path)?;
     let vocab = model.config().vocab_size;
@@ -127,9 +133,19 @@ fn main() -> Result<()> {
         let name = p["name"].as_str().unwrap_or("?");
         let text = p["text"].as_str().unwrap_or("");
         let text = if p["chat"].as_bool() == Some(true) { chat_prompt(text) } else { text.into() };
-        let ids = tok.encode(&text)?;
-        let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
-        std::fs::write(out.join(format!("{name}.tokens")), bytes)?;
+        // Ids from an earlier run are reused, so that llama.cpp's logits stay aligned.
+        let tokens_path = out.join(format!("{name}.tokens"));
+        let ids: Vec<u32> = match std::fs::read(&tokens_path) {
+            Ok(b) => {
+                b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+            }
+            Err(_) => {
+                let ids = tok.encode(&text)?;
+                let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+                std::fs::write(&tokens_path, bytes)?;
+                ids
+            }
+        };
         let yard = logits(&model, &pool, &ids, Activations::F32)?;
         let int8 = logits(&model, &pool, &ids, Activations::Int8)?;
         let mut a = Agree::default();

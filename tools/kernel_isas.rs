@@ -27,7 +27,8 @@ fn main() {
     }
     println!();
     for (rows, k) in [(1536usize, 576usize), (576, 1536)] {
-        let vals: Vec<f32> = (0..rows * k).map(|i| ((i * 7919 % 1013) as f32 / 506.0) - 1.0).collect();
+        let vals: Vec<f32> =
+            (0..rows * k).map(|i| ((i * 7919 % 1013) as f32 / 506.0) - 1.0).collect();
         let x: Vec<f32> = (0..k).map(|i| ((i * 31 % 97) as f32 / 48.0) - 1.0).collect();
         for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
             let rb = dtype.row_bytes(k).unwrap();
@@ -64,7 +65,8 @@ fn main() {
                     if isa == Isa::Avx2 {
                         base = gbs;
                     }
-                    let rel = if base > 0.0 { format!("({:.2}x)", gbs / base) } else { String::new() };
+                    let rel =
+                        if base > 0.0 { format!("({:.2}x)", gbs / base) } else { String::new() };
                     print!("{:>8.1} {:<7}", gbs, rel);
                 }
                 println!();

@@ -271,15 +271,15 @@ fn arena_bytes(c: &ModelConfig, n: usize, ctx: usize, act: Activations) -> Optio
         c.intermediate_size,
     );
     let floats = [
-        n.checked_mul(h)?,                       // x
-        n.checked_mul(h)?,                       // xn
-        n.checked_mul(qd)?,                      // q
-        n.checked_mul(kvd)?,                     // k
-        n.checked_mul(kvd)?,                     // v
-        n.checked_mul(qd)?,                      // attention output
-        n.checked_mul(i)?,                       // gate
-        n.checked_mul(i)?,                       // up
-        n.checked_mul(c.head_dim)?,              // cos and sin (head_dim / 2 each)
+        n.checked_mul(h)?,                                                      // x
+        n.checked_mul(h)?,                                                      // xn
+        n.checked_mul(qd)?,                                                     // q
+        n.checked_mul(kvd)?,                                                    // k
+        n.checked_mul(kvd)?,                                                    // v
+        n.checked_mul(qd)?,                                                     // attention output
+        n.checked_mul(i)?,                                                      // gate
+        n.checked_mul(i)?,                                                      // up
+        n.checked_mul(c.head_dim)?, // cos and sin (head_dim / 2 each)
         c.num_attention_heads.checked_mul(ATT_PARTS.min(n))?.checked_mul(ctx)?, // scores
     ];
     let mut total = 0usize;

@@ -110,8 +110,7 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
     let inline = rml::InlineExecutor;
     let mut dec = DecoderLM::new(c, &PackedSource::new(&model)?, &inline, opts)?;
     let vocab = c.vocab_size as u32;
-    let tokens: Vec<u32> =
-        (0..prompt.max(start) as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+    let tokens: Vec<u32> = (0..prompt.max(start) as u32).map(|i| (i * 7919 + 13) % vocab).collect();
     let per_token = dec.weights().bytes_per_token() as f64;
     let big = probe(PROBE_BYTES);
     let same = probe(per_token as usize);

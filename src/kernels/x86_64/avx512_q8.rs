@@ -18,7 +18,7 @@
 use core::arch::x86_64::*;
 
 use super::hsum_ps;
-use crate::kernels::quant::{Q8Acts, QK};
+use crate::quant::{Q8Acts, QK};
 
 /// A quantized weight block as seen by the VNNI kernels.
 trait VBlock {
@@ -533,7 +533,8 @@ unsafe fn rows_dot_512<Q: VBlock, const R: usize>(
                 let xv = Q::prepare_x(xb.add(j * QK), xb.add((j + 4) * QK));
                 for (r, p) in p.iter_mut().enumerate() {
                     let wb = w.add(r * rb + b * Q::BYTES);
-                    let (u, sg) = Q::operands2(wb.add(j * Q::BYTES), wb.add((j + 4) * Q::BYTES), xv);
+                    let (u, sg) =
+                        Q::operands2(wb.add(j * Q::BYTES), wb.add((j + 4) * Q::BYTES), xv);
                     p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, sg);
                 }
             }

@@ -1,5 +1,7 @@
 //! x86_64 kernels: AVX2 + FMA + F16C (`avx2_f32.rs`: f32 / f16 / bf16 / quantized weights
-//! with f32 activations; `avx2_q8.rs`: int8 activations and Q8 quantization).
+//! with f32 activations; `avx2_q8.rs`: int8 activations and Q8 quantization), and the tiers
+//! built on AVX2's table: AVX-VNNI and AVX-512 (`avx512_q8.rs`: int8 kernels on `vpdpbusd`);
+//! `attention.rs`: the AVX2 loops of [`crate::ops::attention_head`].
 //!
 //! Compiled only where SSE2 is a target feature (not on the soft-float
 //! `x86_64-unknown-none`); the entry points are `#[target_feature]` wrappers around
@@ -28,23 +30,19 @@ pub(crate) const AVX2: Kernels = SCALAR
     .with_quantize_q8(avx2_q8::quantize_q8);
 
 /// The AVX-VNNI table: AVX2's, with the int8 kernels on the 256-bit `vpdpbusd`.
-pub(crate) const AVX_VNNI: Kernels = Kernels {
-    isa: Isa::AvxVnni,
-    q8_0_q8: avx512_q8::vnni_q8_0_q8,
-    q4_0_q8: avx512_q8::vnni_q4_0_q8,
-    q4_1_q8: avx512_q8::vnni_q4_1_q8,
-    ..AVX2
-};
+pub(crate) const AVX_VNNI: Kernels = AVX2
+    .for_isa(Isa::AvxVnni)
+    .with_q8(DType::Q8_0, avx512_q8::vnni_q8_0_q8)
+    .with_q8(DType::Q4_0, avx512_q8::vnni_q4_0_q8)
+    .with_q8(DType::Q4_1, avx512_q8::vnni_q4_1_q8);
 
 /// The AVX-512 table: AVX2's, with the int8 kernels on 512-bit `vpdpbusd` (four weight rows
 /// per activation load).
-pub(crate) const AVX512: Kernels = Kernels {
-    isa: Isa::Avx512,
-    q8_0_q8: avx512_q8::avx512_q8_0_q8,
-    q4_0_q8: avx512_q8::avx512_q4_0_q8,
-    q4_1_q8: avx512_q8::avx512_q4_1_q8,
-    ..AVX2
-};
+pub(crate) const AVX512: Kernels = AVX2
+    .for_isa(Isa::Avx512)
+    .with_q8(DType::Q8_0, avx512_q8::avx512_q8_0_q8)
+    .with_q8(DType::Q4_0, avx512_q8::avx512_q4_0_q8)
+    .with_q8(DType::Q4_1, avx512_q8::avx512_q4_1_q8);
 
 use core::arch::x86_64::*;
 
