@@ -18,12 +18,15 @@ use core::arch::asm;
 
 use super::quant::{Q8Acts, QK};
 use super::{scalar, Isa, Kernels, SCALAR};
+use crate::tensor::DType;
 
 /// The DSP table: `SMLAD` for Q8_0 weights with int8 activations, `VCVTB` for f16 weights
 /// where there is an FPU, scalar elsewhere.
 #[cfg(target_abi = "eabihf")]
-pub(crate) const ARM_DSP: Kernels =
-    Kernels { isa: Isa::ArmDsp, q8_0_q8: matmul_q8_0_q8, f16: matmul_f16, ..SCALAR };
+pub(crate) const ARM_DSP: Kernels = SCALAR
+    .for_isa(Isa::ArmDsp)
+    .with_q8(DType::Q8_0, matmul_q8_0_q8)
+    .with_f32(DType::F16, matmul_f16);
 
 /// The DSP table without an FPU: `SMLAD` for Q8_0 weights with int8 activations.
 #[cfg(not(target_abi = "eabihf"))]
