@@ -134,6 +134,35 @@ fn gguf_bytes_copied_or_borrowed_give_pytorchs_tokens_as_the_file_does() {
     drop(bytes);
 }
 
+/// The tokenizer of a model opened from GGUF bytes is the file's SentencePiece vocabulary;
+/// `add_special` adds its BOS (`tokenizer.ggml.add_bos_token`), and decoding round-trips.
+#[cfg(feature = "tokenizer")]
+#[test]
+fn tokenizer_from_gguf_bytes_adds_bos_on_request() {
+    let bytes = std::fs::read(data("tiny-llama-gguf/tiny-llama-Q8_0.gguf")).unwrap();
+    let (mut m, mut tok) = (null_mut(), null_mut());
+    let text = "the cat";
+    let (mut plain, mut special) = (vec![0u32; 32], vec![0u32; 32]);
+    let (mut n0, mut n1, mut len) = (0, 0, 0);
+    let mut back = vec![0u8; 64];
+    // SAFETY: valid pointers, buffers and lengths throughout.
+    unsafe {
+        ok(rml_model_open_bytes(bytes.as_ptr(), bytes.len(), &mut m));
+        ok(rml_tokenizer_from_model(m, &mut tok));
+        ok(rml_model_free(m));
+        let t = text.as_ptr().cast();
+        ok(rml_tokenizer_encode(tok, t, text.len(), 0, plain.as_mut_ptr(), 32, &mut n0));
+        ok(rml_tokenizer_encode(tok, t, text.len(), 1, special.as_mut_ptr(), 32, &mut n1));
+        ok(rml_tokenizer_decode(tok, plain.as_ptr(), n0, back.as_mut_ptr().cast(), 64, &mut len));
+    }
+    assert!(n0 > 0);
+    assert_eq!(n1, n0 + 1);
+    assert_eq!(special[0], 1, "BOS");
+    assert_eq!(special[1..n1], plain[..n0]);
+    assert_eq!(std::str::from_utf8(&back[..len]).unwrap(), text);
+    ok(rml_tokenizer_free(tok));
+}
+
 #[test]
 fn handles_freed_twice_mistyped_or_invented_are_refused() {
     let m = open(&data("tiny-llama/f32"));
@@ -165,7 +194,7 @@ fn handles_freed_twice_mistyped_or_invented_are_refused() {
 /// SmolLM2-135M-Instruct Q4_1 through the C ABI with its own tokenizer, greedy, f32
 /// activations: the 16 tokens and the text of the reference continuation (the 17th reference
 /// token, 260, would add " the").
-#[cfg(feature = "cli")]
+#[cfg(feature = "tokenizer")]
 #[test]
 fn smollm2_continues_the_reference_prompt() {
     let Some(path) = smollm2_gguf() else { return };
@@ -187,6 +216,7 @@ fn smollm2_continues_the_reference_prompt() {
             tok,
             text.as_ptr().cast(),
             text.len(),
+            0,
             ids.as_mut_ptr(),
             64,
             &mut n,

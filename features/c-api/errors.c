@@ -271,17 +271,17 @@ int main(int argc, char **argv) {
     size_t ntok = 0, tlen = 0;
     uint32_t ids[64];
     char buf[256];
-    INVALID("text is NULL", rml_tokenizer_encode(tk, NULL, 3, ids, 64, &ntok));
-    INVALID("n_tokens is NULL", rml_tokenizer_encode(tk, text, strlen(text), ids, 64, NULL));
-    INVALID("tokens is NULL", rml_tokenizer_encode(tk, text, strlen(text), NULL, 64, &ntok));
-    INVALID("not valid UTF-8", rml_tokenizer_encode(tk, "\xff\xfe", 2, ids, 64, &ntok));
-    OK(rml_tokenizer_encode(tk, text, strlen(text), NULL, 0, &ntok)); /* count only */
+    INVALID("text is NULL", rml_tokenizer_encode(tk, NULL, 3, 0, ids, 64, &ntok));
+    INVALID("n_tokens is NULL", rml_tokenizer_encode(tk, text, strlen(text), 0, ids, 64, NULL));
+    INVALID("tokens is NULL", rml_tokenizer_encode(tk, text, strlen(text), 0, NULL, 64, &ntok));
+    INVALID("not valid UTF-8", rml_tokenizer_encode(tk, "\xff\xfe", 2, 0, ids, 64, &ntok));
+    OK(rml_tokenizer_encode(tk, text, strlen(text), 0, NULL, 0, &ntok)); /* count only */
     CHECK(ntok == 4);
     ntok = 0;
     EXPECT(RML_STATUS_OUT_OF_RANGE, "do not fit in capacity 2",
-           rml_tokenizer_encode(tk, text, strlen(text), ids, 2, &ntok));
+           rml_tokenizer_encode(tk, text, strlen(text), 0, ids, 2, &ntok));
     CHECK(ntok == 4);
-    OK(rml_tokenizer_encode(tk, text, strlen(text), ids, 64, &ntok));
+    OK(rml_tokenizer_encode(tk, text, strlen(text), 0, ids, 64, &ntok));
     CHECK(ntok == 4);
     INVALID("text_len is NULL", rml_tokenizer_decode(tk, ids, ntok, buf, sizeof buf, NULL));
     INVALID("text is NULL", rml_tokenizer_decode(tk, ids, ntok, NULL, sizeof buf, &tlen));
@@ -336,7 +336,7 @@ int main(int argc, char **argv) {
     INVALID("not live", rml_sampler_reset(s));
     OK(rml_tokenizer_free(tk));
     INVALID("not live", rml_tokenizer_free(tk));
-    INVALID("not live", rml_tokenizer_encode(tk, text, strlen(text), ids, 64, &ntok));
+    INVALID("not live", rml_tokenizer_encode(tk, text, strlen(text), 0, ids, 64, &ntok));
 
     /* free(NULL) does nothing */
     OK(rml_model_free(NULL));

@@ -54,14 +54,14 @@ int main(int argc, char **argv) {
     TRY(rml_tokenizer_from_model(model, &tok));
 
     /* Count the prompt's tokens, then fetch them. */
-    TRY(rml_tokenizer_encode(tok, prompt, strlen(prompt), NULL, 0, &n_prompt));
+    TRY(rml_tokenizer_encode(tok, prompt, strlen(prompt), 0, NULL, 0, &n_prompt));
     prompt_ids = malloc((n_prompt ? n_prompt : 1) * sizeof *prompt_ids);
     out_ids = malloc((size_t)n * sizeof *out_ids);
     if (!prompt_ids || !out_ids) {
         fprintf(stderr, "generate: out of memory\n");
         goto done;
     }
-    TRY(rml_tokenizer_encode(tok, prompt, strlen(prompt), prompt_ids, n_prompt, &n_prompt));
+    TRY(rml_tokenizer_encode(tok, prompt, strlen(prompt), 0, prompt_ids, n_prompt, &n_prompt));
     printf("prompt ids:");
     for (size_t i = 0; i < n_prompt; i++) printf(" %u", prompt_ids[i]);
     printf("\n");

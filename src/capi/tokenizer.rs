@@ -16,28 +16,18 @@ pub struct RmlTokenizer {
     _opaque: [u8; 0],
 }
 
-#[cfg(feature = "cli")]
+#[cfg(feature = "tokenizer")]
 pub(crate) use crate::tokenizer::Tokenizer as TokenizerInner;
 
 /// The object behind an `RmlTokenizer` in a build without the tokenizer: never made.
-#[cfg(not(feature = "cli"))]
+#[cfg(not(feature = "tokenizer"))]
 pub(crate) enum TokenizerInner {}
 
-#[cfg(feature = "cli")]
+#[cfg(feature = "tokenizer")]
 mod imp {
     use super::*;
-    use crate::format::gguf::Gguf;
     use crate::load::ModelFormat;
     use crate::tokenizer::Tokenizer;
-
-    fn from_gguf(g: &Gguf<'_>) -> Result<Tokenizer> {
-        let kind = g.tokenizer_model()?.unwrap_or("none");
-        let tokens = g.tokens()?;
-        let merges = g.merges()?;
-        let types = g.token_types()?;
-        let pre = g.tokenizer_pre()?;
-        Tokenizer::from_gguf_vocab(kind, pre, &tokens, &merges, &types)
-    }
 
     /// `tokenizer.json` in a Hugging Face folder or beside a GGUF file, else a GGUF's own
     /// vocabulary.
@@ -54,14 +44,14 @@ mod imp {
                     return Tokenizer::from_file(&beside);
                 }
                 match model.gguf() {
-                    Some(g) => from_gguf(&g?).map_err(|e| e.context(path.display())),
+                    Some(g) => Tokenizer::from_gguf(&g?).map_err(|e| e.context(path.display())),
                     None => Err(Error::not_found(format_args!(
                         "{}: no tokenizer.json in the model folder",
                         beside.display()
                     ))),
                 }
             }
-            Source::Bytes { gguf, .. } => from_gguf(gguf).map_err(|e| e.context("GGUF bytes")),
+            Source::Bytes { gguf, .. } => Tokenizer::from_gguf(gguf).map_err(|e| e.context("GGUF bytes")),
         }
     }
 
@@ -72,7 +62,7 @@ mod imp {
     }
 }
 
-#[cfg(not(feature = "cli"))]
+#[cfg(not(feature = "tokenizer"))]
 mod imp {
     use super::*;
 
@@ -88,7 +78,7 @@ mod imp {
         Err(missing())
     }
 
-    pub(super) fn encode(t: &TokenizerInner, _: &str) -> Result<alloc::vec::Vec<u32>> {
+    pub(super) fn encode(t: &TokenizerInner, _: &str, _: bool) -> Result<alloc::vec::Vec<u32>> {
         match *t {}
     }
 
@@ -105,11 +95,15 @@ mod imp {
     }
 }
 
-#[cfg(feature = "cli")]
+#[cfg(feature = "tokenizer")]
 mod ops {
     use super::*;
-    pub(super) fn encode(t: &TokenizerInner, text: &str) -> Result<alloc::vec::Vec<u32>> {
-        t.encode(text)
+    pub(super) fn encode(
+        t: &TokenizerInner,
+        text: &str,
+        add_special: bool,
+    ) -> Result<alloc::vec::Vec<u32>> {
+        t.encode_with_special(text, add_special)
     }
     pub(super) fn decode(t: &TokenizerInner, ids: &[u32]) -> Result<alloc::string::String> {
         t.decode(ids)
@@ -121,7 +115,7 @@ mod ops {
         t.vocab_size()
     }
 }
-#[cfg(not(feature = "cli"))]
+#[cfg(not(feature = "tokenizer"))]
 use imp as ops;
 
 fn tokenizer_arc(t: *const RmlTokenizer) -> Result<Arc<TokenizerInner>> {
@@ -187,7 +181,11 @@ pub unsafe extern "C" fn rml_tokenizer_open(
     })
 }
 
-/// Splits `text_len` bytes of UTF-8 `text` (no NUL needed) into token ids (no BOS is added).
+/// Splits `text_len` bytes of UTF-8 `text` (no NUL needed) into token ids; special tokens
+/// written in the text (`<|im_start|>`) are recognised. With `add_special` nonzero, BOS/EOS
+/// are added as the model asks (its tokenizer.json post-processor, or the GGUF's
+/// `tokenizer.ggml.add_bos_token`), as transformers' `add_special_tokens=True` and
+/// llama.cpp's `add_special` do; with 0, none are.
 /// `*n_tokens` receives the number of ids; they are written to `tokens` if it has room for
 /// them (`capacity` ids). With `tokens == NULL` and `capacity == 0` it only counts them
 /// (and returns `RML_STATUS_OK`).
@@ -206,6 +204,7 @@ pub unsafe extern "C" fn rml_tokenizer_encode(
     tokenizer: *const RmlTokenizer,
     text: *const c_char,
     text_len: usize,
+    add_special: u32,
     tokens: *mut u32,
     capacity: usize,
     n_tokens: *mut usize,
@@ -221,7 +220,7 @@ pub unsafe extern "C" fn rml_tokenizer_encode(
         let text = core::str::from_utf8(bytes)
             .map_err(|e| Error::invalid_argument(format_args!("text is not valid UTF-8: {e}")))?;
         let t = tokenizer_arc(tokenizer)?;
-        let ids = ops::encode(&t, text)?;
+        let ids = ops::encode(&t, text, add_special != 0)?;
         // SAFETY: checked non-null above; the C caller's contract.
         unsafe { write_out(n_tokens, "n_tokens", ids.len())? };
         if tokens.is_null() && capacity == 0 {
