@@ -641,7 +641,11 @@ RmlStatus rml_tokenizer_from_model(const struct RmlModel *model, struct RmlToken
 RmlStatus rml_tokenizer_open(const char *path, struct RmlTokenizer **out);
 
 /**
- * Splits `text_len` bytes of UTF-8 `text` (no NUL needed) into token ids (no BOS is added).
+ * Splits `text_len` bytes of UTF-8 `text` (no NUL needed) into token ids; special tokens
+ * written in the text (`<|im_start|>`) are recognised. With `add_special` nonzero, BOS/EOS
+ * are added as the model asks (its tokenizer.json post-processor, or the GGUF's
+ * `tokenizer.ggml.add_bos_token`), as transformers' `add_special_tokens=True` and
+ * llama.cpp's `add_special` do; with 0, none are.
  * `*n_tokens` receives the number of ids; they are written to `tokens` if it has room for
  * them (`capacity` ids). With `tokens == NULL` and `capacity == 0` it only counts them
  * (and returns `RML_STATUS_OK`).
@@ -659,6 +663,7 @@ RmlStatus rml_tokenizer_open(const char *path, struct RmlTokenizer **out);
 RmlStatus rml_tokenizer_encode(const struct RmlTokenizer *tokenizer,
                                const char *text,
                                size_t text_len,
+                               uint32_t add_special,
                                uint32_t *tokens,
                                size_t capacity,
                                size_t *n_tokens);

@@ -51,7 +51,9 @@ mod imp {
                     ))),
                 }
             }
-            Source::Bytes { gguf, .. } => Tokenizer::from_gguf(gguf).map_err(|e| e.context("GGUF bytes")),
+            Source::Bytes { gguf, .. } => {
+                Tokenizer::from_gguf(gguf).map_err(|e| e.context("GGUF bytes"))
+            }
         }
     }
 
