@@ -35,6 +35,9 @@ pub(crate) use x86_64::attention;
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod aarch64;
 
+#[cfg(all(target_arch = "arm", feature = "arm-dsp"))]
+mod arm;
+
 use crate::quant::Q8Acts;
 
 /// A matmul over a block of weight rows with f32 activations:
@@ -106,15 +109,24 @@ pub enum Isa {
     Neon,
     /// aarch64 NEON with `SDOT` (the `dotprod` extension) for the int8 kernels.
     NeonDotprod,
+    /// 32-bit Arm with the DSP extension (`SMLAD`; Cortex-M4/M7/M33/M55), feature `arm-dsp`.
+    ArmDsp,
 }
 
 impl Isa {
     /// Every ISA rml knows, in order of preference from worst to best.
-    pub const ALL: [Isa; 6] =
-        [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512, Isa::Neon, Isa::NeonDotprod];
+    pub const ALL: [Isa; 7] = [
+        Isa::Scalar,
+        Isa::Avx2,
+        Isa::AvxVnni,
+        Isa::Avx512,
+        Isa::Neon,
+        Isa::NeonDotprod,
+        Isa::ArmDsp,
+    ];
 
     /// The name used by `RML_KERNELS`: `scalar`, `avx2`, `avx-vnni`, `avx512`, `neon`,
-    /// `neon-dotprod`.
+    /// `neon-dotprod`, `arm-dsp`.
     pub const fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
@@ -123,6 +135,7 @@ impl Isa {
             Isa::Avx512 => "avx512",
             Isa::Neon => "neon",
             Isa::NeonDotprod => "neon-dotprod",
+            Isa::ArmDsp => "arm-dsp",
         }
     }
 
@@ -134,8 +147,8 @@ impl Isa {
     pub fn from_name(name: &str) -> Result<Isa> {
         Isa::ALL.into_iter().find(|isa| isa.name() == name).ok_or_else(|| {
             Error::invalid_argument(format_args!(
-                "unknown kernel ISA {name:?}; expected scalar, avx2, avx-vnni, avx512, neon or \
-                 neon-dotprod"
+                "unknown kernel ISA {name:?}; expected scalar, avx2, avx-vnni, avx512, neon, \
+                 neon-dotprod or arm-dsp"
             ))
         })
     }
@@ -157,6 +170,8 @@ impl Isa {
             Isa::Avx512 => has_avx2() && x86_extra().avx512,
             Isa::Neon => has_neon(),
             Isa::NeonDotprod => has_neon() && has_dotprod(),
+            // Opt-in: stable Rust cannot see the DSP extension at compile time.
+            Isa::ArmDsp => cfg!(all(target_arch = "arm", feature = "arm-dsp")),
         }
     }
 }
@@ -472,6 +487,8 @@ fn table_of(isa: Isa) -> &'static Kernels {
         Isa::Neon => &aarch64::NEON,
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
         Isa::NeonDotprod => &aarch64::NEON_DOTPROD,
+        #[cfg(all(target_arch = "arm", feature = "arm-dsp"))]
+        Isa::ArmDsp => &arm::ARM_DSP,
         _ => &SCALAR,
     }
 }
