@@ -70,16 +70,20 @@ pub fn run(path: &Path, act: Activations) -> Result<()> {
     for (i, v) in probe.iter_mut().enumerate() {
         *v = i as u64;
     }
-    println!(
+    use std::io::Write;
+    let mut out = crate::out::stdout();
+    writeln!(
+        out,
         "{} ({:?} activations): {:.1} MiB of weights read per token, prompt {PROMPT}, {DECODE} decode steps, best of {REPEATS}",
         path.display(),
         act,
         per_token / (1024.0 * 1024.0)
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "{:>7} {:>14} {:>13} {:>15} {:>13} {:>9}",
         "threads", "prefill tok/s", "decode tok/s", "weights GB/s", "read GB/s", "of limit"
-    );
+    )?;
     for threads in 1..=cores {
         let pool =
             ThreadPool::builder().threads(threads).schedule(Schedule::Proportional2).build()?;
@@ -98,7 +102,8 @@ pub fn run(path: &Path, act: Activations) -> Result<()> {
         let bw = read_bandwidth(&pool, &probe);
         let tps = DECODE as f64 / decode;
         let weights_bw = per_token * tps;
-        println!(
+        writeln!(
+            out,
             "{:>7} {:>14.1} {:>13.1} {:>15.2} {:>13.2} {:>8.0}%",
             pool.threads(),
             PROMPT as f64 / prefill,
@@ -106,7 +111,7 @@ pub fn run(path: &Path, act: Activations) -> Result<()> {
             weights_bw / 1e9,
             bw / 1e9,
             100.0 * weights_bw / bw
-        );
+        )?;
     }
     Ok(())
 }
