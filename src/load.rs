@@ -12,7 +12,7 @@
 //! Every check happens at open: an empty or truncated file, a header that lies, a tensor
 //! whose data runs past the end of its file, a shard the index names but that is missing —
 //! all are [`Error`]s from [`Model::open`], so later reads of the mapping stay inside the
-//! file. Weights are never copied: [`Model::tensor`] returns views into the mappings.
+//! file. Weights are never copied: [`Container::tensor`] returns views into the mappings.
 //!
 //! A memory map reflects the file as it is on disk: if another process truncates or rewrites
 //! a model file while it is open, reads may fault (SIGBUS) or see the new bytes. rml never
