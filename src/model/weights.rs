@@ -14,13 +14,14 @@
 //! Hugging Face's rotate-half on un-permuted rows; [`crate::format::gguf::unpermute_qk_rows`]
 //! undoes the permutation for tools that write Hugging Face files.
 
-use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::fmt::Write as _;
 
 use crate::error::{Error, Result};
 use crate::format::{TensorSource, TensorView};
 use crate::kernels::quant::quantize_row_q8_0;
+use crate::mem::place::Place;
 use crate::mem::AlignedBlock;
 use crate::model::config::ModelConfig;
 use crate::ops::{Matrix, RopeLayout};
@@ -53,10 +54,62 @@ impl Bytes<'_> {
     }
 }
 
+/// A tensor name kept inline (no heap): up to [`TensorName::CAPACITY`] bytes, longer names
+/// cut at a character boundary (they only label messages and lookups).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TensorName {
+    buf: [u8; TensorName::CAPACITY],
+    len: u8,
+}
+
+impl TensorName {
+    /// The longest name kept whole, in bytes.
+    pub const CAPACITY: usize = 96;
+
+    /// The name `s` (cut to [`TensorName::CAPACITY`] bytes at a character boundary).
+    pub fn new(s: &str) -> Self {
+        let mut n = TensorName { buf: [0; Self::CAPACITY], len: 0 };
+        let _ = n.write_str(s);
+        n
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        // Only whole characters are ever copied in (`write_str`).
+        core::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl core::fmt::Write for TensorName {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let room = Self::CAPACITY - self.len as usize;
+        let mut take = s.len().min(room);
+        while !s.is_char_boundary(take) {
+            take -= 1;
+        }
+        let at = self.len as usize;
+        self.buf[at..at + take].copy_from_slice(&s.as_bytes()[..take]);
+        self.len += take as u8;
+        Ok(())
+    }
+}
+
+impl core::fmt::Debug for TensorName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl core::fmt::Display for TensorName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A weight matrix, `rows × k` row-major (PyTorch's `nn.Linear.weight`).
 #[derive(Debug)]
 pub struct Linear<'a> {
-    name: String,
+    name: TensorName,
     dtype: DType,
     rows: usize,
     k: usize,
@@ -76,7 +129,7 @@ impl Linear<'_> {
 
     /// The tensor's name in the file.
     pub fn name(&self) -> &str {
-        &self.name
+        self.name.as_str()
     }
 
     /// Storage dtype.
@@ -112,9 +165,14 @@ pub struct Vector {
 }
 
 impl Vector {
-    fn from_view(name: &str, view: &TensorView<'_>, len: usize) -> Result<Self> {
+    fn from_view(
+        name: &str,
+        view: &TensorView<'_>,
+        len: usize,
+        place: &mut Place<'_>,
+    ) -> Result<Self> {
         check_shape(name, view, &[len])?;
-        let mut block = AlignedBlock::try_new(len * 4)?;
+        let mut block = place.block(len * 4, name)?;
         view.dequantize_into(crate::tensor::cast_slice_mut(block.as_mut_slice()))
             .map_err(|e| e.context(format_args!("tensor {name:?}")))?;
         Ok(Vector { block })
@@ -205,10 +263,17 @@ impl Naming {
 
     /// The name of `part` of layer `l`.
     pub fn layer(self, l: usize, part: Part) -> String {
-        match self {
-            Naming::HuggingFace => format!("model.layers.{l}.{}.weight", part.hf()),
-            Naming::Gguf => format!("blk.{l}.{}.weight", part.gguf()),
-        }
+        String::from(self.layer_name(l, part).as_str())
+    }
+
+    /// The name of `part` of layer `l`, without touching the heap.
+    pub fn layer_name(self, l: usize, part: Part) -> TensorName {
+        let mut n = TensorName::new("");
+        let _ = match self {
+            Naming::HuggingFace => write!(n, "model.layers.{l}.{}.weight", part.hf()),
+            Naming::Gguf => write!(n, "blk.{l}.{}.weight", part.gguf()),
+        };
+        n
     }
 }
 
@@ -305,45 +370,73 @@ fn check_shape(name: &str, view: &TensorView<'_>, want: &[usize]) -> Result<()> 
     Ok(())
 }
 
-fn linear<'a>(
-    src: &dyn TensorSource<'a>,
+/// What loading does with a `rows × k` matrix stored as `dtype` (its bytes at `data`):
+/// `Some((dtype, bytes))` when it is converted or copied into a new buffer of that size,
+/// `None` when it is used in place. [`Weights::load`] and the memory plan both ask this.
+///
+/// # Errors
+///
+/// [`crate::Code::ResourceExhausted`] if the converted size overflows.
+pub(crate) fn conversion(
+    dtype: DType,
+    data: *const u8,
+    rows: usize,
+    k: usize,
+    format: WeightFormat,
+) -> Result<Option<(DType, usize)>> {
+    let overflow = || Error::resource_exhausted(format_args!("{rows} x {k} matrix overflows"));
+    Ok(match (dtype, format) {
+        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0) if k % 32 == 0 => {
+            let row = DType::Q8_0.row_bytes(k)?;
+            Some((DType::Q8_0, row.checked_mul(rows).ok_or_else(overflow)?))
+        }
+        (DType::F32, _) if data as usize % 4 != 0 => Some((
+            DType::F32,
+            rows.checked_mul(k).and_then(|n| n.checked_mul(4)).ok_or_else(overflow)?,
+        )),
+        _ => None,
+    })
+}
+
+fn linear<'s: 'a, 'a>(
+    src: &dyn TensorSource<'s>,
     name: &str,
     rows: usize,
     k: usize,
     format: WeightFormat,
+    place: &mut Place<'a>,
 ) -> Result<Linear<'a>> {
     let view = src.tensor(name)?;
     check_shape(name, &view, &[rows, k])?;
     let ctx = |e: Error| e.context(format_args!("tensor {name:?}"));
-    let (dtype, bytes) = match (view.dtype, format) {
-        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0) if k % 32 == 0 => {
-            let row_bytes = DType::Q8_0.row_bytes(k).map_err(ctx)?;
-            let total = row_bytes.checked_mul(rows).ok_or_else(|| {
-                Error::resource_exhausted(format_args!("tensor {name:?}: Q8_0 size overflows"))
-            })?;
-            let mut block = AlignedBlock::try_new(total)?;
-            let mut row = Vec::new();
-            row.try_reserve_exact(k)
-                .map_err(|_| Error::resource_exhausted(format_args!("{k} floats")))?;
-            row.resize(k, 0f32);
-            let elem = view.dtype.block_bytes();
-            for (r, out) in block.as_mut_slice().chunks_exact_mut(row_bytes).enumerate() {
-                let one = TensorView {
-                    dtype: view.dtype,
-                    shape: crate::tensor::Shape::new(&[k])?,
-                    data: &view.data[r * k * elem..(r + 1) * k * elem],
-                };
-                one.dequantize_into(&mut row).map_err(ctx)?;
-                quantize_row_q8_0(&row, out).map_err(ctx)?;
+    let (dtype, bytes) =
+        match conversion(view.dtype, view.data.as_ptr(), rows, k, format).map_err(ctx)? {
+            Some((DType::Q8_0, total)) => {
+                let mut block = place.block(total, name)?;
+                // Block by block (32 values on the stack): no temporary heap buffer.
+                let elem = view.dtype.block_bytes();
+                let one = crate::tensor::Shape::new(&[32])?;
+                let mut vals = [0f32; 32];
+                let q8 = DType::Q8_0.block_bytes();
+                for (b, out) in block.as_mut_slice().chunks_exact_mut(q8).enumerate() {
+                    let src = TensorView {
+                        dtype: view.dtype,
+                        shape: one,
+                        data: &view.data[b * 32 * elem..(b + 1) * 32 * elem],
+                    };
+                    src.dequantize_into(&mut vals).map_err(ctx)?;
+                    quantize_row_q8_0(&vals, out).map_err(ctx)?;
+                }
+                (DType::Q8_0, Bytes::Owned(block))
             }
-            (DType::Q8_0, Bytes::Owned(block))
-        }
-        (DType::F32, _) if view.data.as_ptr() as usize % 4 != 0 => {
-            (DType::F32, Bytes::Owned(AlignedBlock::try_from_slice(view.data)?))
-        }
-        (dt, _) => (dt, Bytes::Borrowed(view.data)),
-    };
-    let lin = Linear { name: name.into(), dtype, rows, k, bytes };
+            Some((dt, total)) => {
+                let mut block = place.block(total, name)?;
+                block.as_mut_slice().copy_from_slice(view.data);
+                (dt, Bytes::Owned(block))
+            }
+            None => (view.dtype, Bytes::Borrowed(view.data)),
+        };
+    let lin = Linear { name: TensorName::new(name), dtype, rows, k, bytes };
     Matrix::new(lin.dtype, rows, k, lin.bytes.as_slice()).map_err(ctx)?;
     Ok(lin)
 }
@@ -363,38 +456,54 @@ impl<'a> Weights<'a> {
         src: &dyn TensorSource<'a>,
         format: WeightFormat,
     ) -> Result<Self> {
+        Self::load_placed(config, src, format, &mut Place::heap())
+    }
+
+    /// [`Weights::load`] with every buffer it makes (norms, converted matrices) taken from
+    /// `place`, in the order [`plan_weights`] counts them.
+    pub(crate) fn load_placed<'s: 'a>(
+        config: &ModelConfig,
+        src: &dyn TensorSource<'s>,
+        format: WeightFormat,
+        place: &mut Place<'a>,
+    ) -> Result<Self> {
         config.validate()?;
         let naming = Naming::detect(src)?;
         let c = config;
         let (h, q_rows, kv_rows) =
             (c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim);
-        let embedding = linear(src, naming.embedding(), c.vocab_size, h, format)?;
+        let embedding = linear(src, naming.embedding(), c.vocab_size, h, format, place)?;
         let mut layers = Vec::new();
         layers
             .try_reserve_exact(c.num_hidden_layers)
             .map_err(|_| Error::resource_exhausted("layer table"))?;
         for l in 0..c.num_hidden_layers {
-            let name = |p| naming.layer(l, p);
-            let lin = |p, rows, k| linear(src, &name(p), rows, k, format);
-            let vec = |p| Vector::from_view(&name(p), &src.tensor(&name(p))?, h);
-            layers.push(LayerWeights {
-                attn_norm: vec(Part::AttnNorm)?,
-                q: lin(Part::Q, q_rows, h)?,
-                k: lin(Part::K, kv_rows, h)?,
-                v: lin(Part::V, kv_rows, h)?,
-                o: lin(Part::O, h, q_rows)?,
-                ffn_norm: vec(Part::FfnNorm)?,
-                gate: lin(Part::Gate, c.intermediate_size, h)?,
-                up: lin(Part::Up, c.intermediate_size, h)?,
-                down: lin(Part::Down, h, c.intermediate_size)?,
-            });
+            let name = |p| naming.layer_name(l, p);
+            let mut lin = |p, rows, k| linear(src, name(p).as_str(), rows, k, format, place);
+            let (q, k, v, o) = (
+                lin(Part::Q, q_rows, h)?,
+                lin(Part::K, kv_rows, h)?,
+                lin(Part::V, kv_rows, h)?,
+                lin(Part::O, h, q_rows)?,
+            );
+            let (gate, up, down) = (
+                lin(Part::Gate, c.intermediate_size, h)?,
+                lin(Part::Up, c.intermediate_size, h)?,
+                lin(Part::Down, h, c.intermediate_size)?,
+            );
+            let mut vec = |p| {
+                let n = name(p);
+                Vector::from_view(n.as_str(), &src.tensor(n.as_str())?, h, place)
+            };
+            let (attn_norm, ffn_norm) = (vec(Part::AttnNorm)?, vec(Part::FfnNorm)?);
+            layers.push(LayerWeights { attn_norm, q, k, v, o, ffn_norm, gate, up, down });
         }
         let final_norm =
-            Vector::from_view(naming.final_norm(), &src.tensor(naming.final_norm())?, h)?;
-        let lm_head = if c.tie_word_embeddings || src.tensor(naming.lm_head()).is_err() {
-            None
+            Vector::from_view(naming.final_norm(), &src.tensor(naming.final_norm())?, h, place)?;
+        let lm_head = if has_lm_head(c, naming, src) {
+            Some(linear(src, naming.lm_head(), c.vocab_size, h, format, place)?)
         } else {
-            Some(linear(src, naming.lm_head(), c.vocab_size, h, format)?)
+            None
         };
         let rope_layout = match naming {
             Naming::HuggingFace => RopeLayout::RotateHalf,
@@ -446,4 +555,100 @@ impl<'a> Weights<'a> {
                 .sum::<usize>();
         self.matrices().map(|m| m.size_bytes()).sum::<usize>() + norms
     }
+}
+
+/// `true` when the output head is its own matrix: the config does not tie it and the file has
+/// it (an untied config without the tensor falls back to the embedding).
+fn has_lm_head<'a>(c: &ModelConfig, naming: Naming, src: &dyn TensorSource<'a>) -> bool {
+    !c.tie_word_embeddings && src.tensor(naming.lm_head()).is_ok()
+}
+
+/// The buffers [`Weights::load_placed`] makes, in its order: norm vectors (f32 copies) and
+/// matrices converted or copied at load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WeightBuffers {
+    /// Bytes of the f32 norm vectors.
+    pub norms: usize,
+    /// Bytes of converted or copied matrices.
+    pub converted: usize,
+}
+
+/// Counts the buffers loading `config`'s weights makes, calling `each(bytes)` per buffer in
+/// load order. With `src`, each matrix's stored dtype and alignment decide (as
+/// [`Weights::load`] will); without, every matrix is taken to be stored as aligned f32 / f16 /
+/// bf16 (Hugging Face's files) and the head to be present unless tied. Allocates nothing
+/// (names are built inline), apart from what `src` does to report a missing head.
+///
+/// # Errors
+///
+/// As [`Weights::load`] for tensors missing or mis-shaped in `src`; overflow as
+/// [`crate::Code::ResourceExhausted`].
+pub(crate) fn plan_weights<'a>(
+    config: &ModelConfig,
+    format: WeightFormat,
+    src: Option<&dyn TensorSource<'a>>,
+    mut each: impl FnMut(usize) -> Result<()>,
+) -> Result<WeightBuffers> {
+    config.validate()?;
+    let c = config;
+    let naming = match src {
+        Some(s) => Naming::detect(s)?,
+        None => Naming::HuggingFace,
+    };
+    let (h, q_rows, kv_rows, i) = (
+        c.hidden_size,
+        c.num_attention_heads * c.head_dim,
+        c.num_key_value_heads * c.head_dim,
+        c.intermediate_size,
+    );
+    let mut out = WeightBuffers::default();
+    // Bytes loading makes for one matrix (0 when it is used in place).
+    let matrix = |name: &str, rows: usize, k: usize| -> Result<usize> {
+        let conv = match src {
+            Some(s) => {
+                let view = s.tensor(name)?;
+                check_shape(name, &view, &[rows, k])?;
+                conversion(view.dtype, view.data.as_ptr(), rows, k, format)?
+            }
+            None => conversion(DType::F32, core::ptr::null(), rows, k, format)?,
+        };
+        Ok(conv.map_or(0, |(_, bytes)| bytes))
+    };
+    let mut add = |field: &mut usize, bytes: usize| -> Result<()> {
+        if bytes != 0 {
+            *field = field.checked_add(bytes).ok_or_else(overflow)?;
+            each(bytes)?;
+        }
+        Ok(())
+    };
+    add(&mut out.converted, matrix(naming.embedding(), c.vocab_size, h)?)?;
+    let norm = h.checked_mul(4).ok_or_else(overflow)?;
+    for l in 0..c.num_hidden_layers {
+        for (p, rows, k) in [
+            (Part::Q, q_rows, h),
+            (Part::K, kv_rows, h),
+            (Part::V, kv_rows, h),
+            (Part::O, h, q_rows),
+            (Part::Gate, i, h),
+            (Part::Up, i, h),
+            (Part::Down, h, i),
+        ] {
+            add(&mut out.converted, matrix(naming.layer_name(l, p).as_str(), rows, k)?)?;
+        }
+        add(&mut out.norms, norm)?;
+        add(&mut out.norms, norm)?;
+    }
+    add(&mut out.norms, norm)?;
+    let head = match src {
+        Some(s) => has_lm_head(c, naming, s),
+        None => !c.tie_word_embeddings,
+    };
+    if head {
+        add(&mut out.converted, matrix(naming.lm_head(), c.vocab_size, h)?)?;
+    }
+    Ok(out)
+}
+
+fn overflow() -> Error {
+    Error::resource_exhausted("weight buffer sizes overflow usize")
 }
