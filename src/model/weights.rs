@@ -20,11 +20,11 @@ use core::fmt::Write as _;
 
 use crate::error::{Error, Result};
 use crate::format::{TensorSource, TensorView};
-use crate::kernels::quant::quantize_row_q8_0;
 use crate::mem::place::Place;
 use crate::mem::AlignedBlock;
 use crate::model::config::ModelConfig;
 use crate::ops::{Matrix, RopeLayout};
+use crate::quant::quantize_row_q8_0;
 use crate::tensor::DType;
 
 /// How matrices are kept in memory.
@@ -386,7 +386,9 @@ pub(crate) fn conversion(
 ) -> Result<Option<(DType, usize)>> {
     let overflow = || Error::resource_exhausted(format_args!("{rows} x {k} matrix overflows"));
     Ok(match (dtype, format) {
-        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0) if k % 32 == 0 => {
+        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0)
+            if k % DType::Q8_0.block_size() == 0 =>
+        {
             let row = DType::Q8_0.row_bytes(k)?;
             Some((DType::Q8_0, row.checked_mul(rows).ok_or_else(overflow)?))
         }
@@ -414,15 +416,16 @@ fn linear<'s: 'a, 'a>(
             Some((DType::Q8_0, total)) => {
                 let mut block = place.block(total, name)?;
                 // Block by block (32 values on the stack): no temporary heap buffer.
+                const QK: usize = crate::quant::QK;
                 let elem = view.dtype.block_bytes();
-                let one = crate::tensor::Shape::new(&[32])?;
-                let mut vals = [0f32; 32];
+                let one = crate::tensor::Shape::new(&[QK])?;
+                let mut vals = [0f32; QK];
                 let q8 = DType::Q8_0.block_bytes();
                 for (b, out) in block.as_mut_slice().chunks_exact_mut(q8).enumerate() {
                     let src = TensorView {
                         dtype: view.dtype,
                         shape: one,
-                        data: &view.data[b * 32 * elem..(b + 1) * 32 * elem],
+                        data: &view.data[b * QK * elem..(b + 1) * QK * elem],
                     };
                     src.dequantize_into(&mut vals).map_err(ctx)?;
                     quantize_row_q8_0(&vals, out).map_err(ctx)?;
