@@ -62,7 +62,7 @@ fn source(q8: bool, poison: bool) -> Source {
                 let rb = k / 32 * 34;
                 let mut q = vec![0u8; rows * rb];
                 for (x, out) in f.chunks_exact(k).zip(q.chunks_exact_mut(rb)) {
-                    rml::kernels::quant::quantize_row_q8_0(x, out).unwrap();
+                    rml::quant::quantize_row_q8_0(x, out).unwrap();
                 }
                 (DType::Q8_0, v.shape, leak(q))
             }

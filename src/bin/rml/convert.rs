@@ -8,8 +8,8 @@
 //!   writes them).
 //! - `bf16`: bfloat16, rounded to nearest even (GGUF: 1-D tensors stay f32).
 //! - `q8_0`, `q4_0`, `q4_1`: ggml's blocks of 32 (`block_q8_0`, `block_q4_0`, `block_q4_1`)
-//!   for every matrix whose rows split into 32-blocks, quantized by ggml's reference rules
-//!   (`rml::kernels::quant`); other tensors f32. A source tensor already in the target type
+//!   for every matrix whose rows split into 32-blocks, quantized by ggml's reference
+//!   arithmetic (the quantizers of [`rml::quant`]'s table); other tensors f32. A source tensor already in the target type
 //!   is copied as it is (rows moved, not requantized).
 //!
 //! In safetensors, which has no block dtypes, a quantized matrix `[rows, k]` is stored packed
@@ -39,7 +39,6 @@ use clap::ValueEnum;
 use rml::format::gguf::{hf_tensor_name, qk_gguf_row, unpermute_qk_rows};
 use rml::format::write::{safetensors_header, GgufWriter, SafetensorsEntry, Value};
 use rml::format::TensorSource;
-use rml::kernels::quant::{quantize_row_q4_0, quantize_row_q4_1, quantize_row_q8_0};
 use rml::load::{Container, ModelFormat};
 use rml::mem::BufferPool;
 use rml::model::config::{ModelConfig, RopeScaling};
@@ -100,18 +99,6 @@ pub enum OutFormat {
     Safetensors,
     /// One GGUF file.
     Gguf,
-}
-
-/// ggml's type id (`GGML_TYPE_*`) of a dtype `convert` writes.
-fn ggml_type_id(d: DType) -> u32 {
-    match d {
-        DType::F16 => 1,
-        DType::Q4_0 => 2,
-        DType::Q4_1 => 3,
-        DType::Q8_0 => 8,
-        DType::BF16 => 30,
-        _ => 0,
-    }
 }
 
 /// How the q/k rows move between the input's order and the output's.
@@ -354,7 +341,7 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType, format: Option<OutForma
             w.set("general.quantization_version", Value::U32(2))?;
         }
         for j in &jobs {
-            w.add_tensor(&j.name, &j.shape, ggml_type_id(j.out), j.bytes)?;
+            w.add_tensor(&j.name, &j.shape, rml::quant::info(j.out).ggml_id, j.bytes)?;
         }
         let mut f = create(&tmp)?;
         f.write_all(&w.header()?).map_err(io(&tmp))?;
@@ -596,11 +583,9 @@ fn write_tensor(
             q => {
                 let k = j.shape[1];
                 let rb = q.row_bytes(k)?;
-                let quantize = match q {
-                    DType::Q8_0 => quantize_row_q8_0,
-                    DType::Q4_0 => quantize_row_q4_0,
-                    _ => quantize_row_q4_1,
-                };
+                let quantize = rml::quant::info(q).quantize.ok_or_else(|| {
+                    Error::unimplemented(format_args!("rml has no {} quantizer", q.name()))
+                })?;
                 for (row, qrow) in x.chunks_exact(k).zip(o.chunks_exact_mut(rb)) {
                     quantize(row, qrow).map_err(ctx)?;
                 }
