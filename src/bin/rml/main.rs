@@ -4,10 +4,11 @@
 //! rml generate [-m PATH] [-p TEXT | -f FILE | stdin] [-n N|-1] [-t N] [--schedule P]
 //!              [--temperature T] [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S]
 //!              [--activations f32|int8] [-c N] [--chat]
+//! rml chat [--model PATH] [--system TEXT] [--chat-template FILE] [--stop S]... [-v]
 //! rml inspect PATH
 //! rml tune [-m PATH]
 //! rml bench [-m PATH]
-//! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [--format safetensors|gguf]
+//! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1 [--format safetensors|gguf]
 //! rml fetch
 //! ```
 //!
@@ -19,6 +20,7 @@
 //! pipe (`rml inspect X | head -1`) ends quietly with status 0.
 
 mod bench;
+mod chat;
 mod convert;
 mod env;
 mod fetch;
@@ -58,6 +60,9 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt, streaming it, then print one summary line.
     Generate(GenerateArgs),
+    /// A multi-turn conversation using the model's chat template (one message per stdin line
+    /// when piped).
+    Chat(chat::ChatArgs),
     /// List a model's metadata and tensors (type, shape, bytes) with bytes per type: a GGUF
     /// file, a safetensors file or a Hugging Face folder, whatever its architecture.
     Inspect {
@@ -160,7 +165,7 @@ struct GenerateArgs {
     /// Context length (default: min(the model's, 4096)).
     #[arg(short = 'c', long, allow_negative_numbers = true)]
     context: Option<usize>,
-    /// Wrap the prompt in the model's chat template (SmolLM2's ChatML).
+    /// Wrap the prompt in the model's own chat template as one user turn.
     #[arg(long)]
     chat: bool,
 }
@@ -234,6 +239,7 @@ fn main() -> ExitCode {
     };
     let result = env::check().and_then(|()| match cli.command {
         Command::Generate(args) => generate(&args),
+        Command::Chat(args) => chat::run(&args),
         Command::Inspect { path } => inspect(&path),
         Command::Tune(args) => tune(&args),
         Command::Bench(args) => resolve_model(args.model.as_deref())
@@ -286,14 +292,7 @@ pub fn load_tokenizer(model: &Container) -> Result<Tokenizer> {
             beside.display()
         )));
     };
-    let g = gguf?;
-    let ctx = |e: Error| e.context(path.display());
-    let kind = g.tokenizer_model().map_err(ctx)?.unwrap_or("none");
-    let tokens = g.tokens().map_err(ctx)?;
-    let merges = g.merges().map_err(ctx)?;
-    let types = g.token_types().map_err(ctx)?;
-    let pre = g.tokenizer_pre().map_err(ctx)?;
-    Tokenizer::from_gguf_vocab(kind, pre, &tokens, &merges, &types).map_err(ctx)
+    Tokenizer::from_gguf(&gguf?).map_err(|e| e.context(path.display()))
 }
 
 /// A thread pool for `threads` (or the default count) with `schedule` (or the default).
@@ -413,8 +412,14 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         (None, None, Some(report)) => (Some(report.best.threads), report.best.schedule),
         (t, s, _) => (t, s.unwrap_or(DEFAULT_SCHEDULE)),
     };
-    let text = if args.chat { rml::tokenizer::chat_prompt(&prompt) } else { prompt.clone() };
-    let ids = tok.encode(&text)?;
+    let mut stop: Vec<u32> = model.config().eos_token_ids.clone();
+    let ids = if args.chat {
+        let template = chat::template_for(&model, &tok, None)?;
+        stop.extend(chat::stop_ids(&template, &tok, &model));
+        tok.encode(&template.render(&[rml::tokenizer::Message::new("user", &prompt)], true)?)?
+    } else {
+        tok.encode_with_special(&prompt, true)?
+    };
     if ids.is_empty() {
         return Err(Error::invalid_argument("the prompt is empty: give -p TEXT or -f FILE"));
     }
@@ -449,10 +454,6 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     };
     let mut sampler = Sampler::new(sc, model.config().vocab_size)?;
     sampler.record(&ids)?;
-    let mut stop: Vec<u32> = model.config().eos_token_ids.clone();
-    if let Some(end) = tok.token_to_id("<|im_end|>") {
-        stop.push(end);
-    }
 
     let mut out = out::stdout();
     if !args.chat {
