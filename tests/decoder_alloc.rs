@@ -94,7 +94,7 @@ fn decode_steps_allocate_nothing() {
     let dir = data("tiny-llama/f32");
     let cfg = parse_config(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
     let st = SafeTensors::parse(leak_aligned(&dir.join("model.safetensors"))).unwrap();
-    let smol = smollm2_gguf().map(|p| Model::open(p).unwrap());
+    let smol = Some(Model::open(smollm2_gguf()).unwrap());
     for (name, exec) in executors() {
         for act in [Activations::F32, Activations::Int8] {
             count_steps(&format!("tiny f32, {name}, {act:?}"), &cfg, &st, &*exec, act);

@@ -619,13 +619,24 @@ impl<'a> DecoderLM<'a> {
     /// and returns the logits of the last one. With `all_logits` (`tokens.len() ×
     /// vocab_size` floats) every token's logits are written there; with `observer`, it is
     /// called with the hidden states of each chunk after the embedding, after every layer and
-    /// after the final norm. Nothing is changed when an error is returned.
+    /// after the final norm.
+    ///
+    /// When an error is returned the position is unchanged, whichever prefill chunk failed:
+    /// nothing of these tokens stays cached (the KV rows they wrote lie past the position and
+    /// are overwritten by the next step). [`DecoderLM::logits`] (and `all_logits`) may then
+    /// hold partial results.
+    ///
+    /// Non-finite values (a NaN or infinite weight, or activations that overflow) are the same
+    /// error with f32 and int8 activations: [`crate::Code::DataLoss`] naming the position.
+    /// With f32 activations the returned logits are checked (a NaN anywhere upstream reaches
+    /// them); with int8 activations the quantizer meets it first, at a matmul input.
     ///
     /// # Errors
     ///
     /// [`crate::Code::OutOfRange`] if the tokens do not fit in the context
     /// (`position() + tokens.len() > context_len()`) or a token id is past the vocabulary;
-    /// [`crate::Code::InvalidArgument`] for no tokens or an `all_logits` of the wrong length.
+    /// [`crate::Code::InvalidArgument`] for no tokens or an `all_logits` of the wrong length;
+    /// [`crate::Code::DataLoss`] for non-finite values, as above.
     pub fn forward(
         &mut self,
         tokens: &[u32],
@@ -685,11 +696,24 @@ impl<'a> DecoderLM<'a> {
         }
         let chunk = self.options.prefill_chunk;
         let chunks = tokens.len().div_ceil(chunk);
+        let start = self.pos;
         for (i, part) in tokens.chunks(chunk).enumerate() {
             let rows = all_logits
                 .as_deref_mut()
                 .map(|out| &mut out[i * chunk * vocab..(i * chunk + part.len()) * vocab]);
-            self.step(exec, part, i + 1 == chunks, rows, observer.as_deref_mut())?;
+            let p0 = self.pos;
+            let stepped = self.step(exec, part, i + 1 == chunks, rows, observer.as_deref_mut());
+            let checked = stepped.and_then(|()| match &all_logits {
+                Some(out) => {
+                    finite_rows(&out[i * chunk * vocab..][..part.len() * vocab], vocab, p0)
+                }
+                None if i + 1 == chunks => finite_rows(self.logits(), vocab, p0 + part.len() - 1),
+                None => Ok(()),
+            });
+            if let Err(e) = checked {
+                self.pos = start;
+                return Err(e);
+            }
         }
         Ok(self.logits())
     }
@@ -760,7 +784,8 @@ impl<'a> DecoderLM<'a> {
                 ops::rms_norm(&x[r.clone()], lw.attn_norm.as_slice(), eps, &mut xn[r]);
             }
             let qkv = [&lw.q.matrix()?, &lw.k.matrix()?, &lw.v.matrix()?];
-            ops::gemm_fused(exec, sched, qkv, xn, n, [&mut *q, &mut *k, &mut *v], act, scratch)?;
+            ops::gemm_fused(exec, sched, qkv, xn, n, [&mut *q, &mut *k, &mut *v], act, scratch)
+                .map_err(|e| nonfinite_input(e, xn, h, p0))?;
             for t in 0..n {
                 let (c_t, s_t) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
                 ops::rope(&mut q[t * qd..(t + 1) * qd], c_t, s_t, layout);
@@ -799,7 +824,8 @@ impl<'a> DecoderLM<'a> {
                     heads(0..nh * parts);
                 }
             }
-            matmul(exec, sched, &lw.o, att, n, xn, act, scratch)?;
+            matmul(exec, sched, &lw.o, att, n, xn, act, scratch)
+                .map_err(|e| nonfinite_input(e, att, qd, p0))?;
             ops::add_assign(x, xn);
             // MLP block.
             for t in 0..n {
@@ -807,9 +833,11 @@ impl<'a> DecoderLM<'a> {
                 ops::rms_norm(&x[r.clone()], lw.ffn_norm.as_slice(), eps, &mut xn[r]);
             }
             let gate_up = [&lw.gate.matrix()?, &lw.up.matrix()?];
-            ops::gemm_fused(exec, sched, gate_up, xn, n, [&mut *gate, &mut *up], act, scratch)?;
+            ops::gemm_fused(exec, sched, gate_up, xn, n, [&mut *gate, &mut *up], act, scratch)
+                .map_err(|e| nonfinite_input(e, xn, h, p0))?;
             ops::swiglu(gate, up);
-            matmul(exec, sched, &lw.down, gate, n, xn, act, scratch)?;
+            matmul(exec, sched, &lw.down, gate, n, xn, act, scratch)
+                .map_err(|e| nonfinite_input(e, gate, inter, p0))?;
             ops::add_assign(x, xn);
             observe(Stage::Layer(l), x);
         }
@@ -830,14 +858,46 @@ impl<'a> DecoderLM<'a> {
         let vocab = logits.len();
         match all_logits {
             Some(out) => {
-                matmul(exec, sched, head, xn, n, out, act, scratch)?;
+                matmul(exec, sched, head, xn, n, out, act, scratch)
+                    .map_err(|e| nonfinite_input(e, xn, h, p0))?;
                 logits.copy_from_slice(&out[(n - 1) * vocab..]);
             }
             None => {
-                matmul(exec, sched, head, &xn[(n - 1) * h..], 1, logits, act, scratch)?;
+                matmul(exec, sched, head, &xn[(n - 1) * h..], 1, logits, act, scratch)
+                    .map_err(|e| nonfinite_input(e, &xn[(n - 1) * h..], h, p0 + n - 1))?;
             }
         }
         *pos = p0 + n;
         Ok(())
+    }
+}
+
+/// The error for non-finite values met at `position` (see [`DecoderLM::forward`]).
+#[cold]
+fn non_finite_at(position: usize, what: &str) -> Error {
+    Error::data_loss(format_args!(
+        "non-finite value (NaN or infinity) in the {what} at position {position}: the weights \
+         hold NaN or infinity, or the activations overflowed"
+    ))
+}
+
+/// Checks rows of `width` values for NaN/infinity; row `r` is position `first + r`.
+fn finite_rows(rows: &[f32], width: usize, first: usize) -> Result<()> {
+    // `v * 0.0` is 0 for finite `v` and NaN otherwise, so the sum is finite exactly when
+    // every value is: one pass without a branch per element.
+    for (r, row) in rows.chunks(width.max(1)).enumerate() {
+        if !row.iter().fold(0f32, |acc, &v| acc + v * 0.0).is_finite() {
+            return Err(non_finite_at(first + r, "logits"));
+        }
+    }
+    Ok(())
+}
+
+/// Maps an int8-path error caused by a non-finite matmul input (`x`, rows of `width`, row `r`
+/// at position `p0 + r`) to the documented [`crate::Code::DataLoss`]; other errors pass.
+fn nonfinite_input(e: Error, x: &[f32], width: usize, p0: usize) -> Error {
+    match x.iter().position(|v| !v.is_finite()) {
+        Some(i) => non_finite_at(p0 + i / width.max(1), "activations"),
+        None => e,
     }
 }

@@ -61,10 +61,10 @@ pub fn unpack_view<'a>(
     Ok(TensorView { dtype, shape: Shape::new(&[rows, k])?, data: raw })
 }
 
-/// A [`TensorSource`] over an opened model that also understands packed tensors (std).
+/// A [`TensorSource`] over opened model files that also understands packed tensors (std).
 #[cfg(feature = "std")]
 pub struct PackedSource<'m> {
-    model: &'m crate::load::Model,
+    model: &'m crate::load::Container,
     packed: Vec<(String, DType)>,
 }
 
@@ -82,7 +82,7 @@ impl<'m> PackedSource<'m> {
     /// # Errors
     ///
     /// [`crate::Code::Unimplemented`] naming the tensor for a mark with an unknown dtype.
-    pub fn new(model: &'m crate::load::Model) -> Result<Self> {
+    pub fn new(model: &'m crate::load::Container) -> Result<Self> {
         let mut packed = Vec::new();
         for (k, v) in model.safetensors_metadata() {
             if let Some(tensor) = k.strip_prefix(PACKED_DTYPE_KEY) {

@@ -112,17 +112,21 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
     let vocab = c.vocab_size as u32;
     let tokens: Vec<u32> = (0..prompt.max(start) as u32).map(|i| (i * 7919 + 13) % vocab).collect();
     let per_token = dec.weights().bytes_per_token() as f64;
+    use std::io::Write;
+    let mut out = crate::out::stdout();
     let big = probe(PROBE_BYTES);
     let same = probe(per_token as usize);
-    println!(
+    writeln!(
+        out,
         "{} ({:?} activations, kernels {}): {:.1} MiB of weights read per token, prompt {prompt}, \
          {decode} decode steps from depth {start}, best of {repeats}",
         path.display(),
         act,
         rml::kernels::active()?.isa(),
         per_token / (1024.0 * 1024.0)
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "{:>7} {:>14} {:>13} {:>15} {:>13} {:>9} {:>15} {:>9} {:>10} {:>13}",
         "threads",
         "prefill tok/s",
@@ -134,7 +138,7 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
         "of that",
         "disp/token",
         "cpu pp/tg"
-    );
+    )?;
     for &t in &threads {
         let pool = ThreadPool::builder().threads(t).schedule(Schedule::Proportional2).build()?;
         let (mut prefill, mut dec_s, mut disp) = (f64::INFINITY, f64::INFINITY, 0.0);
@@ -162,7 +166,8 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
         let bw_same = read_bandwidth(&pool, &same, repeats.max(5));
         let tps = decode as f64 / dec_s;
         let weights_bw = per_token * tps;
-        println!(
+        writeln!(
+        out,
             "{:>7} {:>14.1} {:>13.1} {:>15.2} {:>13.2} {:>8.0}% {:>15.2} {:>8.0}% {:>10.1} {:>6.0}/{:<6.1}",
             pool.threads(),
             prompt as f64 / prefill,
@@ -175,7 +180,7 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
             disp,
             prompt as f64 / prefill_cpu,
             decode as f64 / dec_cpu
-        );
+        )?;
     }
     Ok(())
 }
