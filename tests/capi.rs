@@ -13,7 +13,8 @@ use std::ptr::{null, null_mut};
 use decoder_common::{data, smollm2_gguf, Reference};
 use rml::capi::*;
 use rml::load::Model;
-use rml::model::{DecoderLM, DecoderOptions};
+use rml::model::{DecoderLM, DecoderOptions, WeightFormat};
+use rml::ops::Activations;
 use rml::InlineExecutor;
 
 fn last_error() -> String {
@@ -161,6 +162,47 @@ fn tokenizer_from_gguf_bytes_adds_bos_on_request() {
     assert_eq!(special[1..n1], plain[..n0]);
     assert_eq!(std::str::from_utf8(&back[..len]).unwrap(), text);
     ok(rml_tokenizer_free(tok));
+}
+
+/// The options reach the decoder: int8 activations, Q8_0 weight conversion and every schedule
+/// give the logits `DecoderLM` gives with the same options (bit for bit).
+#[test]
+fn decoder_options_reach_the_decoder() {
+    let dir = data("tiny-llama/f32");
+    let prompt = [1u32, 17, 42, 99, 3];
+    let m = open(&dir);
+    let model = Model::open(&dir).unwrap();
+    for (activations, weight_format) in [(0, 0), (1, 1), (0, 1)] {
+        let rust_opts = DecoderOptions {
+            context_len: Some(8),
+            activations: [Activations::F32, Activations::Int8][activations as usize],
+            weight_format: [WeightFormat::AsStored, WeightFormat::Q8_0][weight_format as usize],
+            ..DecoderOptions::default()
+        };
+        let mut rust = DecoderLM::new(model.config(), &&model, &InlineExecutor, rust_opts).unwrap();
+        let want = rust.prefill(&prompt).unwrap().to_vec();
+        for schedule in 0..8 {
+            let opts = RmlDecoderOptions {
+                threads: 2,
+                schedule,
+                grain: 3,
+                activations,
+                weight_format,
+                context_len: 8,
+                prefill_chunk: 2,
+            };
+            let (mut d, mut l, mut n) = (null_mut(), null(), 0);
+            // SAFETY: valid pointers; the logits are read before the decoder's next call.
+            let got = unsafe {
+                ok(rml_decoder_new(m, &opts, &mut d));
+                ok(rml_decoder_prefill(d, prompt.as_ptr(), prompt.len(), &mut l, &mut n));
+                std::slice::from_raw_parts(l, n).to_vec()
+            };
+            assert_eq!(got, want, "{opts:?}");
+            ok(rml_decoder_free(d));
+        }
+    }
+    ok(rml_model_free(m));
 }
 
 #[test]
