@@ -134,3 +134,57 @@ fn system_stop_strings_and_a_full_context() {
     assert!(err.contains("context full"), "{err}");
     assert!(err.contains("the context holds 32"), "{err}");
 }
+
+/// Ctrl-C (SIGINT) while a reply streams ends that reply; the session goes on with the next
+/// message, whose turn rewinds nothing it still shares with the cache.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_ends_the_reply_not_the_session() {
+    use std::io::Read;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let Some(gguf) = smollm2_gguf() else { return };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rml"))
+        .args(["chat", "--model", gguf.to_str().unwrap(), "-v", "--context", "1024", "-n", "900"])
+        .env_remove("RML_MODEL")
+        .env("RML_TUNE", "off")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    stdin.write_all(b"Write a very long story about a dragon who learns to bake bread.\n").unwrap();
+    stdin.flush().unwrap();
+    // The reply is streaming: interrupt it.
+    let mut out = rx.recv_timeout(Duration::from_secs(300)).expect("no reply within 300 s");
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    stdin.write_all(format!("{Q1}\n").as_bytes()).unwrap();
+    drop(stdin);
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    reader.join().unwrap();
+    out.extend(rx.try_iter().flatten());
+    let out = String::from_utf8_lossy(&out);
+    assert!(status.success(), "{status:?} {err}");
+    assert!(err.contains("rml: reply interrupted"), "{err}");
+    let t = turns(&err);
+    assert_eq!(t.len(), 2, "{err}");
+    assert_eq!(t[0].3, "Ctrl-C", "{err}");
+    assert!(t[0].2 < 900, "{err}");
+    assert_eq!(t[1].3, "end of turn", "{err}");
+    assert!(out.lines().last().unwrap().contains("Paris"), "{out}");
+}
