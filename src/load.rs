@@ -11,6 +11,7 @@
 //! a model file while it is open, reads may fault (SIGBUS) or see the new bytes. rml never
 //! writes to model files; keep them unchanged while a [`Model`] is alive.
 
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -22,10 +23,10 @@ use memmap2::Mmap;
 
 use crate::error::{Error, Result};
 use crate::format::gguf::Gguf;
-use crate::format::hf_config::parse_config;
 use crate::format::safetensors::SafeTensors;
 use crate::format::{TensorInfo, TensorSource, TensorView};
-use crate::model::config::ModelConfig;
+use crate::model::config::{from_gguf, parse_config, ModelConfig, MAX_CONFIG_BYTES};
+use crate::model::packed::PackedSource;
 
 /// Which on-disk format a [`Model`] came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,8 +46,8 @@ struct Mapped {
 /// A model opened from disk: its configuration and its tensors, memory-mapped and validated.
 ///
 /// Tensor names are the file's own (`model.layers.0.self_attn.q_proj.weight` for
-/// safetensors, `blk.0.attn_q.weight` for GGUF; see [`crate::format::gguf::hf_tensor_name`]
-/// and the q/k row-order note in [`crate::format::gguf`]). `&Model` implements
+/// safetensors, `blk.0.attn_q.weight` for GGUF; see [`crate::model::arch::llama::hf_tensor_name`]
+/// and the q/k row-order note in [`crate::model::arch::llama`]). `&Model` implements
 /// [`TensorSource`].
 pub struct Model {
     format: ModelFormat,
@@ -124,20 +125,21 @@ impl Model {
         }
     }
 
-    /// Opens a GGUF file and builds its [`ModelConfig`] from the `llama.*` metadata.
+    /// Opens a GGUF file and builds its [`ModelConfig`] from its architecture's metadata
+    /// ([`from_gguf`]).
     ///
     /// # Errors
     ///
     /// [`crate::Code::Io`] if the file cannot be read; [`crate::Code::InvalidArgument`] if it
     /// is not a regular file (a FIFO, a device); [`crate::Code::DataLoss`] for an empty or
-    /// malformed file (see [`Gguf::parse`]); the errors of [`Gguf::model_config`]. Every
+    /// malformed file (see [`Gguf::parse`]); the errors of [`from_gguf`]. Every
     /// message starts with the path.
     pub fn open_gguf(path: impl AsRef<Path>) -> Result<Model> {
         let path = path.as_ref();
         let mapped = map_file(path)?;
         let (config, tensors) = {
             let g = Gguf::parse(&mapped.map).map_err(|e| e.context(path.display()))?;
-            let config = g.model_config().map_err(|e| e.context(path.display()))?;
+            let config = from_gguf(&g).map_err(|e| e.context(path.display()))?;
             (config, g.infos().to_vec())
         };
         let file_of = alloc::vec![0; tensors.len()];
@@ -172,9 +174,8 @@ impl Model {
         if !config_path.is_file() {
             return Err(Error::not_found(format_args!("{}: no config.json", dir.display())));
         }
-        let config =
-            parse_config(&read_text(&config_path, crate::format::hf_config::MAX_CONFIG_BYTES)?)
-                .map_err(|e| e.context(config_path.display()))?;
+        let config = parse_config(&read_text(&config_path, MAX_CONFIG_BYTES)?)
+            .map_err(|e| e.context(config_path.display()))?;
 
         let single = dir.join("model.safetensors");
         let index_path = dir.join("model.safetensors.index.json");
@@ -347,6 +348,24 @@ impl<'a> TensorSource<'a> for &'a Model {
 
     fn tensor_names(&self) -> Vec<&str> {
         self.tensors.iter().map(|t| t.name.as_str()).collect()
+    }
+}
+
+impl<'m> PackedSource<'m> {
+    /// A [`PackedSource`] over `model`, with the packing marks of its `__metadata__` (none for
+    /// GGUF).
+    ///
+    /// # Errors
+    ///
+    /// As [`PackedSource::from_marks`].
+    pub fn new(model: &'m Model) -> Result<Self> {
+        let stored = |name: &str| -> Result<(crate::tensor::Shape, &'m [u8])> {
+            let i = *model.index.get(name).ok_or_else(|| {
+                Error::not_found(format_args!("tensor {name:?} is not in the model"))
+            })?;
+            Ok((model.tensors[i].shape, model.raw_bytes(name)?))
+        };
+        PackedSource::from_marks(Box::new(model), model.safetensors_metadata(), &stored)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Zero heap allocations per decode step after warm-up: a counting global allocator watches
-//! 16 decode steps (plus sampling) of the tiny model and of SmolLM2, with the inline executor
-//! and with a thread pool, in both activation modes.
+//! 16 decode steps (plus sampling) of the tiny model, of every family's tiny model (Qwen2,
+//! Qwen3, Gemma 3, Llama 3, Mistral; 16 steps pass Gemma's and Mistral's window of 8) and of
+//! SmolLM2, with the inline executor and with a thread pool, in both activation modes.
 //!
 //! One test function: the counter is process-wide, so nothing may run beside it.
 #![cfg(feature = "std")]
@@ -12,10 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
 use decoder_common::{data, leak_aligned, smollm2_gguf};
 use rml::exec::Executor;
-use rml::format::hf_config::parse_config;
 use rml::format::safetensors::SafeTensors;
 use rml::format::TensorSource;
 use rml::load::Model;
+use rml::model::config::parse_config;
 use rml::model::config::ModelConfig;
 use rml::model::{DecoderLM, DecoderOptions, Sampler, SamplerConfig};
 use rml::ops::Activations;
@@ -95,9 +96,18 @@ fn decode_steps_allocate_nothing() {
     let cfg = parse_config(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
     let st = SafeTensors::parse(leak_aligned(&dir.join("model.safetensors"))).unwrap();
     let smol = smollm2_gguf().map(|p| Model::open(p).unwrap());
+    let families: Vec<(&str, Model)> =
+        ["tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-mistral"]
+            .into_iter()
+            .map(|d| (d, Model::open(data(d)).unwrap()))
+            .collect();
     for (name, exec) in executors() {
         for act in [Activations::F32, Activations::Int8] {
             count_steps(&format!("tiny f32, {name}, {act:?}"), &cfg, &st, &*exec, act);
+            for (dir, model) in &families {
+                let what = format!("{dir}, {name}, {act:?}");
+                count_steps(&what, model.config(), &model, &*exec, act);
+            }
             if let Some(model) = &smol {
                 let what = format!("SmolLM2 Q4_1, {name}, {act:?}");
                 count_steps(&what, model.config(), &model, &*exec, act);

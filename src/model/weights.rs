@@ -1,20 +1,25 @@
-//! [`Weights`]: a Llama-family model's tensors, looked up by name in a [`TensorSource`] and
-//! checked against the [`ModelConfig`], ready for the kernels.
+//! [`Weights`]: a model's tensors, looked up by name in a [`TensorSource`] and checked
+//! against the [`ModelConfig`], ready for the kernels.
 //!
-//! Both naming schemes are understood: Hugging Face (`model.layers.3.self_attn.q_proj.weight`)
+//! Both containers are understood, with the names and conventions of the config's family
+//! ([`crate::model::arch::ArchSpec`]): Hugging Face (`model.layers.3.self_attn.q_proj.weight`)
 //! and GGUF / llama.cpp (`blk.3.attn_q.weight`). Matrices stay where the file put them (mmap or
 //! `&'static [u8]`) when the kernels take their dtype as it is — aligned f32, f16, bf16, Q8_0,
 //! Q4_0, Q4_1; a misaligned f32 matrix is copied once into an aligned block. With
 //! [`WeightFormat::Q8_0`], f32 / f16 / bf16 matrices are quantized to Q8_0 at load instead.
-//! Norm vectors are small and always widened to f32.
+//! Norm vectors and biases are small and always widened to f32; norm weights get the family's
+//! offset (Gemma's `1 + w`) added at load, so the forward pass multiplies by them as they are.
 //!
 //! GGUF Llama files store the q/k projection rows permuted (llama.cpp's converter pairs RoPE
 //! dimensions `i` and `i + d/2` as adjacent rows). The weights are used as stored and RoPE is
 //! applied interleaved ([`RopeLayout::Interleaved`]), which gives the same attention scores as
-//! Hugging Face's rotate-half on un-permuted rows; [`crate::format::gguf::unpermute_qk_rows`]
+//! Hugging Face's rotate-half on un-permuted rows; [`crate::model::arch::llama::unpermute_qk_rows`]
 //! undoes the permutation for tools that write Hugging Face files.
+//!
+//! The output head: with `tie_word_embeddings` the embedding is the head and an `lm_head`
+//! in the file is ignored (transformers ties them the same way); without it the file's
+//! output matrix (`lm_head.weight` / `output.weight`) is required.
 
-use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -22,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::format::{TensorSource, TensorView};
 use crate::kernels::quant::quantize_row_q8_0;
 use crate::mem::AlignedBlock;
+use crate::model::arch::{ArchSpec, Container, Part, TensorNames};
 use crate::model::config::ModelConfig;
 use crate::ops::{Matrix, RopeLayout};
 use crate::tensor::DType;
@@ -112,11 +118,14 @@ pub struct Vector {
 }
 
 impl Vector {
-    fn from_view(name: &str, view: &TensorView<'_>, len: usize) -> Result<Self> {
+    fn from_view(name: &str, view: &TensorView<'_>, len: usize, offset: f32) -> Result<Self> {
         check_shape(name, view, &[len])?;
         let mut block = AlignedBlock::try_new(len * 4)?;
-        view.dequantize_into(crate::tensor::cast_slice_mut(block.as_mut_slice()))
-            .map_err(|e| e.context(format_args!("tensor {name:?}")))?;
+        let v: &mut [f32] = crate::tensor::cast_slice_mut(block.as_mut_slice());
+        view.dequantize_into(v).map_err(|e| e.context(format_args!("tensor {name:?}")))?;
+        if offset != 0.0 {
+            v.iter_mut().for_each(|x| *x += offset);
+        }
         Ok(Vector { block })
     }
 
@@ -126,7 +135,8 @@ impl Vector {
     }
 }
 
-/// One decoder layer's weights.
+/// One decoder layer's weights. Which optional tensors are present is the family's
+/// ([`ArchSpec::qkv_bias`], [`ArchSpec::qk_norm`], [`ArchSpec::sandwich_norms`]).
 #[derive(Debug)]
 pub struct LayerWeights<'a> {
     /// RMSNorm before attention (`input_layernorm` / `attn_norm`), `[hidden]`.
@@ -139,8 +149,17 @@ pub struct LayerWeights<'a> {
     pub v: Linear<'a>,
     /// `o_proj` / `attn_output`, `[hidden, heads * head_dim]`.
     pub o: Linear<'a>,
-    /// RMSNorm before the MLP (`post_attention_layernorm` / `ffn_norm`), `[hidden]`.
+    /// q/k/v biases `[heads * head_dim]`, `[kv_heads * head_dim]` × 2 (Qwen2).
+    pub qkv_bias: Option<[Vector; 3]>,
+    /// Per-head RMSNorm weights of q and k, `[head_dim]` each (Qwen3, Gemma 3).
+    pub qk_norm: Option<[Vector; 2]>,
+    /// RMSNorm of the attention output before the residual add, `[hidden]` (Gemma 3).
+    pub post_attn_norm: Option<Vector>,
+    /// RMSNorm before the MLP (`post_attention_layernorm` in Llama, `pre_feedforward_layernorm`
+    /// in Gemma 3; `ffn_norm`), `[hidden]`.
     pub ffn_norm: Vector,
+    /// RMSNorm of the MLP output before the residual add, `[hidden]` (Gemma 3).
+    pub post_ffn_norm: Option<Vector>,
     /// `gate_proj` / `ffn_gate`, `[intermediate, hidden]`.
     pub gate: Linear<'a>,
     /// `up_proj` / `ffn_up`, `[intermediate, hidden]`.
@@ -149,132 +168,24 @@ pub struct LayerWeights<'a> {
     pub down: Linear<'a>,
 }
 
-/// Which file convention the tensor names follow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Naming {
-    /// Hugging Face `LlamaForCausalLM` names (`model.embed_tokens.weight`, ...).
-    HuggingFace,
-    /// GGUF / llama.cpp names (`token_embd.weight`, `blk.N.attn_q.weight`, ...); q/k rows
-    /// permuted for interleaved RoPE.
-    Gguf,
-}
+/// Which container's tensor names a file uses.
+pub type Naming = Container;
 
-impl Naming {
-    /// Detects the convention from the embedding's name.
-    ///
-    /// # Errors
-    ///
-    /// [`crate::Code::NotFound`] if neither `model.embed_tokens.weight` nor
-    /// `token_embd.weight` exists.
-    pub fn detect<'a>(src: &dyn TensorSource<'a>) -> Result<Self> {
-        if src.tensor("model.embed_tokens.weight").is_ok() {
-            Ok(Naming::HuggingFace)
-        } else if src.tensor("token_embd.weight").is_ok() {
-            Ok(Naming::Gguf)
-        } else {
-            Err(Error::not_found(
-                "no token embedding: neither \"model.embed_tokens.weight\" (Hugging Face) nor \
-                 \"token_embd.weight\" (GGUF) is in the file",
-            ))
-        }
-    }
-
-    /// The name of the token embedding.
-    pub fn embedding(self) -> &'static str {
-        match self {
-            Naming::HuggingFace => "model.embed_tokens.weight",
-            Naming::Gguf => "token_embd.weight",
-        }
-    }
-
-    /// The name of the final norm.
-    pub fn final_norm(self) -> &'static str {
-        match self {
-            Naming::HuggingFace => "model.norm.weight",
-            Naming::Gguf => "output_norm.weight",
-        }
-    }
-
-    /// The name of the output head (absent when tied).
-    pub fn lm_head(self) -> &'static str {
-        match self {
-            Naming::HuggingFace => "lm_head.weight",
-            Naming::Gguf => "output.weight",
-        }
-    }
-
-    /// The name of `part` of layer `l`.
-    pub fn layer(self, l: usize, part: Part) -> String {
-        match self {
-            Naming::HuggingFace => format!("model.layers.{l}.{}.weight", part.hf()),
-            Naming::Gguf => format!("blk.{l}.{}.weight", part.gguf()),
-        }
-    }
-}
-
-/// The tensors of one layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Part {
-    /// RMSNorm before attention.
-    AttnNorm,
-    /// Query projection.
-    Q,
-    /// Key projection.
-    K,
-    /// Value projection.
-    V,
-    /// Attention output projection.
-    O,
-    /// RMSNorm before the MLP.
-    FfnNorm,
-    /// MLP gate projection.
-    Gate,
-    /// MLP up projection.
-    Up,
-    /// MLP down projection.
-    Down,
-}
-
-impl Part {
-    /// Every part, in file order.
-    pub const ALL: [Part; 9] = [
-        Part::AttnNorm,
-        Part::Q,
-        Part::K,
-        Part::V,
-        Part::O,
-        Part::FfnNorm,
-        Part::Gate,
-        Part::Up,
-        Part::Down,
-    ];
-
-    fn hf(self) -> &'static str {
-        match self {
-            Part::AttnNorm => "input_layernorm",
-            Part::Q => "self_attn.q_proj",
-            Part::K => "self_attn.k_proj",
-            Part::V => "self_attn.v_proj",
-            Part::O => "self_attn.o_proj",
-            Part::FfnNorm => "post_attention_layernorm",
-            Part::Gate => "mlp.gate_proj",
-            Part::Up => "mlp.up_proj",
-            Part::Down => "mlp.down_proj",
-        }
-    }
-
-    fn gguf(self) -> &'static str {
-        match self {
-            Part::AttnNorm => "attn_norm",
-            Part::Q => "attn_q",
-            Part::K => "attn_k",
-            Part::V => "attn_v",
-            Part::O => "attn_output",
-            Part::FfnNorm => "ffn_norm",
-            Part::Gate => "ffn_gate",
-            Part::Up => "ffn_up",
-            Part::Down => "ffn_down",
-        }
+/// Detects the container from the embedding's name under `arch`'s naming.
+///
+/// # Errors
+///
+/// [`crate::Code::NotFound`] if neither container's embedding name exists.
+pub fn detect_container<'a>(arch: &ArchSpec, src: &dyn TensorSource<'a>) -> Result<Container> {
+    let (hf, gguf) = (arch.hf_names.embedding, arch.gguf_names.embedding);
+    if src.tensor(hf).is_ok() {
+        Ok(Container::HuggingFace)
+    } else if src.tensor(gguf).is_ok() {
+        Ok(Container::Gguf)
+    } else {
+        Err(Error::not_found(format_args!(
+            "no token embedding: neither {hf:?} (Hugging Face) nor {gguf:?} (GGUF) is in the file"
+        )))
     }
 }
 
@@ -289,10 +200,13 @@ pub struct Weights<'a> {
     pub final_norm: Vector,
     /// The output head `[vocab, hidden]`; `None` when tied to the embedding.
     pub lm_head: Option<Linear<'a>>,
-    /// The naming convention found in the file.
+    /// The container whose names the file uses.
     pub naming: Naming,
     /// How RoPE pairs dimensions for these q/k weights.
     pub rope_layout: RopeLayout,
+    /// Divisors of the RoPE inverse frequencies, `[head_dim / 2]` (a Llama 3.x GGUF's
+    /// `rope_freqs.weight`, llama.cpp's form of the `llama3` scaling), if the file has them.
+    pub rope_freqs: Option<Vector>,
 }
 
 fn check_shape(name: &str, view: &TensorView<'_>, want: &[usize]) -> Result<()> {
@@ -364,43 +278,87 @@ impl<'a> Weights<'a> {
         format: WeightFormat,
     ) -> Result<Self> {
         config.validate()?;
-        let naming = Naming::detect(src)?;
         let c = config;
-        let (h, q_rows, kv_rows) =
-            (c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim);
-        let embedding = linear(src, naming.embedding(), c.vocab_size, h, format)?;
+        let arch = c.arch;
+        let naming = detect_container(arch, src)?;
+        let names: &TensorNames = arch.names(naming);
+        let offset = arch.norm_offset(naming);
+        let (h, hd, q_rows, kv_rows) = (
+            c.hidden_size,
+            c.head_dim,
+            c.num_attention_heads * c.head_dim,
+            c.num_key_value_heads * c.head_dim,
+        );
+        let embedding = linear(src, names.embedding, c.vocab_size, h, format)?;
         let mut layers = Vec::new();
         layers
             .try_reserve_exact(c.num_hidden_layers)
             .map_err(|_| Error::resource_exhausted("layer table"))?;
         for l in 0..c.num_hidden_layers {
-            let name = |p| naming.layer(l, p);
+            let name = |p| names.layer(l, p);
             let lin = |p, rows, k| linear(src, &name(p), rows, k, format);
-            let vec = |p| Vector::from_view(&name(p), &src.tensor(&name(p))?, h);
+            let vec_of =
+                |p, len, off| Vector::from_view(&name(p), &src.tensor(&name(p))?, len, off);
+            let norm = |p| vec_of(p, h, offset);
+            let qkv_bias = if arch.qkv_bias {
+                Some([
+                    vec_of(Part::QBias, q_rows, 0.0)?,
+                    vec_of(Part::KBias, kv_rows, 0.0)?,
+                    vec_of(Part::VBias, kv_rows, 0.0)?,
+                ])
+            } else {
+                None
+            };
+            let qk_norm = if arch.qk_norm {
+                Some([vec_of(Part::QNorm, hd, offset)?, vec_of(Part::KNorm, hd, offset)?])
+            } else {
+                None
+            };
+            let sandwich = |p| if arch.sandwich_norms { norm(p).map(Some) } else { Ok(None) };
             layers.push(LayerWeights {
-                attn_norm: vec(Part::AttnNorm)?,
+                attn_norm: norm(Part::AttnNorm)?,
                 q: lin(Part::Q, q_rows, h)?,
                 k: lin(Part::K, kv_rows, h)?,
                 v: lin(Part::V, kv_rows, h)?,
                 o: lin(Part::O, h, q_rows)?,
-                ffn_norm: vec(Part::FfnNorm)?,
+                qkv_bias,
+                qk_norm,
+                post_attn_norm: sandwich(Part::PostAttnNorm)?,
+                ffn_norm: norm(Part::FfnNorm)?,
+                post_ffn_norm: sandwich(Part::PostFfnNorm)?,
                 gate: lin(Part::Gate, c.intermediate_size, h)?,
                 up: lin(Part::Up, c.intermediate_size, h)?,
                 down: lin(Part::Down, h, c.intermediate_size)?,
             });
         }
         let final_norm =
-            Vector::from_view(naming.final_norm(), &src.tensor(naming.final_norm())?, h)?;
-        let lm_head = if c.tie_word_embeddings || src.tensor(naming.lm_head()).is_err() {
+            Vector::from_view(names.final_norm, &src.tensor(names.final_norm)?, h, offset)?;
+        let lm_head = if c.tie_word_embeddings {
             None
         } else {
-            Some(linear(src, naming.lm_head(), c.vocab_size, h, format)?)
+            let head = linear(src, names.output, c.vocab_size, h, format).map_err(|e| {
+                if e.code() == crate::Code::NotFound {
+                    Error::not_found(format_args!(
+                        "tensor {:?} is not in the file, and tie_word_embeddings is false \
+                         (the output head is not the embedding)",
+                        names.output
+                    ))
+                } else {
+                    e
+                }
+            })?;
+            Some(head)
         };
-        let rope_layout = match naming {
-            Naming::HuggingFace => RopeLayout::RotateHalf,
-            Naming::Gguf => RopeLayout::Interleaved,
+        let rope_freqs = match names.rope_freqs {
+            Some(n) => match src.tensor(n) {
+                Ok(view) => Some(Vector::from_view(n, &view, hd / 2, 0.0)?),
+                Err(e) if e.code() == crate::Code::NotFound => None,
+                Err(e) => return Err(e),
+            },
+            None => None,
         };
-        Ok(Weights { embedding, layers, final_norm, lm_head, naming, rope_layout })
+        let rope_layout = arch.rope_layout(naming);
+        Ok(Weights { embedding, layers, final_norm, lm_head, naming, rope_layout, rope_freqs })
     }
 
     /// The output head: `lm_head`, or the embedding when tied.
@@ -436,13 +394,24 @@ impl<'a> Weights<'a> {
         layers + self.output().size_bytes() + e.size_bytes() / e.rows().max(1)
     }
 
-    /// Bytes the weights occupy (borrowed or owned), norms included.
+    /// Bytes the weights occupy (borrowed or owned), norms and biases included.
     pub fn size_bytes(&self) -> usize {
-        let norms = self.final_norm.as_slice().len() * 4
+        let vec_bytes = |v: &Vector| v.as_slice().len() * 4;
+        let norms = vec_bytes(&self.final_norm)
+            + self.rope_freqs.as_ref().map_or(0, vec_bytes)
             + self
                 .layers
                 .iter()
-                .map(|l| (l.attn_norm.as_slice().len() + l.ffn_norm.as_slice().len()) * 4)
+                .map(|l| {
+                    [&l.attn_norm, &l.ffn_norm].into_iter().map(vec_bytes).sum::<usize>()
+                        + l.qkv_bias.iter().flatten().map(vec_bytes).sum::<usize>()
+                        + l.qk_norm.iter().flatten().map(vec_bytes).sum::<usize>()
+                        + [&l.post_attn_norm, &l.post_ffn_norm]
+                            .into_iter()
+                            .flatten()
+                            .map(vec_bytes)
+                            .sum::<usize>()
+                })
                 .sum::<usize>();
         self.matrices().map(|m| m.size_bytes()).sum::<usize>() + norms
     }

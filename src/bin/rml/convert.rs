@@ -4,7 +4,7 @@
 //!
 //! Every Llama tensor is widened or dequantized to f32, renamed to its Hugging Face name, and
 //! (from GGUF) its q/k rows are put back in Hugging Face's rotate-half order
-//! ([`rml::format::gguf::unpermute_qk_rows`]); then it is stored as f32, bf16 (rounded to
+//! ([`rml::model::arch::llama::unpermute_qk_rows`]); then it is stored as f32, bf16 (rounded to
 //! nearest even) or, for `q8_0`, matrices whose rows split into 32-blocks are quantized to
 //! Q8_0 and stored packed ([`rml::model::packed`]: a `U8` tensor of the blocks, marked in the
 //! metadata; Q8_0 sources are copied as they are) and the rest as f32. Tensors are converted
@@ -15,9 +15,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use clap::ValueEnum;
-use rml::format::gguf::{hf_tensor_name, unpermute_qk_rows};
 use rml::kernels::quant::quantize_row_q8_0;
 use rml::load::{Model, ModelFormat};
+use rml::model::arch::llama::{hf_tensor_name, unpermute_qk_rows};
 use rml::model::config::{ModelConfig, RopeScaling};
 use rml::model::packed;
 use rml::{DType, Error, Result};
