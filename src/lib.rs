@@ -15,6 +15,7 @@ pub mod load;
 pub mod mem;
 pub mod model;
 pub mod ops;
+pub mod quant;
 pub mod tensor;
 #[cfg(feature = "cli")]
 pub mod tokenizer;

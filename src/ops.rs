@@ -10,8 +10,8 @@ use core::ops::Range;
 
 use crate::error::{Error, Result};
 use crate::exec::{Executor, Schedule};
-use crate::kernels::quant::{q8_acts_bytes, Q8Acts};
 use crate::kernels::{self, Kernels};
+use crate::quant::{q8_acts_bytes, Q8Acts};
 use crate::tensor::DType;
 
 /// f32 / f16 / bf16 GEMV runs in parallel only from this many rows on.
@@ -47,15 +47,12 @@ impl<'a> Matrix<'a> {
     ///
     /// [`crate::Code::InvalidArgument`] if `data.len() != rows * row_bytes(k)`, if `k` is not
     /// a multiple of 32 for a quantized dtype, if an f32 matrix is not 4-byte aligned, or if
-    /// the dtype is not a weight dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1).
+    /// the dtype is not a weight dtype (a row of [`crate::quant::TYPES`] with a matmul).
     pub fn new(dtype: DType, rows: usize, k: usize, data: &'a [u8]) -> Result<Self> {
-        match dtype {
-            DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0 | DType::Q4_1 => {}
-            _ => {
-                return Err(Error::unimplemented(format_args!(
-                    "{dtype} is not a supported weight dtype"
-                )))
-            }
+        if crate::quant::info(dtype).matmul_f32.is_none() {
+            return Err(Error::unimplemented(format_args!(
+                "{dtype} is not a supported weight dtype"
+            )));
         }
         let row_bytes = dtype.row_bytes(k)?;
         let need = row_bytes.checked_mul(rows);
@@ -632,37 +629,12 @@ pub fn attention_head(
 ///
 /// If `r >= w.rows()` or `out.len() != w.k()`.
 pub fn dequantize_row(w: &Matrix<'_>, r: usize, out: &mut [f32]) {
-    use crate::kernels::quant::{
-        dequantize_block_q4_0, dequantize_block_q4_1, dequantize_block_q8_0, QK,
-    };
     assert_eq!(out.len(), w.k(), "dequantize_row: out must hold k floats");
-    let row = w.row(r);
-    let blocks = |bytes: usize, f: fn(&[u8], &mut [f32]), out: &mut [f32]| {
-        for (b, o) in row.chunks_exact(bytes).zip(out.chunks_exact_mut(QK)) {
-            f(b, o);
-        }
-    };
-    match w.dtype() {
-        DType::F32 => {
-            for (o, b) in out.iter_mut().zip(row.chunks_exact(4)) {
-                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            }
-        }
-        DType::F16 => {
-            for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
-                *o = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
-            }
-        }
-        DType::BF16 => {
-            for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
-                *o = half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
-            }
-        }
-        DType::Q8_0 => blocks(34, dequantize_block_q8_0, out),
-        DType::Q4_0 => blocks(18, dequantize_block_q4_0, out),
-        DType::Q4_1 => blocks(20, dequantize_block_q4_1, out),
-        // `Matrix::new` admits only the weight dtypes above.
-        _ => out.fill(0.0),
+    let f = crate::quant::info(w.dtype()).dequantize;
+    // `Matrix::new` admits only the weight dtypes, which all dequantize.
+    match f {
+        Some(f) => f(w.row(r), out),
+        None => out.fill(0.0),
     }
 }
 
@@ -768,7 +740,7 @@ mod layer_math_tests {
 
     #[test]
     fn gemm_fused_equals_separate_gemms_bit_for_bit() {
-        use crate::kernels::quant::quantize_row_q8_0;
+        use crate::quant::quantize_row_q8_0;
         let k = 64;
         let vals = |rows: usize, seed: usize| -> alloc::vec::Vec<f32> {
             (0..rows * k).map(|i| (((i * 7 + seed * 13) % 29) as f32 - 14.0) * 0.05).collect()

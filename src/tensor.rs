@@ -2,8 +2,9 @@
 //! bytes) and [`Tensor`], with typed views that check dtype and alignment.
 //!
 //! Data is row-major (the last dimension is contiguous). Block-quantized dtypes (Q8_0, Q4_0,
-//! Q4_1) pack the last dimension in blocks of 32 elements using ggml's block layouts, so the
-//! last dimension must be a multiple of the block size.
+//! Q4_1, ...) pack the last dimension in blocks using ggml's block layouts, so the last
+//! dimension must be a multiple of the block size. Block sizes, bytes and names come from
+//! the one table of [`crate::quant`].
 
 use core::fmt;
 use core::mem::align_of;
@@ -38,25 +39,17 @@ pub enum DType {
 }
 
 impl DType {
-    /// Elements per block: 32 for the quantized types, 1 otherwise.
+    /// Number of dtypes (rows of [`crate::quant::TYPES`]).
+    pub const COUNT: usize = 9;
+
+    /// Elements per block: 32 or 256 for the quantized types, 1 otherwise.
     pub const fn block_size(self) -> usize {
-        match self {
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 => 32,
-            _ => 1,
-        }
+        crate::quant::info(self).block_elems
     }
 
     /// Bytes per block (per element for plain types).
     pub const fn block_bytes(self) -> usize {
-        match self {
-            DType::F32 | DType::I32 => 4,
-            DType::F16 | DType::BF16 => 2,
-            DType::I8 => 1,
-            DType::I64 => 8,
-            DType::Q8_0 => 34,
-            DType::Q4_0 => 18,
-            DType::Q4_1 => 20,
-        }
+        crate::quant::info(self).block_bytes
     }
 
     /// `true` for the block-quantized types.
@@ -66,17 +59,7 @@ impl DType {
 
     /// The name used in safetensors headers and error messages (`"F32"`, `"BF16"`, `"Q8_0"`).
     pub const fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "F32",
-            DType::F16 => "F16",
-            DType::BF16 => "BF16",
-            DType::I8 => "I8",
-            DType::I32 => "I32",
-            DType::I64 => "I64",
-            DType::Q8_0 => "Q8_0",
-            DType::Q4_0 => "Q4_0",
-            DType::Q4_1 => "Q4_1",
-        }
+        crate::quant::info(self).name
     }
 
     /// Bytes taken by a row of `n` elements.

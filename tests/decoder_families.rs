@@ -198,6 +198,57 @@ fn llama3_gguf_q8_0_with_rope_freqs_matches_its_reference() {
     gguf_check("tiny-llama3", "Q8_0");
 }
 
+/// Every family's decoder fits the memory plan exactly: built in a caller's region of
+/// `region_bytes` (placement asserts it used exactly that), it gives the heap build's logits.
+#[test]
+fn every_family_builds_in_its_memory_plan() {
+    let dirs = ["tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-mistral"];
+    let ggufs = [
+        "tiny-qwen2/gguf/tiny-qwen2-Q8_0.gguf",
+        "tiny-qwen3/gguf/tiny-qwen3-Q8_0.gguf",
+        "tiny-llama3/gguf/tiny-llama3-Q8_0.gguf",
+    ];
+    let prompt = [5u32, 17, 42, 99, 3, 128, 7, 64, 200, 13];
+    let opts = DecoderOptions { context_len: Some(32), ..DecoderOptions::default() };
+    let mut sources: Vec<(String, ModelConfig, &'static dyn rml::format::TensorSource<'static>)> =
+        Vec::new();
+    for dir in dirs {
+        let st = SafeTensors::parse(leak_aligned(&data(dir).join("model.safetensors"))).unwrap();
+        sources.push((dir.into(), config(dir, "config.json"), Box::leak(Box::new(st))));
+    }
+    for path in ggufs {
+        let g = Gguf::parse(leak_aligned(&data(path))).unwrap();
+        let g: &'static Gguf<'static> = Box::leak(Box::new(g));
+        sources.push((path.into(), from_gguf(g).unwrap(), g));
+    }
+    for (what, cfg, src) in sources {
+        let plan = DecoderLM::memory_plan_for(&cfg, &opts, src).unwrap();
+        let region: &'static mut [u8] =
+            Box::leak(vec![0u8; plan.region_bytes_unaligned()].into_boxed_slice());
+        let mut placed = DecoderLM::new_in(&cfg, src, &InlineExecutor, opts, region).unwrap();
+        let mut heap = DecoderLM::new(&cfg, src, &InlineExecutor, opts).unwrap();
+        let a = placed.prefill(&prompt).unwrap().to_vec();
+        assert_eq!(a, heap.prefill(&prompt).unwrap(), "{what}: placed vs heap logits");
+    }
+}
+
+/// What a Gemma 3 GGUF cannot say is filled in as llama.cpp does: the 5:1 local/global
+/// pattern and `query_pre_attn_scalar` = key_length; its norms are stored as 1 + w (offset 0).
+#[test]
+fn gemma3_gguf_config_follows_llama_cpp() {
+    let g = Gguf::parse(leak_aligned(&data("tiny-gemma3/gguf/tiny-gemma3-Q4_K_M.gguf"))).unwrap();
+    let c = from_gguf(&g).unwrap();
+    let hf = config("tiny-gemma3", "config.json");
+    assert_eq!(c.arch.name, "Gemma 3");
+    assert_eq!(c.layer_types, hf.layer_types);
+    assert_eq!((c.sliding_window, c.local_rope_theta), (Some(8), Some(10_000.0)));
+    assert_eq!((c.rope_theta, c.query_pre_attn_scalar), (1e6, Some(64.0)));
+    assert_eq!((c.head_dim, c.num_key_value_heads), (hf.head_dim, hf.num_key_value_heads));
+    assert!(c.tie_word_embeddings);
+    assert_eq!(c.arch.gguf_norm_offset, 0.0);
+    assert_eq!(c.arch.hf_norm_offset, 1.0);
+}
+
 // ------------------------------------------------------------------------------ errors
 
 fn with(base: &str, edits: &[(&str, Option<&str>)]) -> String {

@@ -22,7 +22,7 @@
 //! the parser's memory is a small multiple of the header it has walked. Arrays are not copied: [`MetaArray`] keeps the array's bytes and decodes on
 //! iteration. Tensor data is never copied either: quantized tensors are views in place.
 //!
-//! Tensor types F32, F16, BF16, Q8_0, Q4_0 and Q4_1 map to rml's [`DType`]s; the other ggml
+//! The weight types of [`crate::quant::TYPES`] map to rml's [`DType`](crate::tensor::DType)s; the other ggml
 //! types are parsed (their sizes are known, so ranges are still checked) and listed as
 //! [`FileDType::Unsupported`], refused with [`crate::Code::Unimplemented`] when used. A type
 //! id ggml does not define is a [`crate::Code::DataLoss`] at parse time.
@@ -38,7 +38,7 @@ use hashbrown::HashMap;
 
 use super::{FileDType, TensorInfo, TensorSource, TensorView};
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Shape};
+use crate::tensor::Shape;
 
 /// The magic bytes at the start of every GGUF file.
 pub const MAGIC: [u8; 4] = *b"GGUF";
@@ -481,7 +481,8 @@ impl<'a> Reader<'a> {
 }
 
 /// A ggml tensor type: its id, its name, elements per block and bytes per block (ggml's
-/// type traits). Ids 4, 5, 31..=33 and 36..=38 were removed from ggml and are not listed.
+/// type traits).
+#[derive(Clone, Copy)]
 struct GgmlType {
     id: u32,
     name: &'static str,
@@ -489,14 +490,12 @@ struct GgmlType {
     bytes: usize,
 }
 
-const GGML_TYPES: &[GgmlType] = &[
-    GgmlType { id: 0, name: "F32", block: 1, bytes: 4 },
-    GgmlType { id: 1, name: "F16", block: 1, bytes: 2 },
-    GgmlType { id: 2, name: "Q4_0", block: 32, bytes: 18 },
-    GgmlType { id: 3, name: "Q4_1", block: 32, bytes: 20 },
+/// The ggml types rml has no row for in [`crate::quant::TYPES`] (their sizes are needed to
+/// lay out a file that holds them; using one is refused). Ids 4, 5, 31..=33 and 36..=38 were
+/// removed from ggml and are not listed.
+const OTHER_GGML_TYPES: &[GgmlType] = &[
     GgmlType { id: 6, name: "Q5_0", block: 32, bytes: 22 },
     GgmlType { id: 7, name: "Q5_1", block: 32, bytes: 24 },
-    GgmlType { id: 8, name: "Q8_0", block: 32, bytes: 34 },
     GgmlType { id: 9, name: "Q8_1", block: 32, bytes: 36 },
     GgmlType { id: 10, name: "Q2_K", block: 256, bytes: 84 },
     GgmlType { id: 11, name: "Q3_K", block: 256, bytes: 110 },
@@ -512,30 +511,27 @@ const GGML_TYPES: &[GgmlType] = &[
     GgmlType { id: 21, name: "IQ3_S", block: 256, bytes: 110 },
     GgmlType { id: 22, name: "IQ2_S", block: 256, bytes: 82 },
     GgmlType { id: 23, name: "IQ4_XS", block: 256, bytes: 136 },
-    GgmlType { id: 24, name: "I8", block: 1, bytes: 1 },
     GgmlType { id: 25, name: "I16", block: 1, bytes: 2 },
-    GgmlType { id: 26, name: "I32", block: 1, bytes: 4 },
-    GgmlType { id: 27, name: "I64", block: 1, bytes: 8 },
     GgmlType { id: 28, name: "F64", block: 1, bytes: 8 },
     GgmlType { id: 29, name: "IQ1_M", block: 256, bytes: 56 },
-    GgmlType { id: 30, name: "BF16", block: 1, bytes: 2 },
     GgmlType { id: 34, name: "TQ1_0", block: 256, bytes: 54 },
     GgmlType { id: 35, name: "TQ2_0", block: 256, bytes: 66 },
     GgmlType { id: 39, name: "MXFP4", block: 32, bytes: 17 },
 ];
 
-fn ggml_type(id: u32) -> Option<&'static GgmlType> {
-    GGML_TYPES.iter().find(|t| t.id == id)
+/// The type with ggml id `id`: rml's table first, then [`OTHER_GGML_TYPES`].
+fn ggml_type(id: u32) -> Option<GgmlType> {
+    if let Some(dt) = crate::quant::from_ggml_id(id) {
+        let t = crate::quant::info(dt);
+        return Some(GgmlType { id, name: t.name, block: t.block_elems, bytes: t.block_bytes });
+    }
+    OTHER_GGML_TYPES.iter().find(|t| t.id == id).copied()
 }
 
+/// The rml dtype of a file type: a weight type of [`crate::quant::TYPES`], or unsupported.
 fn file_dtype(t: &GgmlType) -> FileDType {
-    match t.id {
-        0 => FileDType::Supported(DType::F32),
-        1 => FileDType::Supported(DType::F16),
-        2 => FileDType::Supported(DType::Q4_0),
-        3 => FileDType::Supported(DType::Q4_1),
-        8 => FileDType::Supported(DType::Q8_0),
-        30 => FileDType::Supported(DType::BF16),
+    match crate::quant::from_ggml_id(t.id) {
+        Some(dt) if crate::quant::info(dt).matmul_f32.is_some() => FileDType::Supported(dt),
         _ => FileDType::Unsupported(t.name),
     }
 }
@@ -691,7 +687,7 @@ impl<'a> Gguf<'a> {
             let shape = Shape::new(dims)?;
             tensors.push(TensorInfo {
                 name: String::from(name),
-                dtype: file_dtype(t),
+                dtype: file_dtype(&t),
                 shape,
                 offset: 0,
                 bytes,

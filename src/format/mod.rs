@@ -67,7 +67,7 @@ impl<'a> TensorView<'a> {
         }
     }
 
-    /// Widens (F16, BF16), copies (F32) or dequantizes (Q8_0, Q4_0, Q4_1) the view into
+    /// Widens (F16, BF16), copies (F32) or dequantizes (the quantized types) the view into
     /// `out`, one f32 per element, reading little-endian bytes at any alignment.
     ///
     /// # Errors
@@ -79,7 +79,6 @@ impl<'a> TensorView<'a> {
     ///
     /// If `out.len() != self.shape.numel()`.
     pub fn dequantize_into(&self, out: &mut [f32]) -> Result<()> {
-        use crate::kernels::quant;
         assert_eq!(out.len(), self.shape.numel(), "dequantize_into: output length");
         let need = self.shape.storage_bytes(self.dtype)?;
         if need != self.data.len() {
@@ -90,41 +89,8 @@ impl<'a> TensorView<'a> {
                 self.data.len()
             )));
         }
-        let d = self.data;
-        match self.dtype {
-            DType::F32 => {
-                for (o, b) in out.iter_mut().zip(d.chunks_exact(4)) {
-                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                }
-            }
-            DType::F16 => {
-                for (o, b) in out.iter_mut().zip(d.chunks_exact(2)) {
-                    *o = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
-                }
-            }
-            DType::BF16 => {
-                for (o, b) in out.iter_mut().zip(d.chunks_exact(2)) {
-                    *o = half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
-                }
-            }
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 => {
-                let f: fn(&[u8], &mut [f32]) = match self.dtype {
-                    DType::Q8_0 => quant::dequantize_block_q8_0,
-                    DType::Q4_0 => quant::dequantize_block_q4_0,
-                    _ => quant::dequantize_block_q4_1,
-                };
-                let bb = self.dtype.block_bytes();
-                for (o, b) in out.chunks_exact_mut(quant::QK).zip(d.chunks_exact(bb)) {
-                    f(b, o);
-                }
-            }
-            other => {
-                return Err(Error::unimplemented(format_args!(
-                    "{other} {:?}: converting to f32 is not supported",
-                    self.shape
-                )))
-            }
-        }
+        crate::quant::dequantize(self.dtype, self.data, out)
+            .map_err(|e| e.context(format_args!("{:?}", self.shape)))?;
         Ok(())
     }
 

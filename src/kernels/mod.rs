@@ -1,4 +1,5 @@
-//! Matmul kernels: block formats ([`quant`]), the scalar oracle ([`scalar`]) and the SIMD
+//! Matmul kernels: the scalar oracle ([`scalar`]; the per-format bodies live in
+//! [`crate::quant`], re-exported here as [`quant`] for older paths) and the SIMD
 //! paths (AVX2 + FMA + F16C on x86_64, NEON with or without SDOT on aarch64), gathered in a
 //! [`Kernels`] table of function pointers and picked at run time.
 //!
@@ -20,8 +21,10 @@ use core::sync::atomic::{AtomicU8, Ordering};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 
-pub mod quant;
 pub mod scalar;
+
+/// The block formats, now [`crate::quant`] (kept here so older paths resolve).
+pub use crate::quant;
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod x86_64;
@@ -29,7 +32,7 @@ mod x86_64;
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod aarch64;
 
-use quant::Q8Acts;
+use crate::quant::Q8Acts;
 
 /// A matmul over a block of weight rows with f32 activations:
 /// `y[t * ldy + r] = Σ_i W[r][i] * x[t * k + i]` for `r < rows`, `t < n`.
@@ -213,38 +216,72 @@ fn has_dotprod() -> bool {
     cfg!(target_feature = "dotprod")
 }
 
-/// One ISA's kernels: a function pointer for every operation. Obtain one from [`table`] or
-/// [`active`] (which check that the CPU runs it); the fields are private so that a table for
-/// an unavailable ISA cannot be made.
+/// One ISA's kernels: a function pointer for every operation, per weight dtype (arrays
+/// indexed by [`DType`], as [`crate::quant::TYPES`]). Obtain one from [`table`] or [`active`]
+/// (which check that the CPU runs it); the fields are private so that a table for an
+/// unavailable ISA cannot be made.
+///
+/// An ISA's table starts from `SCALAR` (or its parent ISA's table) and overrides the
+/// entries it has bodies for with `with_f32` / `with_q8`; a dtype
+/// without a SIMD body keeps the scalar entry (correct, slower).
 #[derive(Clone, Copy, Debug)]
 pub struct Kernels {
     isa: Isa,
-    f32: MatmulF32Fn,
-    f16: MatmulF32Fn,
-    bf16: MatmulF32Fn,
-    q8_0: MatmulF32Fn,
-    q4_0: MatmulF32Fn,
-    q4_1: MatmulF32Fn,
-    q8_0_q8: MatmulQ8Fn,
-    q4_0_q8: MatmulQ8Fn,
-    q4_1_q8: MatmulQ8Fn,
+    f32: [Option<MatmulF32Fn>; DType::COUNT],
+    q8: [Option<MatmulQ8Fn>; DType::COUNT],
     pub(crate) quantize_q8: QuantizeQ8Fn,
 }
 
-/// The scalar table: every entry, the oracle's arithmetic.
-pub(crate) const SCALAR: Kernels = Kernels {
-    isa: Isa::Scalar,
-    f32: scalar::matmul_f32,
-    f16: scalar::matmul_f16,
-    bf16: scalar::matmul_bf16,
-    q8_0: scalar::matmul_q8_0,
-    q4_0: scalar::matmul_q4_0,
-    q4_1: scalar::matmul_q4_1,
-    q8_0_q8: scalar::matmul_q8_0_q8,
-    q4_0_q8: scalar::matmul_q4_0_q8,
-    q4_1_q8: scalar::matmul_q4_1_q8,
-    quantize_q8: scalar::quantize_q8,
+/// The scalar table: every entry, the oracle's arithmetic (from [`crate::quant::TYPES`]).
+pub(crate) const SCALAR: Kernels = {
+    let mut k = Kernels {
+        isa: Isa::Scalar,
+        f32: [None; DType::COUNT],
+        q8: [None; DType::COUNT],
+        quantize_q8: scalar::quantize_q8,
+    };
+    let mut i = 0;
+    while i < DType::COUNT {
+        k.f32[i] = crate::quant::TYPES[i].matmul_f32;
+        k.q8[i] = crate::quant::TYPES[i].matmul_q8;
+        i += 1;
+    }
+    k
 };
+
+// Only the SIMD tables use the builders.
+#[cfg_attr(
+    not(any(
+        all(target_arch = "x86_64", target_feature = "sse2"),
+        all(target_arch = "aarch64", target_feature = "neon")
+    )),
+    allow(dead_code)
+)]
+impl Kernels {
+    /// This table relabelled as `isa`'s (the start of an ISA table: `SCALAR.for_isa(..)`).
+    pub(crate) const fn for_isa(mut self, isa: Isa) -> Self {
+        self.isa = isa;
+        self
+    }
+
+    /// This table with `f` as the f32-activation matmul of `dtype`.
+    pub(crate) const fn with_f32(mut self, dtype: DType, f: MatmulF32Fn) -> Self {
+        self.f32[dtype as usize] = Some(f);
+        self
+    }
+
+    /// This table with `f` as the int8-activation matmul of `dtype`.
+    pub(crate) const fn with_q8(mut self, dtype: DType, f: MatmulQ8Fn) -> Self {
+        self.q8[dtype as usize] = Some(f);
+        self
+    }
+
+    /// This table with `f` as the Q8 activation quantizer.
+    pub(crate) const fn with_quantize_q8(mut self, f: QuantizeQ8Fn) -> Self {
+        self.quantize_q8 = f;
+        self
+    }
+}
 
 impl Kernels {
     /// The ISA whose kernels these are.
@@ -252,42 +289,29 @@ impl Kernels {
         self.isa
     }
 
-    /// The f32-activation matmul for weights of `dtype` (F32, F16, BF16, Q8_0, Q4_0, Q4_1).
+    /// The f32-activation matmul for weights of `dtype` (every float and quantized weight
+    /// type of [`crate::quant::TYPES`]).
     ///
     /// # Errors
     ///
     /// [`crate::Code::Unimplemented`] for other dtypes.
     pub fn matmul_f32(&self, dtype: DType) -> Result<MatmulF32Fn> {
-        Ok(match dtype {
-            DType::F32 => self.f32,
-            DType::F16 => self.f16,
-            DType::BF16 => self.bf16,
-            DType::Q8_0 => self.q8_0,
-            DType::Q4_0 => self.q4_0,
-            DType::Q4_1 => self.q4_1,
-            _ => {
-                return Err(Error::unimplemented(format_args!(
-                    "{dtype} is not a supported weight dtype"
-                )))
-            }
+        self.f32[dtype as usize].ok_or_else(|| {
+            Error::unimplemented(format_args!("{dtype} is not a supported weight dtype"))
         })
     }
 
-    /// The int8-activation matmul for quantized weights of `dtype` (Q8_0, Q4_0, Q4_1).
+    /// The int8-activation matmul for quantized weights of `dtype` (the types with an
+    /// [`crate::quant::ActFormat`]).
     ///
     /// # Errors
     ///
     /// [`crate::Code::Unimplemented`] for other dtypes.
     pub fn matmul_q8(&self, dtype: DType) -> Result<MatmulQ8Fn> {
-        Ok(match dtype {
-            DType::Q8_0 => self.q8_0_q8,
-            DType::Q4_0 => self.q4_0_q8,
-            DType::Q4_1 => self.q4_1_q8,
-            _ => {
-                return Err(Error::unimplemented(format_args!(
-                    "int8 activations need Q8_0, Q4_0 or Q4_1 weights, not {dtype}"
-                )))
-            }
+        self.q8[dtype as usize].ok_or_else(|| {
+            Error::unimplemented(format_args!(
+                "int8 activations need quantized weights, not {dtype}"
+            ))
         })
     }
 
@@ -298,34 +322,30 @@ impl Kernels {
     ///
     /// As [`quant::quantize_row_q8_0`].
     pub fn quantize_row_q8_0(&self, x: &[f32], out: &mut [u8]) -> Result<()> {
+        const BB: usize = quant::q8_0::BYTES;
         let nb = quant::row_blocks(DType::Q8_0, x.len())?;
-        if out.len() != nb * 34 {
-            return Err(Error::invalid_argument(format_args!(
-                "Q8_0: output has {} bytes, {nb} blocks need {}",
-                out.len(),
-                nb * 34
-            )));
-        }
+        quant::check_bytes(DType::Q8_0, nb, out.len(), "output")?;
         const CHUNK: usize = 64;
         let mut d = [0f32; CHUNK];
-        for (c, (xs, os)) in x.chunks(CHUNK * quant::QK).zip(out.chunks_mut(CHUNK * 34)).enumerate()
+        for (c, (xs, os)) in x.chunks(CHUNK * quant::QK).zip(out.chunks_mut(CHUNK * BB)).enumerate()
         {
             let m = xs.len() / quant::QK;
-            // SAFETY: `xs` holds `m` blocks, `os` `m` blocks of 34 bytes whose values start at
-            // byte 2 (stride 34), `d` has room for `m <= 64` scales; the table is available.
+            // SAFETY: `xs` holds `m` blocks, `os` `m` blocks of `BB` bytes whose values start
+            // at byte 2 (stride `BB`), `d` has room for `m <= 64` scales; the table is
+            // available.
             let ok = unsafe {
                 (self.quantize_q8)(
                     xs.as_ptr(),
                     m,
                     os.as_mut_ptr().add(2).cast(),
-                    34,
+                    BB,
                     d.as_mut_ptr(),
                 )
             };
             if !ok {
                 return Err(quant::non_finite(DType::Q8_0, x));
             }
-            quant::store_q8_0_scales(&d[..m], os, c * CHUNK)?;
+            quant::q8_0::store_q8_0_scales(&d[..m], os, c * CHUNK)?;
         }
         Ok(())
     }

@@ -3,10 +3,12 @@
 
 use half::{bf16, f16};
 
-use super::quant::{
-    dequantize_block_q4_0, dequantize_block_q4_1, dequantize_block_q8_0, f16_at, round_ties_away,
-    Q8Acts, QK,
-};
+use crate::quant::q8::Q8Row;
+use crate::quant::{round_ties_away, Q8Acts, QK};
+
+pub use crate::quant::q4_0::{block_dot_q4_0, dot_q4_0_f32, dot_q4_0_q8};
+pub use crate::quant::q4_1::{block_dot_q4_1, dot_q4_1_f32, dot_q4_1_q8};
+pub use crate::quant::q8_0::{block_dot_q8_0, dot_q8_0_f32, dot_q8_0_q8};
 
 /// `Σ w[i] * x[i]` in order.
 ///
@@ -44,43 +46,27 @@ pub fn dot_f16(w: &[u8], x: &[f32]) -> f32 {
         .sum()
 }
 
-fn dot_blocks(w: &[u8], x: &[f32], block_bytes: usize, dequant: fn(&[u8], &mut [f32])) -> f32 {
-    assert_eq!(x.len() % QK, 0);
-    assert_eq!(w.len(), x.len() / QK * block_bytes);
-    let mut tmp = [0f32; QK];
+/// Dot of a row of `block_bytes`-byte blocks of `QB` elements with f32 `x`: each block
+/// dequantized by `dequant`, then [`dot_f32`] per block, the block sums added in order.
+///
+/// # Panics
+///
+/// If `x.len()` is not a multiple of `QB` or `w` is not its blocks.
+pub fn dot_blocks<const QB: usize>(
+    w: &[u8],
+    x: &[f32],
+    block_bytes: usize,
+    dequant: fn(&[u8], &mut [f32]),
+) -> f32 {
+    assert_eq!(x.len() % QB, 0);
+    assert_eq!(w.len(), x.len() / QB * block_bytes);
+    let mut tmp = [0f32; QB];
     let mut sum = 0f32;
-    for (blk, xs) in w.chunks_exact(block_bytes).zip(x.chunks_exact(QK)) {
+    for (blk, xs) in w.chunks_exact(block_bytes).zip(x.chunks_exact(QB)) {
         dequant(blk, &mut tmp);
         sum += dot_f32(&tmp, xs);
     }
     sum
-}
-
-/// Dot of a Q8_0 row with f32 `x` (dequantized on the fly).
-///
-/// # Panics
-///
-/// If `x.len()` is not a multiple of 32 or `w` is not `x.len() / 32 * 34` bytes.
-pub fn dot_q8_0_f32(w: &[u8], x: &[f32]) -> f32 {
-    dot_blocks(w, x, 34, dequantize_block_q8_0)
-}
-
-/// Dot of a Q4_0 row with f32 `x`.
-///
-/// # Panics
-///
-/// As [`dot_q8_0_f32`], with 18-byte blocks.
-pub fn dot_q4_0_f32(w: &[u8], x: &[f32]) -> f32 {
-    dot_blocks(w, x, 18, dequantize_block_q4_0)
-}
-
-/// Dot of a Q4_1 row with f32 `x`.
-///
-/// # Panics
-///
-/// As [`dot_q8_0_f32`], with 20-byte blocks.
-pub fn dot_q4_1_f32(w: &[u8], x: &[f32]) -> f32 {
-    dot_blocks(w, x, 20, dequantize_block_q4_1)
 }
 
 /// Quantizes one block of 32 floats to Q8 values with an f32 scale: the definition every
@@ -111,44 +97,6 @@ pub fn quantize_block_q8(x: &[f32], qs: &mut [i8]) -> Option<f32> {
     Some(d)
 }
 
-/// `Σ w[i] * x[i]` of one Q8_0 weight block (34 bytes) and 32 activation values, exact.
-///
-/// # Panics
-///
-/// If `w.len() != 34` or `x.len() != 32`.
-pub fn block_dot_q8_0(w: &[u8], x: &[i8]) -> i32 {
-    assert!(w.len() == 34 && x.len() == QK);
-    w[2..].iter().zip(x).map(|(&a, &b)| a as i8 as i32 * b as i32).sum()
-}
-
-/// `Σ (nibble[i] - 8) * x[i]` of one Q4_0 weight block (18 bytes) and 32 activations, exact.
-///
-/// # Panics
-///
-/// If `w.len() != 18` or `x.len() != 32`.
-pub fn block_dot_q4_0(w: &[u8], x: &[i8]) -> i32 {
-    assert!(w.len() == 18 && x.len() == QK);
-    let mut s = 0i32;
-    for (j, &b) in w[2..].iter().enumerate() {
-        s += ((b & 0x0F) as i32 - 8) * x[j] as i32 + ((b >> 4) as i32 - 8) * x[j + 16] as i32;
-    }
-    s
-}
-
-/// `Σ nibble[i] * x[i]` of one Q4_1 weight block (20 bytes) and 32 activations, exact.
-///
-/// # Panics
-///
-/// If `w.len() != 20` or `x.len() != 32`.
-pub fn block_dot_q4_1(w: &[u8], x: &[i8]) -> i32 {
-    assert!(w.len() == 20 && x.len() == QK);
-    let mut s = 0i32;
-    for (j, &b) in w[4..].iter().enumerate() {
-        s += (b & 0x0F) as i32 * x[j] as i32 + (b >> 4) as i32 * x[j + 16] as i32;
-    }
-    s
-}
-
 /// The fixed sum of eight lanes every int8 kernel ends with:
 /// `((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))`.
 #[inline(always)]
@@ -166,54 +114,6 @@ pub fn accumulate8(nb: usize, mut term: impl FnMut(usize) -> f32) -> f32 {
         acc[b % 8] += term(b);
     }
     hsum8(&acc)
-}
-
-/// Dot of a Q8_0 weight row with one row of int8 activations (`qs`: 32 values per block,
-/// `d`: f32 scales): `Σ_b (dw_b * d_b) * isum_b` in the [`accumulate8`] order, `isum_b` from
-/// [`block_dot_q8_0`], `dw_b` the block's f16 scale.
-///
-/// # Panics
-///
-/// If the lengths disagree (`w`: 34 bytes per block).
-pub fn dot_q8_0_q8(w: &[u8], qs: &[i8], d: &[f32]) -> f32 {
-    let nb = d.len();
-    assert!(w.len() == nb * 34 && qs.len() == nb * QK);
-    accumulate8(nb, |b| {
-        let blk = &w[b * 34..b * 34 + 34];
-        (f16_at(blk) * d[b]) * block_dot_q8_0(blk, &qs[b * QK..b * QK + QK]) as f32
-    })
-}
-
-/// Dot of a Q4_0 weight row with int8 activations, as [`dot_q8_0_q8`] with
-/// [`block_dot_q4_0`].
-///
-/// # Panics
-///
-/// If the lengths disagree (`w`: 18 bytes per block).
-pub fn dot_q4_0_q8(w: &[u8], qs: &[i8], d: &[f32]) -> f32 {
-    let nb = d.len();
-    assert!(w.len() == nb * 18 && qs.len() == nb * QK);
-    accumulate8(nb, |b| {
-        let blk = &w[b * 18..b * 18 + 18];
-        (f16_at(blk) * d[b]) * block_dot_q4_0(blk, &qs[b * QK..b * QK + QK]) as f32
-    })
-}
-
-/// Dot of a Q4_1 weight row with int8 activations: block term
-/// `(dw_b * d_b) * isum_b + mw_b * s_b` ([`block_dot_q4_1`]; `s_b = d_b * Σ qs`, the scaled
-/// block sum of [`super::quant::Q8Acts`]), in the [`accumulate8`] order.
-///
-/// # Panics
-///
-/// If the lengths disagree (`w`: 20 bytes per block).
-pub fn dot_q4_1_q8(w: &[u8], qs: &[i8], d: &[f32], s: &[f32]) -> f32 {
-    let nb = d.len();
-    assert!(w.len() == nb * 20 && qs.len() == nb * QK && s.len() == nb);
-    accumulate8(nb, |b| {
-        let blk = &w[b * 20..b * 20 + 20];
-        let t = (f16_at(blk) * d[b]) * block_dot_q4_1(blk, &qs[b * QK..b * QK + QK]) as f32;
-        t + f16_at(&blk[2..]) * s[b]
-    })
 }
 
 // ------------------------------------------------------------------ the scalar table entries
@@ -260,48 +160,116 @@ macro_rules! matmul_f32_entry {
 matmul_f32_entry!(matmul_f32, dot_f32, f32);
 matmul_f32_entry!(matmul_f16, dot_f16, u8);
 matmul_f32_entry!(matmul_bf16, dot_bf16, u8);
-matmul_f32_entry!(matmul_q8_0, dot_q8_0_f32, u8);
-matmul_f32_entry!(matmul_q4_0, dot_q4_0_f32, u8);
-matmul_f32_entry!(matmul_q4_1, dot_q4_1_f32, u8);
 
-/// Builds a scalar int8-activation matmul entry.
-macro_rules! matmul_q8_entry {
-    ($name:ident, |$w:ident, $qs:ident, $d:ident, $s:ident| $dot:expr) => {
-        /// Scalar table entry: `y[t * ldy + r] = dot(row r, activation row t)`.
+/// The scalar f32-activation matmul over rows of `u8` blocks, one row dot at a time
+/// (the body of every quantized type's scalar entry).
+///
+/// # Safety
+///
+/// As [`super::MatmulF32Fn`]: `w` points to `rows` rows of `row_bytes` bytes, `x` to `n * k`
+/// floats, every `y[t * ldy + r]` is writable and not aliased; `dot` accepts a row of
+/// `row_bytes` bytes with `k` floats.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) unsafe fn rows_f32(
+    dot: fn(&[u8], &[f32]) -> f32,
+    w: *const u8,
+    row_bytes: usize,
+    rows: usize,
+    k: usize,
+    x: *const f32,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    for r in 0..rows {
+        // SAFETY: row `r` is in bounds (caller contract).
+        let row = unsafe { core::slice::from_raw_parts(w.add(r * row_bytes), row_bytes) };
+        for t in 0..n {
+            // SAFETY: activation row `t` is in bounds (caller contract).
+            let xt = unsafe { core::slice::from_raw_parts(x.add(t * k), k) };
+            // SAFETY: `t * ldy + r` is writable (caller contract).
+            unsafe { y.add(t * ldy + r).write(dot(row, xt)) };
+        }
+    }
+}
+
+/// The scalar int8-activation matmul, one row dot at a time (the body of every quantized
+/// type's scalar int8 entry).
+///
+/// # Safety
+///
+/// As [`super::MatmulQ8Fn`]: `w` points to `rows` rows of `row_bytes` bytes, each `xq.nb()`
+/// blocks of the activation format's length; `xq.n() >= n`; every `y[t * ldy + r]` is
+/// writable and not aliased.
+#[inline]
+pub(crate) unsafe fn rows_q8(
+    dot: fn(&[u8], &Q8Row<'_>) -> f32,
+    w: *const u8,
+    row_bytes: usize,
+    rows: usize,
+    xq: &Q8Acts<'_>,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    for r in 0..rows {
+        // SAFETY: row `r` is in bounds (caller contract).
+        let row = unsafe { core::slice::from_raw_parts(w.add(r * row_bytes), row_bytes) };
+        for t in 0..n {
+            let xt = xq.row(t);
+            // SAFETY: `t * ldy + r` is writable (caller contract).
+            unsafe { y.add(t * ldy + r).write(dot(row, &xt)) };
+        }
+    }
+}
+
+/// Defines a quantized type's two scalar table entries, `matmul_f32` and `matmul_q8`, from
+/// its row dot products `(fn(&[u8], &[f32]) -> f32, fn(&[u8], &Q8Row) -> f32)`.
+macro_rules! entries {
+    ($dot_f32:path, $dot_q8:path) => {
+        /// Scalar table entry with f32 activations (see [`crate::kernels::MatmulF32Fn`]).
         ///
         /// # Safety
         ///
-        /// `w` points to `rows` rows of `row_bytes` bytes, each `xq.nb()` blocks of the
-        /// dtype; `xq.n() >= n`; every `y[t * ldy + r]` is writable and not aliased.
-        pub(crate) unsafe fn $name(
+        /// As [`crate::kernels::MatmulF32Fn`].
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) unsafe fn matmul_f32(
             w: *const u8,
             row_bytes: usize,
             rows: usize,
-            xq: &Q8Acts<'_>,
+            k: usize,
+            x: *const f32,
             n: usize,
             y: *mut f32,
             ldy: usize,
         ) {
-            let nb = xq.nb();
-            for r in 0..rows {
-                // SAFETY: row `r` is in bounds (caller contract).
-                let $w = unsafe { core::slice::from_raw_parts(w.add(r * row_bytes), row_bytes) };
-                for t in 0..n {
-                    let $qs = &xq.qs()[t * nb * QK..(t + 1) * nb * QK];
-                    let $d = &xq.d()[t * nb..(t + 1) * nb];
-                    let $s = &xq.s()[t * nb..(t + 1) * nb];
-                    let _ = $s;
-                    // SAFETY: `t * ldy + r` is writable (caller contract).
-                    unsafe { y.add(t * ldy + r).write($dot) };
-                }
+            // SAFETY: forwarded caller contract.
+            unsafe {
+                $crate::kernels::scalar::rows_f32($dot_f32, w, row_bytes, rows, k, x, n, y, ldy)
             }
+        }
+
+        /// Scalar table entry with int8 activations (see [`crate::kernels::MatmulQ8Fn`]).
+        ///
+        /// # Safety
+        ///
+        /// As [`crate::kernels::MatmulQ8Fn`].
+        pub(crate) unsafe fn matmul_q8(
+            w: *const u8,
+            row_bytes: usize,
+            rows: usize,
+            xq: &$crate::quant::Q8Acts<'_>,
+            n: usize,
+            y: *mut f32,
+            ldy: usize,
+        ) {
+            // SAFETY: forwarded caller contract.
+            unsafe { $crate::kernels::scalar::rows_q8($dot_q8, w, row_bytes, rows, xq, n, y, ldy) }
         }
     };
 }
-
-matmul_q8_entry!(matmul_q8_0_q8, |w, qs, d, s| dot_q8_0_q8(w, qs, d));
-matmul_q8_entry!(matmul_q4_0_q8, |w, qs, d, s| dot_q4_0_q8(w, qs, d));
-matmul_q8_entry!(matmul_q4_1_q8, |w, qs, d, s| dot_q4_1_q8(w, qs, d, s));
+pub(crate) use entries;
 
 /// Scalar table entry: quantizes `nb` blocks of `x` with [`quantize_block_q8`], writing
 /// block `b`'s values at `qs + b * qs_stride` and its f32 scale at `d[b]`. Returns `false`

@@ -20,6 +20,11 @@ pub const ALIGN: usize = 64;
 /// size.
 const HEADER: usize = 2 * size_of::<usize>();
 
+/// What [`aligned_alloc`] asks the backend for beyond the requested bytes: room to align the
+/// start ([`ALIGN`]) and the two-word header. A block of `n > 0` bytes costs the backend
+/// `n + ALLOC_OVERHEAD` bytes.
+pub const ALLOC_OVERHEAD: usize = ALIGN + HEADER;
+
 /// The backend request for `bytes` usable bytes, or `None` on overflow / over `isize::MAX`.
 fn backend_size(bytes: usize) -> Option<usize> {
     let total = bytes.checked_add(ALIGN + HEADER)?;
@@ -101,10 +106,14 @@ pub unsafe fn aligned_free(ptr: NonNull<u8>) {
 /// An owned, 64-byte aligned, zero-initialised byte buffer that frees itself on drop.
 ///
 /// A zero-length block allocates nothing (its pointer is dangling but 64-aligned) and does not
-/// touch the counters.
+/// touch the counters. Inside the crate a block may also stand for a piece of caller memory
+/// (`from_region`, used by the decoder's caller-memory constructor); such a block frees
+/// nothing and is never handed out by value.
 pub struct AlignedBlock {
     ptr: NonNull<u8>,
     len: usize,
+    /// `false` for a block over caller memory: nothing to free.
+    owned: bool,
 }
 
 // SAFETY: the block owns its bytes exclusively, like a `Box<[u8]>`.
@@ -125,7 +134,28 @@ impl AlignedBlock {
         let ptr = aligned_alloc(len)?;
         // SAFETY: `ptr` is valid for `len` bytes of writes.
         unsafe { ptr.as_ptr().write_bytes(0, len) };
-        Ok(AlignedBlock { ptr, len })
+        Ok(AlignedBlock { ptr, len, owned: true })
+    }
+
+    /// A block over `len` bytes of caller memory at `ptr`, zeroed; dropping it frees nothing.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is 64-byte aligned and valid for reads and writes of `len` bytes, used by nothing
+    /// else while the block (and every slice borrowed from it) lives. The caller ties that
+    /// lifetime to the memory's own, e.g. by keeping the block inside a value that borrows the
+    /// region.
+    pub(crate) unsafe fn from_region(ptr: NonNull<u8>, len: usize) -> Self {
+        debug_assert_eq!(ptr.as_ptr() as usize % ALIGN, 0);
+        // SAFETY: valid for `len` bytes of writes (caller contract).
+        unsafe { ptr.as_ptr().write_bytes(0, len) };
+        AlignedBlock { ptr, len, owned: false }
+    }
+
+    /// `true` if the bytes came from the allocator (and are freed on drop); `false` for a
+    /// block over caller memory or an empty block.
+    pub fn is_heap(&self) -> bool {
+        self.owned && self.len != 0
     }
 
     /// Allocates a block holding a copy of `bytes`.
@@ -144,7 +174,7 @@ impl AlignedBlock {
         // SAFETY: ALIGN is non-zero; a dangling, aligned pointer (with no provenance: it is
         // never dereferenced) is valid for zero-length slices.
         let ptr = unsafe { NonNull::new_unchecked(core::ptr::without_provenance_mut(ALIGN)) };
-        AlignedBlock { ptr, len: 0 }
+        AlignedBlock { ptr, len: 0, owned: true }
     }
 
     /// Length in bytes.
@@ -182,8 +212,9 @@ impl AlignedBlock {
 
 impl Drop for AlignedBlock {
     fn drop(&mut self) {
-        if self.len != 0 {
-            // SAFETY: a non-empty block's pointer came from `aligned_alloc` and is freed once.
+        if self.owned && self.len != 0 {
+            // SAFETY: a non-empty owned block's pointer came from `aligned_alloc` and is freed
+            // once.
             unsafe { aligned_free(self.ptr) }
         }
     }

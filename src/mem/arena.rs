@@ -64,6 +64,11 @@ impl Arena {
         })
     }
 
+    /// An arena over `block` (the decoder's scratch, placed on the heap or in caller memory).
+    pub(crate) fn from_block(block: AlignedBlock) -> Self {
+        Arena { block, offset: Cell::new(0), high_water: Cell::new(0) }
+    }
+
     /// Capacity in bytes.
     pub fn capacity(&self) -> usize {
         self.block.len()

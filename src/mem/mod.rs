@@ -6,9 +6,10 @@ pub mod arena;
 pub mod backend;
 #[cfg(feature = "std")]
 pub mod buffer_pool;
+pub(crate) mod place;
 pub mod stats;
 
-pub use aligned::{aligned_alloc, aligned_free, AlignedBlock, ALIGN};
+pub use aligned::{aligned_alloc, aligned_free, AlignedBlock, ALIGN, ALLOC_OVERHEAD};
 pub use arena::{Arena, Pod};
 #[cfg(feature = "std")]
 pub use backend::LibcBackend;

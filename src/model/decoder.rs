@@ -31,16 +31,17 @@
 //! chunk in a fixed order, so logits are bit-identical for every executor, thread count and
 //! schedule.
 
-use alloc::vec::Vec;
 use core::ops::Range;
 
 use crate::error::{Error, Result};
 use crate::exec::{Executor, Schedule};
 use crate::format::TensorSource;
+use crate::mem::place::Place;
 use crate::mem::{AlignedBlock, Arena};
 use crate::model::arch::Activation;
 use crate::model::config::{LayerKind, ModelConfig, RopeScaling};
-use crate::model::weights::{Linear, WeightFormat, Weights};
+use crate::model::plan::MemoryPlan;
+use crate::model::weights::{plan_weights, LayerWeights, Linear, WeightFormat, Weights};
 use crate::ops::{self, Activations};
 use crate::tensor::{cast_slice, cast_slice_mut};
 
@@ -116,7 +117,17 @@ impl KvCache {
     ///
     /// [`crate::Code::ResourceExhausted`] if the size overflows or cannot be allocated.
     pub fn new(layers: usize, kv_heads: usize, head_dim: usize, capacity: usize) -> Result<Self> {
-        let bytes = [layers, kv_heads, head_dim, capacity, 4]
+        Self::placed(layers, kv_heads, head_dim, capacity, &mut Place::heap())
+    }
+
+    /// Bytes of the keys (and again of the values) for these dimensions.
+    fn half_bytes(
+        layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> Result<usize> {
+        [layers, kv_heads, head_dim, capacity, 4]
             .iter()
             .try_fold(1usize, |a, &b| a.checked_mul(b))
             .ok_or_else(|| {
@@ -124,10 +135,20 @@ impl KvCache {
                     "KV cache of {layers} layers x {kv_heads} heads x {capacity} positions \
                      x {head_dim} overflows"
                 ))
-            })?;
+            })
+    }
+
+    fn placed(
+        layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        place: &mut Place<'_>,
+    ) -> Result<Self> {
+        let bytes = Self::half_bytes(layers, kv_heads, head_dim, capacity)?;
         Ok(KvCache {
-            k: AlignedBlock::try_new(bytes)?,
-            v: AlignedBlock::try_new(bytes)?,
+            k: place.block(bytes, "KV cache keys")?,
+            v: place.block(bytes, "KV cache values")?,
             kv_heads,
             head_dim,
             capacity,
@@ -240,9 +261,7 @@ pub struct DecoderLM<'a> {
     weights: Weights<'a>,
     exec: &'a dyn Executor,
     options: DecoderOptions,
-    inv_freq: Vec<f32>,
-    /// Sliding layers' frequencies when they have their own base (else empty).
-    inv_freq_local: Vec<f32>,
+    inv_freq: AlignedBlock,
     kv: KvCache,
     logits: AlignedBlock,
     arena: Arena,
@@ -345,6 +364,113 @@ impl<'a> DecoderLM<'a> {
         exec: &'a dyn Executor,
         options: DecoderOptions,
     ) -> Result<Self> {
+        Self::build(config, weights, exec, options, &mut Place::heap())
+    }
+
+    /// As [`DecoderLM::new`], but every buffer of the [memory plan](MemoryPlan) — KV cache,
+    /// scratch arena, logits, RoPE table, norm copies, converted matrices — is carved from
+    /// `region` (e.g. a firmware `static`), which the decoder borrows. Only the plan's
+    /// [`MemoryPlan::tables`] (the layer table and the config's lists) come from the global
+    /// allocator; no step allocates afterwards.
+    ///
+    /// `region` needs [`DecoderLM::memory_plan_for`]`(config, &options, src)`'s
+    /// [`MemoryPlan::region_bytes`] bytes past its first 64-byte boundary.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::ResourceExhausted`] naming the bytes needed and given if `region` is too
+    /// small (nothing is written then); otherwise as [`DecoderLM::new`].
+    pub fn new_in<'s: 'a>(
+        config: &ModelConfig,
+        src: &dyn TensorSource<'s>,
+        exec: &'a dyn Executor,
+        options: DecoderOptions,
+        region: &'a mut [u8],
+    ) -> Result<Self> {
+        let plan = Self::memory_plan_for(config, &options, src)?;
+        let skip = region.as_ptr().align_offset(crate::mem::ALIGN);
+        let need = plan.region_bytes();
+        if skip.checked_add(need).is_none_or(|n| n > region.len()) {
+            return Err(Error::resource_exhausted(format_args!(
+                "memory region of {} bytes is too small: the decoder needs {need} bytes from a \
+                 64-byte boundary ({skip} bytes in), {} in all ({plan})",
+                region.len(),
+                skip.saturating_add(need),
+            )));
+        }
+        let mut place = Place::region(region);
+        let weights = Weights::load_placed(config, src, options.weight_format, &mut place)?;
+        let lm = Self::build(config, weights, exec, options, &mut place)?;
+        debug_assert_eq!(place.used(), need, "memory plan and placement disagree");
+        Ok(lm)
+    }
+
+    /// The memory a decoder for `config` and `options` keeps ([`MemoryPlan`]), computed
+    /// without allocating, for weights stored as aligned f32 / f16 / bf16 with an output head
+    /// unless tied (Hugging Face's files). For quantized or misaligned files use
+    /// [`DecoderLM::memory_plan_for`], which asks the file.
+    ///
+    /// # Errors
+    ///
+    /// As [`DecoderLM::new`] for a bad config, context length or `prefill_chunk`;
+    /// [`crate::Code::ResourceExhausted`] if a size overflows.
+    pub fn memory_plan(config: &ModelConfig, options: &DecoderOptions) -> Result<MemoryPlan> {
+        Self::plan(config, options, None)
+    }
+
+    /// [`DecoderLM::memory_plan`] for the weights in `src`: each matrix's stored dtype and
+    /// alignment decide whether loading converts or copies it, exactly as
+    /// [`DecoderLM::new`] will. Allocates nothing itself (a source may, to report a missing
+    /// tensor).
+    ///
+    /// # Errors
+    ///
+    /// As [`DecoderLM::memory_plan`]; [`crate::Code::NotFound`] /
+    /// [`crate::Code::InvalidArgument`] as [`Weights::load`] for missing or mis-shaped tensors.
+    pub fn memory_plan_for<'s>(
+        config: &ModelConfig,
+        options: &DecoderOptions,
+        src: &dyn TensorSource<'s>,
+    ) -> Result<MemoryPlan> {
+        Self::plan(config, options, Some(src))
+    }
+
+    fn plan<'s>(
+        config: &ModelConfig,
+        options: &DecoderOptions,
+        src: Option<&dyn TensorSource<'s>>,
+    ) -> Result<MemoryPlan> {
+        let mut plan = MemoryPlan::default();
+        let w = plan_weights(config, options.weight_format, src, |b| plan.count(b))?;
+        plan.norms = w.norms;
+        plan.converted = w.converted;
+        let own = Self::own_buffers(config, options)?;
+        for b in [own.kv_cache / 2, own.kv_cache / 2, own.logits, own.scratch, own.rope] {
+            plan.count(b)?;
+        }
+        let c = config;
+        let config_lists = c.eos_token_ids.len() * 4
+            + c.dtype.as_ref().map_or(0, |d| d.len())
+            + c.layer_types.len() * core::mem::size_of::<LayerKind>();
+        let table = c.num_hidden_layers.checked_mul(core::mem::size_of::<LayerWeights<'_>>());
+        MemoryPlan {
+            context_len: own.context_len,
+            prefill_chunk: own.prefill_chunk,
+            kv_cache: own.kv_cache,
+            scratch: own.scratch,
+            logits: own.logits,
+            rope: own.rope,
+            tables: table
+                .and_then(|t| t.checked_add(config_lists))
+                .ok_or_else(|| Error::resource_exhausted("layer table size overflows"))?,
+            ..plan
+        }
+        .checked()
+    }
+
+    /// The decoder's own buffers (not the weights'): KV cache, scratch, logits, RoPE table,
+    /// with the resolved context length and prefill chunk.
+    fn own_buffers(config: &ModelConfig, options: &DecoderOptions) -> Result<MemoryPlan> {
         config.validate()?;
         let max = config.max_position_embeddings;
         let ctx = options.context_len.unwrap_or(max.min(DEFAULT_MAX_CONTEXT));
@@ -357,45 +483,72 @@ impl<'a> DecoderLM<'a> {
             return Err(Error::invalid_argument("prefill_chunk is 0"));
         }
         let chunk = options.prefill_chunk.min(ctx);
-        let kv = KvCache::new(
-            config.num_hidden_layers,
-            config.num_key_value_heads,
-            config.head_dim,
-            ctx,
-        )?;
-        let logits_bytes = config.vocab_size.checked_mul(4).ok_or_else(|| {
-            Error::resource_exhausted(format_args!("vocab_size {} overflows", config.vocab_size))
+        let c = config;
+        let half =
+            KvCache::half_bytes(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, ctx)?;
+        let kv_cache = half
+            .checked_mul(2)
+            .ok_or_else(|| Error::resource_exhausted("KV cache size overflows usize"))?;
+        let logits = c.vocab_size.checked_mul(4).ok_or_else(|| {
+            Error::resource_exhausted(format_args!("vocab_size {} overflows", c.vocab_size))
         })?;
-        let logits = AlignedBlock::try_new(logits_bytes)?;
-        let arena_cap = arena_bytes(config, chunk, ctx, options.activations)
+        let scratch = arena_bytes(c, chunk, ctx, options.activations)
             .ok_or_else(|| Error::resource_exhausted("decoder scratch size overflows usize"))?;
-        let arena = Arena::new(arena_cap)?;
-        let half = config.head_dim / 2;
-        let freqs = |theta: f64, scaling: RopeScaling| -> Result<Vec<f32>> {
-            let mut f = Vec::new();
-            f.try_reserve_exact(half).map_err(|_| Error::resource_exhausted("rope frequencies"))?;
-            f.resize(half, 0.0);
-            rope_frequencies_for(theta, scaling, config.head_dim, &mut f);
+        Ok(MemoryPlan {
+            context_len: ctx,
+            prefill_chunk: chunk,
+            kv_cache,
+            scratch,
+            logits,
+            // Global frequencies, then the sliding layers' own when they have a base.
+            rope: c.head_dim / 2 * 4 * if c.local_rope_theta.is_some() { 2 } else { 1 },
+            ..MemoryPlan::default()
+        })
+    }
+
+    /// Places the decoder's own buffers (sized by [`Self::own_buffers`], in the plan's order)
+    /// and assembles the decoder.
+    fn build(
+        config: &ModelConfig,
+        weights: Weights<'a>,
+        exec: &'a dyn Executor,
+        options: DecoderOptions,
+        place: &mut Place<'a>,
+    ) -> Result<Self> {
+        let own = Self::own_buffers(config, &options)?;
+        let (ctx, c) = (own.context_len, config);
+        let kv =
+            KvCache::placed(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, ctx, place)?;
+        let logits = place.block(own.logits, "logits")?;
+        let arena = Arena::from_block(place.block(own.scratch, "scratch arena")?);
+        let mut inv_freq = place.block(own.rope, "RoPE table")?;
+        {
+            let half = c.head_dim / 2;
+            let f: &mut [f32] = cast_slice_mut(inv_freq.as_mut_slice());
+            let (global, local) = f.split_at_mut(half);
+            rope_frequencies(config, global);
+            if let Some(theta) = c.local_rope_theta {
+                rope_frequencies_for(theta, RopeScaling::None, c.head_dim, local);
+            }
             // llama.cpp's `rope_freqs.weight`: each inverse frequency divided by its factor.
             if let Some(div) = &weights.rope_freqs {
-                for (x, &d) in f.iter_mut().zip(div.as_slice()) {
-                    *x /= d;
+                for part in f.chunks_exact_mut(half) {
+                    for (x, &d) in part.iter_mut().zip(div.as_slice()) {
+                        *x /= d;
+                    }
                 }
             }
-            Ok(f)
-        };
-        let inv_freq = freqs(config.rope_theta, config.rope_scaling)?;
-        let inv_freq_local = match config.local_rope_theta {
-            Some(theta) => freqs(theta, RopeScaling::None)?,
-            None => Vec::new(),
-        };
+        }
         Ok(DecoderLM {
             config: config.clone(),
             weights,
             exec,
-            options: DecoderOptions { prefill_chunk: chunk, context_len: Some(ctx), ..options },
+            options: DecoderOptions {
+                prefill_chunk: own.prefill_chunk,
+                context_len: Some(ctx),
+                ..options
+            },
             inv_freq,
-            inv_freq_local,
             kv,
             logits,
             arena,
@@ -588,18 +741,10 @@ impl<'a> DecoderLM<'a> {
         all_logits: Option<&mut [f32]>,
         mut observer: Option<&mut (dyn FnMut(&Hidden<'_>) + 'o)>,
     ) -> Result<()> {
-        let DecoderLM {
-            config: c,
-            weights: w,
-            options,
-            inv_freq,
-            inv_freq_local,
-            kv,
-            logits,
-            arena,
-            pos,
-            ..
-        } = self;
+        let DecoderLM { config: c, weights: w, options, inv_freq, kv, logits, arena, pos, .. } =
+            self;
+        let freqs: &[f32] = cast_slice(inv_freq.as_slice());
+        let (inv_freq, inv_freq_local) = freqs.split_at(c.head_dim / 2);
         let (n, p0) = (tokens.len(), *pos);
         let (h, nh, nkv, hd) =
             (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);

@@ -19,14 +19,10 @@ use crate::tensor::{DType, Shape};
 /// The `__metadata__` key prefix that marks a packed tensor (followed by the tensor's name).
 pub const PACKED_DTYPE_KEY: &str = "rml.dtype.";
 
-/// The block dtype a metadata value names (`"Q8_0"`, `"Q4_0"`, `"Q4_1"`), if any.
+/// The block dtype a metadata value names (`"Q8_0"`, `"Q4_K"`, ...: a quantized row of
+/// [`crate::quant::TYPES`]), if any.
 pub fn packed_dtype(name: &str) -> Option<DType> {
-    match name {
-        "Q8_0" => Some(DType::Q8_0),
-        "Q4_0" => Some(DType::Q4_0),
-        "Q4_1" => Some(DType::Q4_1),
-        _ => None,
-    }
+    crate::quant::quantized_from_name(name)
 }
 
 /// The metadata entry that marks `tensor` as packed `dtype`.
@@ -99,7 +95,8 @@ impl<'m> PackedSource<'m> {
             if let Some(tensor) = k.strip_prefix(PACKED_DTYPE_KEY) {
                 let dt = packed_dtype(v).ok_or_else(|| {
                     Error::unimplemented(format_args!(
-                        "tensor {tensor:?}: packed dtype {v:?} (known: Q8_0, Q4_0, Q4_1)"
+                        "tensor {tensor:?}: packed dtype {v:?} (known: {})",
+                        crate::quant::quantized_names()
                     ))
                 })?;
                 let (shape, raw) = stored(tensor)?;

@@ -13,23 +13,25 @@
 //! GGUF Llama files store the q/k projection rows permuted (llama.cpp's converter pairs RoPE
 //! dimensions `i` and `i + d/2` as adjacent rows). The weights are used as stored and RoPE is
 //! applied interleaved ([`RopeLayout::Interleaved`]), which gives the same attention scores as
-//! Hugging Face's rotate-half on un-permuted rows; [`crate::model::arch::llama::unpermute_qk_rows`]
-//! undoes the permutation for tools that write Hugging Face files.
+//! Hugging Face's rotate-half on un-permuted rows;
+//! [`crate::model::arch::llama::unpermute_qk_rows`] undoes the permutation for tools that write
+//! Hugging Face files.
 //!
 //! The output head: with `tie_word_embeddings` the embedding is the head and an `lm_head`
 //! in the file is ignored (transformers ties them the same way); without it the file's
 //! output matrix (`lm_head.weight` / `output.weight`) is required.
 
-use alloc::string::String;
 use alloc::vec::Vec;
+use core::fmt::Write as _;
 
 use crate::error::{Error, Result};
 use crate::format::{TensorSource, TensorView};
-use crate::kernels::quant::quantize_row_q8_0;
+use crate::mem::place::Place;
 use crate::mem::AlignedBlock;
 use crate::model::arch::{ArchSpec, Container, Part, TensorNames};
 use crate::model::config::ModelConfig;
 use crate::ops::{Matrix, RopeLayout};
+use crate::quant::quantize_row_q8_0;
 use crate::tensor::DType;
 
 /// How matrices are kept in memory.
@@ -59,10 +61,62 @@ impl Bytes<'_> {
     }
 }
 
+/// A tensor name kept inline (no heap): up to [`TensorName::CAPACITY`] bytes, longer names
+/// cut at a character boundary (they only label messages and lookups).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TensorName {
+    buf: [u8; TensorName::CAPACITY],
+    len: u8,
+}
+
+impl TensorName {
+    /// The longest name kept whole, in bytes.
+    pub const CAPACITY: usize = 96;
+
+    /// The name `s` (cut to [`TensorName::CAPACITY`] bytes at a character boundary).
+    pub fn new(s: &str) -> Self {
+        let mut n = TensorName { buf: [0; Self::CAPACITY], len: 0 };
+        let _ = n.write_str(s);
+        n
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        // Only whole characters are ever copied in (`write_str`).
+        core::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl core::fmt::Write for TensorName {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let room = Self::CAPACITY - self.len as usize;
+        let mut take = s.len().min(room);
+        while !s.is_char_boundary(take) {
+            take -= 1;
+        }
+        let at = self.len as usize;
+        self.buf[at..at + take].copy_from_slice(&s.as_bytes()[..take]);
+        self.len += take as u8;
+        Ok(())
+    }
+}
+
+impl core::fmt::Debug for TensorName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl core::fmt::Display for TensorName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A weight matrix, `rows × k` row-major (PyTorch's `nn.Linear.weight`).
 #[derive(Debug)]
 pub struct Linear<'a> {
-    name: String,
+    name: TensorName,
     dtype: DType,
     rows: usize,
     k: usize,
@@ -82,7 +136,7 @@ impl Linear<'_> {
 
     /// The tensor's name in the file.
     pub fn name(&self) -> &str {
-        &self.name
+        self.name.as_str()
     }
 
     /// Storage dtype.
@@ -118,9 +172,15 @@ pub struct Vector {
 }
 
 impl Vector {
-    fn from_view(name: &str, view: &TensorView<'_>, len: usize, offset: f32) -> Result<Self> {
+    fn from_view(
+        name: &str,
+        view: &TensorView<'_>,
+        len: usize,
+        offset: f32,
+        place: &mut Place<'_>,
+    ) -> Result<Self> {
         check_shape(name, view, &[len])?;
-        let mut block = AlignedBlock::try_new(len * 4)?;
+        let mut block = place.block(len * 4, name)?;
         let v: &mut [f32] = crate::tensor::cast_slice_mut(block.as_mut_slice());
         view.dequantize_into(v).map_err(|e| e.context(format_args!("tensor {name:?}")))?;
         if offset != 0.0 {
@@ -189,6 +249,27 @@ pub fn detect_container<'a>(arch: &ArchSpec, src: &dyn TensorSource<'a>) -> Resu
     }
 }
 
+/// The f32 vectors of layer `l` beyond its two norms, in load order: (part, length, norm
+/// offset). [`Weights::load_placed`] and [`plan_weights`] both walk this list.
+fn layer_vectors(
+    c: &ModelConfig,
+    container: Container,
+) -> impl Iterator<Item = (Part, usize, f32)> {
+    let arch = c.arch;
+    let (h, hd) = (c.hidden_size, c.head_dim);
+    let (q_rows, kv_rows) = (c.num_attention_heads * hd, c.num_key_value_heads * hd);
+    let off = arch.norm_offset(container);
+    let bias =
+        [(Part::QBias, q_rows, 0.0), (Part::KBias, kv_rows, 0.0), (Part::VBias, kv_rows, 0.0)];
+    let qk = [(Part::QNorm, hd, off), (Part::KNorm, hd, off)];
+    let post = [(Part::PostAttnNorm, h, off), (Part::PostFfnNorm, h, off)];
+    let take = |on: bool, n: usize| if on { n } else { 0 };
+    bias.into_iter()
+        .take(take(arch.qkv_bias, 3))
+        .chain(qk.into_iter().take(take(arch.qk_norm, 2)))
+        .chain(post.into_iter().take(take(arch.sandwich_norms, 2)))
+}
+
 /// All of a model's weights.
 #[derive(Debug)]
 pub struct Weights<'a> {
@@ -219,45 +300,76 @@ fn check_shape(name: &str, view: &TensorView<'_>, want: &[usize]) -> Result<()> 
     Ok(())
 }
 
-fn linear<'a>(
-    src: &dyn TensorSource<'a>,
+/// What loading does with a `rows × k` matrix stored as `dtype` (its bytes at `data`):
+/// `Some((dtype, bytes))` when it is converted or copied into a new buffer of that size,
+/// `None` when it is used in place. [`Weights::load`] and the memory plan both ask this.
+///
+/// # Errors
+///
+/// [`crate::Code::ResourceExhausted`] if the converted size overflows.
+pub(crate) fn conversion(
+    dtype: DType,
+    data: *const u8,
+    rows: usize,
+    k: usize,
+    format: WeightFormat,
+) -> Result<Option<(DType, usize)>> {
+    let overflow = || Error::resource_exhausted(format_args!("{rows} x {k} matrix overflows"));
+    Ok(match (dtype, format) {
+        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0)
+            if k % DType::Q8_0.block_size() == 0 =>
+        {
+            let row = DType::Q8_0.row_bytes(k)?;
+            Some((DType::Q8_0, row.checked_mul(rows).ok_or_else(overflow)?))
+        }
+        (DType::F32, _) if data as usize % 4 != 0 => Some((
+            DType::F32,
+            rows.checked_mul(k).and_then(|n| n.checked_mul(4)).ok_or_else(overflow)?,
+        )),
+        _ => None,
+    })
+}
+
+fn linear<'s: 'a, 'a>(
+    src: &dyn TensorSource<'s>,
     name: &str,
     rows: usize,
     k: usize,
     format: WeightFormat,
+    place: &mut Place<'a>,
 ) -> Result<Linear<'a>> {
     let view = src.tensor(name)?;
     check_shape(name, &view, &[rows, k])?;
     let ctx = |e: Error| e.context(format_args!("tensor {name:?}"));
-    let (dtype, bytes) = match (view.dtype, format) {
-        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0) if k % 32 == 0 => {
-            let row_bytes = DType::Q8_0.row_bytes(k).map_err(ctx)?;
-            let total = row_bytes.checked_mul(rows).ok_or_else(|| {
-                Error::resource_exhausted(format_args!("tensor {name:?}: Q8_0 size overflows"))
-            })?;
-            let mut block = AlignedBlock::try_new(total)?;
-            let mut row = Vec::new();
-            row.try_reserve_exact(k)
-                .map_err(|_| Error::resource_exhausted(format_args!("{k} floats")))?;
-            row.resize(k, 0f32);
-            let elem = view.dtype.block_bytes();
-            for (r, out) in block.as_mut_slice().chunks_exact_mut(row_bytes).enumerate() {
-                let one = TensorView {
-                    dtype: view.dtype,
-                    shape: crate::tensor::Shape::new(&[k])?,
-                    data: &view.data[r * k * elem..(r + 1) * k * elem],
-                };
-                one.dequantize_into(&mut row).map_err(ctx)?;
-                quantize_row_q8_0(&row, out).map_err(ctx)?;
+    let (dtype, bytes) =
+        match conversion(view.dtype, view.data.as_ptr(), rows, k, format).map_err(ctx)? {
+            Some((DType::Q8_0, total)) => {
+                let mut block = place.block(total, name)?;
+                // Block by block (32 values on the stack): no temporary heap buffer.
+                const QK: usize = crate::quant::QK;
+                let elem = view.dtype.block_bytes();
+                let one = crate::tensor::Shape::new(&[QK])?;
+                let mut vals = [0f32; QK];
+                let q8 = DType::Q8_0.block_bytes();
+                for (b, out) in block.as_mut_slice().chunks_exact_mut(q8).enumerate() {
+                    let src = TensorView {
+                        dtype: view.dtype,
+                        shape: one,
+                        data: &view.data[b * QK * elem..(b + 1) * QK * elem],
+                    };
+                    src.dequantize_into(&mut vals).map_err(ctx)?;
+                    quantize_row_q8_0(&vals, out).map_err(ctx)?;
+                }
+                (DType::Q8_0, Bytes::Owned(block))
             }
-            (DType::Q8_0, Bytes::Owned(block))
-        }
-        (DType::F32, _) if view.data.as_ptr() as usize % 4 != 0 => {
-            (DType::F32, Bytes::Owned(AlignedBlock::try_from_slice(view.data)?))
-        }
-        (dt, _) => (dt, Bytes::Borrowed(view.data)),
-    };
-    let lin = Linear { name: name.into(), dtype, rows, k, bytes };
+            Some((dt, total)) => {
+                let mut block = place.block(total, name)?;
+                block.as_mut_slice().copy_from_slice(view.data);
+                (dt, Bytes::Owned(block))
+            }
+            None => (view.dtype, Bytes::Borrowed(view.data)),
+        };
+    let lin = Linear { name: TensorName::new(name), dtype, rows, k, bytes };
     Matrix::new(lin.dtype, rows, k, lin.bytes.as_slice()).map_err(ctx)?;
     Ok(lin)
 }
@@ -277,84 +389,86 @@ impl<'a> Weights<'a> {
         src: &dyn TensorSource<'a>,
         format: WeightFormat,
     ) -> Result<Self> {
+        Self::load_placed(config, src, format, &mut Place::heap())
+    }
+
+    /// [`Weights::load`] with every buffer it makes (norms, converted matrices) taken from
+    /// `place`, in the order [`plan_weights`] counts them.
+    pub(crate) fn load_placed<'s: 'a>(
+        config: &ModelConfig,
+        src: &dyn TensorSource<'s>,
+        format: WeightFormat,
+        place: &mut Place<'a>,
+    ) -> Result<Self> {
         config.validate()?;
         let c = config;
         let arch = c.arch;
         let naming = detect_container(arch, src)?;
         let names: &TensorNames = arch.names(naming);
         let offset = arch.norm_offset(naming);
-        let (h, hd, q_rows, kv_rows) = (
-            c.hidden_size,
-            c.head_dim,
-            c.num_attention_heads * c.head_dim,
-            c.num_key_value_heads * c.head_dim,
-        );
-        let embedding = linear(src, names.embedding, c.vocab_size, h, format)?;
+        let (h, q_rows, kv_rows) =
+            (c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim);
+        let embedding = linear(src, names.embedding, c.vocab_size, h, format, place)?;
         let mut layers = Vec::new();
         layers
             .try_reserve_exact(c.num_hidden_layers)
             .map_err(|_| Error::resource_exhausted("layer table"))?;
         for l in 0..c.num_hidden_layers {
             let name = |p| names.layer(l, p);
-            let lin = |p, rows, k| linear(src, &name(p), rows, k, format);
-            let vec_of =
-                |p, len, off| Vector::from_view(&name(p), &src.tensor(&name(p))?, len, off);
-            let norm = |p| vec_of(p, h, offset);
-            let qkv_bias = if arch.qkv_bias {
-                Some([
-                    vec_of(Part::QBias, q_rows, 0.0)?,
-                    vec_of(Part::KBias, kv_rows, 0.0)?,
-                    vec_of(Part::VBias, kv_rows, 0.0)?,
-                ])
-            } else {
-                None
+            let mut lin = |p, rows, k| linear(src, name(p).as_str(), rows, k, format, place);
+            let (q, k, v, o) = (
+                lin(Part::Q, q_rows, h)?,
+                lin(Part::K, kv_rows, h)?,
+                lin(Part::V, kv_rows, h)?,
+                lin(Part::O, h, q_rows)?,
+            );
+            let (gate, up, down) = (
+                lin(Part::Gate, c.intermediate_size, h)?,
+                lin(Part::Up, c.intermediate_size, h)?,
+                lin(Part::Down, h, c.intermediate_size)?,
+            );
+            let mut vec = |p, len, off| {
+                let n = name(p);
+                Vector::from_view(n.as_str(), &src.tensor(n.as_str())?, len, off, place)
             };
-            let qk_norm = if arch.qk_norm {
-                Some([vec_of(Part::QNorm, hd, offset)?, vec_of(Part::KNorm, hd, offset)?])
-            } else {
-                None
-            };
-            let sandwich = |p| if arch.sandwich_norms { norm(p).map(Some) } else { Ok(None) };
+            let (attn_norm, ffn_norm) =
+                (vec(Part::AttnNorm, h, offset)?, vec(Part::FfnNorm, h, offset)?);
+            let mut extra: [Option<Vector>; 7] = Default::default();
+            for (slot, (p, len, off)) in extra.iter_mut().zip(layer_vectors(c, naming)) {
+                *slot = Some(vec(p, len, off)?);
+            }
+            let mut extra = extra.into_iter().flatten();
+            let mut next = || extra.next().ok_or_else(|| Error::internal("layer vector list"));
+            let qkv_bias = if arch.qkv_bias { Some([next()?, next()?, next()?]) } else { None };
+            let qk_norm = if arch.qk_norm { Some([next()?, next()?]) } else { None };
+            let (post_attn_norm, post_ffn_norm) =
+                if arch.sandwich_norms { (Some(next()?), Some(next()?)) } else { (None, None) };
             layers.push(LayerWeights {
-                attn_norm: norm(Part::AttnNorm)?,
-                q: lin(Part::Q, q_rows, h)?,
-                k: lin(Part::K, kv_rows, h)?,
-                v: lin(Part::V, kv_rows, h)?,
-                o: lin(Part::O, h, q_rows)?,
+                attn_norm,
+                q,
+                k,
+                v,
+                o,
                 qkv_bias,
                 qk_norm,
-                post_attn_norm: sandwich(Part::PostAttnNorm)?,
-                ffn_norm: norm(Part::FfnNorm)?,
-                post_ffn_norm: sandwich(Part::PostFfnNorm)?,
-                gate: lin(Part::Gate, c.intermediate_size, h)?,
-                up: lin(Part::Up, c.intermediate_size, h)?,
-                down: lin(Part::Down, h, c.intermediate_size)?,
+                post_attn_norm,
+                ffn_norm,
+                post_ffn_norm,
+                gate,
+                up,
+                down,
             });
         }
-        let final_norm =
-            Vector::from_view(names.final_norm, &src.tensor(names.final_norm)?, h, offset)?;
+        let fnorm = names.final_norm;
+        let final_norm = Vector::from_view(fnorm, &src.tensor(fnorm)?, h, offset, place)?;
         let lm_head = if c.tie_word_embeddings {
             None
         } else {
-            let head = linear(src, names.output, c.vocab_size, h, format).map_err(|e| {
-                if e.code() == crate::Code::NotFound {
-                    Error::not_found(format_args!(
-                        "tensor {:?} is not in the file, and tie_word_embeddings is false \
-                         (the output head is not the embedding)",
-                        names.output
-                    ))
-                } else {
-                    e
-                }
-            })?;
-            Some(head)
+            output_view(names, src)?;
+            Some(linear(src, names.output, c.vocab_size, h, format, place)?)
         };
-        let rope_freqs = match names.rope_freqs {
-            Some(n) => match src.tensor(n) {
-                Ok(view) => Some(Vector::from_view(n, &view, hd / 2, 0.0)?),
-                Err(e) if e.code() == crate::Code::NotFound => None,
-                Err(e) => return Err(e),
-            },
+        let rope_freqs = match rope_freqs_view(names, src)? {
+            Some((n, view)) => Some(Vector::from_view(n, &view, c.head_dim / 2, 0.0, place)?),
             None => None,
         };
         let rope_layout = arch.rope_layout(naming);
@@ -415,4 +529,134 @@ impl<'a> Weights<'a> {
                 .sum::<usize>();
         self.matrices().map(|m| m.size_bytes()).sum::<usize>() + norms
     }
+}
+
+/// Checks that an untied model's output matrix is in the file.
+///
+/// # Errors
+///
+/// [`crate::Code::NotFound`] naming the tensor (and why it is needed) when it is absent.
+fn output_view<'a>(names: &TensorNames, src: &dyn TensorSource<'a>) -> Result<TensorView<'a>> {
+    src.tensor(names.output).map_err(|e| {
+        if e.code() == crate::Code::NotFound {
+            Error::not_found(format_args!(
+                "tensor {:?} is not in the file, and tie_word_embeddings is false (the output \
+                 head is not the embedding)",
+                names.output
+            ))
+        } else {
+            e
+        }
+    })
+}
+
+/// The container's `rope_freqs.weight`, if it has one.
+fn rope_freqs_view<'a>(
+    names: &TensorNames,
+    src: &dyn TensorSource<'a>,
+) -> Result<Option<(&'static str, TensorView<'a>)>> {
+    let Some(n) = names.rope_freqs else { return Ok(None) };
+    match src.tensor(n) {
+        Ok(view) => Ok(Some((n, view))),
+        Err(e) if e.code() == crate::Code::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The buffers [`Weights::load_placed`] makes, in its order: norm vectors (f32 copies) and
+/// matrices converted or copied at load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WeightBuffers {
+    /// Bytes of the f32 norm vectors.
+    pub norms: usize,
+    /// Bytes of converted or copied matrices.
+    pub converted: usize,
+}
+
+/// Counts the buffers loading `config`'s weights makes, calling `each(bytes)` per buffer in
+/// load order. With `src`, each matrix's stored dtype and alignment decide (as
+/// [`Weights::load`] will); without, every matrix is taken to be stored as aligned f32 / f16 /
+/// bf16 (Hugging Face's files) and the head to be present unless tied. Allocates nothing
+/// (names are built inline), apart from what `src` does to report a missing head.
+///
+/// # Errors
+///
+/// As [`Weights::load`] for tensors missing or mis-shaped in `src`; overflow as
+/// [`crate::Code::ResourceExhausted`].
+pub(crate) fn plan_weights<'a>(
+    config: &ModelConfig,
+    format: WeightFormat,
+    src: Option<&dyn TensorSource<'a>>,
+    mut each: impl FnMut(usize) -> Result<()>,
+) -> Result<WeightBuffers> {
+    config.validate()?;
+    let c = config;
+    let naming = match src {
+        Some(s) => detect_container(c.arch, s)?,
+        None => Naming::HuggingFace,
+    };
+    let names = c.arch.names(naming);
+    let (h, q_rows, kv_rows, i) = (
+        c.hidden_size,
+        c.num_attention_heads * c.head_dim,
+        c.num_key_value_heads * c.head_dim,
+        c.intermediate_size,
+    );
+    let mut out = WeightBuffers::default();
+    // Bytes loading makes for one matrix (0 when it is used in place).
+    let matrix = |name: &str, rows: usize, k: usize| -> Result<usize> {
+        let conv = match src {
+            Some(s) => {
+                let view = s.tensor(name)?;
+                check_shape(name, &view, &[rows, k])?;
+                conversion(view.dtype, view.data.as_ptr(), rows, k, format)?
+            }
+            None => conversion(DType::F32, core::ptr::null(), rows, k, format)?,
+        };
+        Ok(conv.map_or(0, |(_, bytes)| bytes))
+    };
+    let mut add = |field: &mut usize, bytes: usize| -> Result<()> {
+        if bytes != 0 {
+            *field = field.checked_add(bytes).ok_or_else(overflow)?;
+            each(bytes)?;
+        }
+        Ok(())
+    };
+    add(&mut out.converted, matrix(names.embedding, c.vocab_size, h)?)?;
+    let norm = h.checked_mul(4).ok_or_else(overflow)?;
+    for l in 0..c.num_hidden_layers {
+        for (p, rows, k) in [
+            (Part::Q, q_rows, h),
+            (Part::K, kv_rows, h),
+            (Part::V, kv_rows, h),
+            (Part::O, h, q_rows),
+            (Part::Gate, i, h),
+            (Part::Up, i, h),
+            (Part::Down, h, i),
+        ] {
+            add(&mut out.converted, matrix(names.layer(l, p).as_str(), rows, k)?)?;
+        }
+        add(&mut out.norms, norm)?;
+        add(&mut out.norms, norm)?;
+        for (_, len, _) in layer_vectors(c, naming) {
+            add(&mut out.norms, len.checked_mul(4).ok_or_else(overflow)?)?;
+        }
+    }
+    add(&mut out.norms, norm)?;
+    if !c.tie_word_embeddings {
+        if let Some(s) = src {
+            output_view(names, s)?;
+        }
+        add(&mut out.converted, matrix(names.output, c.vocab_size, h)?)?;
+    }
+    if let Some(s) = src {
+        if rope_freqs_view(names, s)?.is_some() {
+            add(&mut out.norms, c.head_dim / 2 * 4)?;
+        }
+    }
+    Ok(out)
+}
+
+fn overflow() -> Error {
+    Error::resource_exhausted("weight buffer sizes overflow usize")
 }

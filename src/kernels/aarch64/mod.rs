@@ -10,34 +10,32 @@
 use core::arch::aarch64::*;
 use core::arch::asm;
 
-use super::{Isa, Kernels};
+use super::{Isa, Kernels, SCALAR};
+use crate::tensor::DType;
 
 mod neon_f32;
 mod neon_q8;
 
-/// The NEON table (no `dotprod`).
-pub(crate) const NEON: Kernels = Kernels {
-    isa: Isa::Neon,
-    f32: neon_f32::matmul_f32,
-    f16: neon_f32::matmul_f16,
-    bf16: neon_f32::matmul_bf16,
-    q8_0: neon_f32::matmul_q8_0,
-    q4_0: neon_f32::matmul_q4_0,
-    q4_1: neon_f32::matmul_q4_1,
-    q8_0_q8: neon_q8::matmul_q8_0_q8_neon,
-    q4_0_q8: neon_q8::matmul_q4_0_q8_neon,
-    q4_1_q8: neon_q8::matmul_q4_1_q8_neon,
-    quantize_q8: neon_q8::quantize_q8,
-};
+/// The NEON table (no `dotprod`): every entry with a NEON body overridden, the rest scalar.
+pub(crate) const NEON: Kernels = SCALAR
+    .for_isa(Isa::Neon)
+    .with_f32(DType::F32, neon_f32::matmul_f32)
+    .with_f32(DType::F16, neon_f32::matmul_f16)
+    .with_f32(DType::BF16, neon_f32::matmul_bf16)
+    .with_f32(DType::Q8_0, neon_f32::matmul_q8_0)
+    .with_f32(DType::Q4_0, neon_f32::matmul_q4_0)
+    .with_f32(DType::Q4_1, neon_f32::matmul_q4_1)
+    .with_q8(DType::Q8_0, neon_q8::matmul_q8_0_q8_neon)
+    .with_q8(DType::Q4_0, neon_q8::matmul_q4_0_q8_neon)
+    .with_q8(DType::Q4_1, neon_q8::matmul_q4_1_q8_neon)
+    .with_quantize_q8(neon_q8::quantize_q8);
 
 /// The NEON + `SDOT` table: the int8 entries use `SDOT`, the rest is [`NEON`]'s.
-pub(crate) const NEON_DOTPROD: Kernels = Kernels {
-    isa: Isa::NeonDotprod,
-    q8_0_q8: neon_q8::matmul_q8_0_q8_sdot,
-    q4_0_q8: neon_q8::matmul_q4_0_q8_sdot,
-    q4_1_q8: neon_q8::matmul_q4_1_q8_sdot,
-    ..NEON
-};
+pub(crate) const NEON_DOTPROD: Kernels = NEON
+    .for_isa(Isa::NeonDotprod)
+    .with_q8(DType::Q8_0, neon_q8::matmul_q8_0_q8_sdot)
+    .with_q8(DType::Q4_0, neon_q8::matmul_q4_0_q8_sdot)
+    .with_q8(DType::Q4_1, neon_q8::matmul_q4_1_q8_sdot);
 
 /// Four f16 (bits) widened to f32 with `FCVTL` (exact).
 ///

@@ -13,7 +13,7 @@ use core::arch::aarch64::*;
 use core::arch::asm;
 
 use super::cvt_f16x4;
-use crate::kernels::quant::{Q8Acts, QK};
+use crate::quant::{Q8Acts, QK};
 
 /// How two 16-byte vectors of i8 are dotted into 4 i32 lanes.
 trait Dot {

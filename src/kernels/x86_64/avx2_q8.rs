@@ -1,4 +1,4 @@
-//! AVX2 int8 kernels: quantized weights × Q8 activations ([`crate::kernels::quant::Q8Acts`]),
+//! AVX2 int8 kernels: quantized weights × Q8 activations ([`crate::quant::Q8Acts`]),
 //! and the Q8 quantizer.
 //!
 //! Per block the exact i32 dot product comes from `maddubs` (u8 × i8 pairs into i16) and
@@ -17,7 +17,7 @@
 use core::arch::x86_64::*;
 
 use super::hsum_ps;
-use crate::kernels::quant::{Q8Acts, QK};
+use crate::quant::{Q8Acts, QK};
 
 /// A quantized weight block as seen by the int8 kernel.
 trait QBlock {

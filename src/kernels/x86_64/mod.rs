@@ -5,25 +5,25 @@
 //! `x86_64-unknown-none`); the entry points are `#[target_feature]` wrappers around
 //! `#[inline(always)]` bodies and are reachable only through [`super::table`] after detection.
 
-use super::{Isa, Kernels};
+use super::{Isa, Kernels, SCALAR};
+use crate::tensor::DType;
 
 mod avx2_f32;
 mod avx2_q8;
 
-/// The AVX2 table: every entry overridden.
-pub(crate) const AVX2: Kernels = Kernels {
-    isa: Isa::Avx2,
-    f32: avx2_f32::matmul_f32,
-    f16: avx2_f32::matmul_f16,
-    bf16: avx2_f32::matmul_bf16,
-    q8_0: avx2_f32::matmul_q8_0,
-    q4_0: avx2_f32::matmul_q4_0,
-    q4_1: avx2_f32::matmul_q4_1,
-    q8_0_q8: avx2_q8::matmul_q8_0_q8,
-    q4_0_q8: avx2_q8::matmul_q4_0_q8,
-    q4_1_q8: avx2_q8::matmul_q4_1_q8,
-    quantize_q8: avx2_q8::quantize_q8,
-};
+/// The AVX2 table: every entry with an AVX2 body overridden, the rest scalar.
+pub(crate) const AVX2: Kernels = SCALAR
+    .for_isa(Isa::Avx2)
+    .with_f32(DType::F32, avx2_f32::matmul_f32)
+    .with_f32(DType::F16, avx2_f32::matmul_f16)
+    .with_f32(DType::BF16, avx2_f32::matmul_bf16)
+    .with_f32(DType::Q8_0, avx2_f32::matmul_q8_0)
+    .with_f32(DType::Q4_0, avx2_f32::matmul_q4_0)
+    .with_f32(DType::Q4_1, avx2_f32::matmul_q4_1)
+    .with_q8(DType::Q8_0, avx2_q8::matmul_q8_0_q8)
+    .with_q8(DType::Q4_0, avx2_q8::matmul_q4_0_q8)
+    .with_q8(DType::Q4_1, avx2_q8::matmul_q4_1_q8)
+    .with_quantize_q8(avx2_q8::quantize_q8);
 
 use core::arch::x86_64::*;
 

@@ -11,9 +11,10 @@
 //! Semantics come from transformers' modeling code (`models/<family>/modeling_<family>.py`),
 //! GGUF names and conventions from llama.cpp's `convert_hf_to_gguf.py`.
 
-use alloc::string::String;
+use core::fmt::Write as _;
 
 use crate::error::{Error, Result};
+use crate::model::weights::TensorName;
 use crate::ops::RopeLayout;
 
 pub mod gemma3;
@@ -140,8 +141,8 @@ pub struct TensorNames {
 }
 
 impl TensorNames {
-    /// The full name of `part` in layer `l`.
-    pub fn layer(&self, l: usize, part: Part) -> String {
+    /// The full name of `part` in layer `l` (built inline, no heap).
+    pub fn layer(&self, l: usize, part: Part) -> TensorName {
         let s = match part {
             Part::AttnNorm => self.attn_norm,
             Part::Q => self.q,
@@ -160,7 +161,9 @@ impl TensorNames {
             Part::Up => self.up,
             Part::Down => self.down,
         };
-        alloc::format!("{}{l}.{s}", self.layer_prefix)
+        let mut n = TensorName::new("");
+        let _ = write!(n, "{}{l}.{s}", self.layer_prefix);
+        n
     }
 }
 

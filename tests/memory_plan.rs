@@ -1,0 +1,242 @@
+//! `DecoderLM::memory_plan` is what construction really takes: a counting `#[global_allocator]`
+//! (every heap byte, not only rml's counters) watches `DecoderLM::new` and `DecoderLM::new_in`
+//! for every activation mode and weight-conversion case of the tiny Llama fixtures (f32, bf16,
+//! f16 safetensors; llama.cpp's Q8_0 GGUF; an f32 file at an odd address, so every matrix is
+//! copied), and a caller region one byte too small is refused naming the need.
+//! `harness = false`: libtest allocates on other threads, which would pollute the count.
+
+mod decoder_common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering::SeqCst};
+
+use decoder_common::{data, leak_aligned, Reference};
+use rml::format::gguf::Gguf;
+use rml::format::safetensors::SafeTensors;
+use rml::format::TensorSource;
+use rml::model::config::parse_config;
+use rml::model::config::ModelConfig;
+use rml::model::{DecoderLM, DecoderOptions, MemoryPlan, WeightFormat};
+use rml::ops::Activations;
+use rml::{Code, InlineExecutor};
+
+struct Counting;
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static CALLS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        CALLS.fetch_add(1, SeqCst);
+        LIVE.fetch_add(layout.size() as isize, SeqCst);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        CALLS.fetch_add(1, SeqCst);
+        LIVE.fetch_add(layout.size() as isize, SeqCst);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        CALLS.fetch_add(1, SeqCst);
+        LIVE.fetch_add(new_size as isize - layout.size() as isize, SeqCst);
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, SeqCst);
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Heap bytes live and allocator calls made while `f` runs (its result stays alive).
+fn heap_of<T>(f: impl FnOnce() -> T) -> (T, isize, usize) {
+    let (live, calls) = (LIVE.load(SeqCst), CALLS.load(SeqCst));
+    let out = f();
+    (out, LIVE.load(SeqCst) - live, CALLS.load(SeqCst) - calls)
+}
+
+struct Case {
+    name: &'static str,
+    config: ModelConfig,
+    src: Box<dyn TensorSource<'static>>,
+    /// The weights are Hugging Face floats at aligned addresses: the source-free plan applies.
+    hf_floats: bool,
+    /// Greedy tokens the decoder must produce (PyTorch's).
+    reference: Vec<u32>,
+    prompt: Vec<u32>,
+}
+
+fn hf_case(name: &'static str, dir: &str) -> Case {
+    let config =
+        parse_config(&std::fs::read_to_string(data(&format!("{dir}/config.json"))).unwrap())
+            .unwrap();
+    let bytes = leak_aligned(&data(&format!("{dir}/model.safetensors")));
+    let r = Reference::open(&data(&format!("{dir}/reference.safetensors")));
+    Case {
+        name,
+        config,
+        src: Box::new(SafeTensors::parse(bytes).unwrap()),
+        hf_floats: true,
+        reference: r.tokens("generated"),
+        prompt: r.tokens("prompt"),
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let mut v = vec![
+        hf_case("tiny-llama f32", "tiny-llama/f32"),
+        hf_case("tiny-llama bf16", "tiny-llama/bf16"),
+        hf_case("tiny-llama f16", "tiny-llama/f16"),
+    ];
+    // The f32 file one byte past an aligned address: every f32 matrix is copied at load.
+    let aligned = leak_aligned(&data("tiny-llama/f32/model.safetensors"));
+    let odd: &'static mut [u8] = Box::leak(vec![0u8; aligned.len() + 1].into_boxed_slice());
+    odd[1..].copy_from_slice(aligned);
+    let mut odd_case = hf_case("tiny-llama f32, misaligned", "tiny-llama/f32");
+    odd_case.src = Box::new(SafeTensors::parse(&odd[1..]).unwrap());
+    odd_case.hf_floats = false;
+    v.push(odd_case);
+    let gguf = Gguf::parse(leak_aligned(&data("tiny-llama-gguf/tiny-llama-Q8_0.gguf"))).unwrap();
+    let r = Reference::open(&data("tiny-llama-gguf/reference_Q8_0.safetensors"));
+    v.push(Case {
+        name: "tiny-llama Q8_0 GGUF",
+        config: rml::model::config::from_gguf(&gguf).unwrap(),
+        src: Box::new(gguf),
+        hf_floats: false,
+        reference: r.tokens("generated"),
+        prompt: r.tokens("prompt"),
+    });
+    v
+}
+
+/// Prefill and 8 greedy steps; also checks no step touches the heap.
+fn greedy(lm: &mut DecoderLM<'_>, prompt: &[u32]) -> Vec<u32> {
+    let mut out = Vec::with_capacity(9);
+    let ((), _, calls) = heap_of(|| {
+        let mut t = decoder_common::argmax(lm.prefill(prompt).unwrap());
+        out.push(t);
+        for _ in 0..8 {
+            t = decoder_common::argmax(lm.decode(t).unwrap());
+            out.push(t);
+        }
+    });
+    assert_eq!(calls, 0, "prefill + 8 decode steps called the allocator {calls} times");
+    out
+}
+
+fn check(case: &Case, options: DecoderOptions, what: &str) {
+    let src: &dyn TensorSource<'static> = &*case.src;
+    let (plan, live, calls) =
+        heap_of(|| DecoderLM::memory_plan_for(&case.config, &options, src).unwrap());
+    // Probing a file's naming may build (and free) an error message; nothing stays.
+    let _ = calls;
+    assert_eq!(live, 0, "{what}: memory_plan_for kept heap memory");
+    if case.hf_floats {
+        let (free, live, calls) =
+            heap_of(|| DecoderLM::memory_plan(&case.config, &options).unwrap());
+        assert_eq!((live, calls), (0, 0), "{what}: memory_plan allocated");
+        assert_eq!(free, plan, "{what}: the source-free plan differs from the file's");
+    }
+    // The heap build: every byte the global allocator gives is in the plan.
+    let (lm, live, _) =
+        heap_of(|| DecoderLM::new(&case.config, src, &InlineExecutor, options).unwrap());
+    assert_eq!(live, plan.heap_bytes() as isize, "{what}: heap build vs plan {plan}");
+    assert_eq!(lm.scratch_capacity(), plan.scratch, "{what}: scratch");
+    assert_eq!(lm.kv_cache().size_bytes(), plan.kv_cache, "{what}: KV cache");
+    let mut lm = lm;
+    let heap_tokens = greedy(&mut lm, &case.prompt);
+    let heap_logits = lm.logits().to_vec();
+    drop(lm);
+
+    // The caller-memory build: an aligned region of exactly `region_bytes`.
+    let need = plan.region_bytes();
+    let mut region = rml::mem::AlignedBlock::try_new(need + 1).unwrap();
+    let (lm, live, _) = heap_of(|| {
+        DecoderLM::new_in(
+            &case.config,
+            src,
+            &InlineExecutor,
+            options,
+            &mut region.as_mut_slice()[..need],
+        )
+        .unwrap()
+    });
+    assert_eq!(live, plan.tables as isize, "{what}: region build's heap vs plan tables");
+    let mut lm = lm;
+    let region_tokens = greedy(&mut lm, &case.prompt);
+    assert_eq!(region_tokens, heap_tokens, "{what}: region vs heap build");
+    assert_eq!(lm.logits(), &heap_logits[..], "{what}: region logits differ from the heap build's");
+    drop(lm);
+
+    // One byte short, and the same region one byte off a 64-byte boundary.
+    let e = DecoderLM::new_in(
+        &case.config,
+        src,
+        &InlineExecutor,
+        options,
+        &mut region.as_mut_slice()[..need - 1],
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{what}: {e}");
+    assert!(e.message().contains(&format!("needs {need} bytes")), "{what}: {e}");
+    let e = DecoderLM::new_in(
+        &case.config,
+        src,
+        &InlineExecutor,
+        options,
+        &mut region.as_mut_slice()[1..],
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{what}: {e}");
+    let mut wide = vec![0u8; plan.region_bytes_unaligned() + 1];
+    DecoderLM::new_in(&case.config, src, &InlineExecutor, options, &mut wide[1..]).unwrap();
+
+    if options.activations == Activations::F32 {
+        assert_eq!(heap_tokens, case.reference, "{what}: greedy tokens vs PyTorch");
+    }
+    println!("ok   {what}: {plan}");
+}
+
+fn main() {
+    let cases = cases();
+    let mut n = 0;
+    for case in &cases {
+        for activations in [Activations::F32, Activations::Int8] {
+            for weight_format in [WeightFormat::AsStored, WeightFormat::Q8_0] {
+                for (context_len, prefill_chunk) in [(Some(64), 64), (None, 5)] {
+                    let options = DecoderOptions {
+                        context_len,
+                        activations,
+                        weight_format,
+                        prefill_chunk,
+                        ..DecoderOptions::default()
+                    };
+                    let what = format!(
+                        "{}, {activations:?} activations, {weight_format:?}, context {context_len:?}, chunk {prefill_chunk}",
+                        case.name
+                    );
+                    check(case, options, &what);
+                    n += 1;
+                }
+            }
+        }
+    }
+    // The plan's parts, spelled out for the f32 file (2 layers, 2 KV heads, head_dim 16,
+    // context 64, vocab 256, hidden 64).
+    let c = &cases[0].config;
+    let opts = DecoderOptions { context_len: Some(64), ..DecoderOptions::default() };
+    let p: MemoryPlan = DecoderLM::memory_plan(c, &opts).unwrap();
+    assert_eq!(p.kv_cache, 2 * 2 * 2 * 64 * 16 * 4);
+    assert_eq!((p.logits, p.rope, p.norms, p.converted), (256 * 4, 8 * 4, 5 * 64 * 4, 0));
+    assert_eq!(p.buffers, 2 + 1 + 1 + 1 + 5);
+    // Bad options are refused by the plan as by construction.
+    let bad = DecoderOptions { context_len: Some(0), ..DecoderOptions::default() };
+    assert_eq!(DecoderLM::memory_plan(c, &bad).unwrap_err().code(), Code::InvalidArgument);
+    println!("{n} memory plan cases passed");
+}
