@@ -17,7 +17,7 @@ pub mod model;
 pub mod ops;
 pub mod quant;
 pub mod tensor;
-#[cfg(feature = "cli")]
+#[cfg(feature = "tokenizer")]
 pub mod tokenizer;
 
 pub use error::{Code, Error, Result};

@@ -1,12 +1,12 @@
-//! The tokenizer (feature `cli`): SmolLM2's byte-level BPE rebuilt from the GGUF vocabulary
+//! The tokenizer (feature `tokenizer`): SmolLM2's byte-level BPE rebuilt from the GGUF vocabulary
 //! agrees with the tokenizer.json transformers wrote, and with the reference prompt ids.
-#![cfg(feature = "cli")]
+#![cfg(feature = "tokenizer")]
 
 mod decoder_common;
 
 use decoder_common::{data, smollm2_gguf};
 use rml::load::Model;
-use rml::tokenizer::{chat_prompt, TextStream, Tokenizer};
+use rml::tokenizer::{TextStream, Tokenizer};
 
 const PROMPT: &str = "Once upon a time, there was a little";
 const IDS: [u32; 9] = [6403, 1980, 253, 655, 28, 665, 436, 253, 1838];
@@ -41,7 +41,7 @@ fn gguf_vocabulary_builds_the_same_tokenizer() {
     assert_eq!(tok.encode(PROMPT).unwrap(), IDS);
     assert_eq!(tok.decode(&IDS).unwrap(), PROMPT);
     // Special tokens are recognised in text and dropped when decoding.
-    let chat = tok.encode(&chat_prompt("Hi!")).unwrap();
+    let chat = tok.encode("<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n").unwrap();
     assert_eq!(chat[0], 1, "{chat:?}");
     assert!(chat.contains(&2), "{chat:?}");
     assert!(tok.decode(&chat).unwrap().contains("user\nHi!"));
@@ -94,8 +94,8 @@ fn unsupported_gguf_tokenizers_are_named() {
     let e = Tokenizer::from_gguf_vocab("llama", None, &["a"], &[], &[]).unwrap_err();
     assert_eq!(e.code(), rml::Code::Unimplemented);
     assert!(e.to_string().contains("\"llama\""), "{e}");
-    let e = Tokenizer::from_gguf_vocab("gpt2", Some("qwen2"), &["a"], &[], &[]).unwrap_err();
-    assert!(e.to_string().contains("qwen2"), "{e}");
+    let e = Tokenizer::from_gguf_vocab("gpt2", Some("deepseek-llm"), &["a"], &[], &[]).unwrap_err();
+    assert!(e.to_string().contains("deepseek-llm"), "{e}");
     let e = Tokenizer::from_gguf_vocab("gpt2", None, &["a", "b"], &["ab"], &[]).unwrap_err();
     assert_eq!(e.code(), rml::Code::DataLoss, "{e}");
     let e = Tokenizer::from_gguf_vocab("gpt2", None, &["a", "a"], &[], &[]).unwrap_err();

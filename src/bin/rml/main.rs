@@ -4,6 +4,7 @@
 //! rml generate [--model PATH] [--prompt TEXT] [-n N] [--threads N] [--schedule P]
 //!              [--temperature T] [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S]
 //!              [--activations f32|int8] [--context N] [--chat]
+//! rml chat [--model PATH] [--system TEXT] [--chat-template FILE] [--stop S]... [-v]
 //! rml inspect PATH
 //! rml tune [--model PATH]
 //! rml bench [--model PATH]
@@ -15,6 +16,7 @@
 //! see `fetch.rs`) is used. Errors print one line naming the problem and exit with status 1.
 
 mod bench;
+mod chat;
 mod convert;
 mod fetch;
 
@@ -51,6 +53,9 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt, streaming it, then print one summary line.
     Generate(GenerateArgs),
+    /// A multi-turn conversation using the model's chat template (one message per stdin line
+    /// when piped).
+    Chat(chat::ChatArgs),
     /// List a model file's metadata and tensors.
     Inspect {
         /// A .gguf file or a Hugging Face folder.
@@ -138,7 +143,7 @@ struct GenerateArgs {
     /// Context length (default: min(the model's, 4096)).
     #[arg(long)]
     context: Option<usize>,
-    /// Wrap the prompt in the model's chat template (SmolLM2's ChatML).
+    /// Wrap the prompt in the model's own chat template as one user turn.
     #[arg(long)]
     chat: bool,
 }
@@ -151,6 +156,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(args) => generate(&args),
+        Command::Chat(args) => chat::run(&args),
         Command::Inspect { path } => inspect(&path),
         Command::Tune(args) => tune(&args),
         Command::Bench(args) => resolve_model(args.model.as_deref())
@@ -192,14 +198,7 @@ pub fn load_tokenizer(model: &Model) -> Result<Tokenizer> {
             beside.display()
         )));
     };
-    let g = gguf?;
-    let ctx = |e: Error| e.context(path.display());
-    let kind = g.tokenizer_model().map_err(ctx)?.unwrap_or("none");
-    let tokens = g.tokens().map_err(ctx)?;
-    let merges = g.merges().map_err(ctx)?;
-    let types = g.token_types().map_err(ctx)?;
-    let pre = g.tokenizer_pre().map_err(ctx)?;
-    Tokenizer::from_gguf_vocab(kind, pre, &tokens, &merges, &types).map_err(ctx)
+    Tokenizer::from_gguf(&gguf?).map_err(|e| e.context(path.display()))
 }
 
 /// A thread pool for `threads` (or the default count) with `schedule` (or the default).
@@ -249,9 +248,14 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         (None, None, Some(report)) => (Some(report.best.threads), report.best.schedule),
         (t, s, _) => (t, s.unwrap_or(DEFAULT_SCHEDULE)),
     };
-    let text =
-        if args.chat { rml::tokenizer::chat_prompt(&args.prompt) } else { args.prompt.clone() };
-    let ids = tok.encode(&text)?;
+    let mut stop: Vec<u32> = model.config().eos_token_ids.clone();
+    let ids = if args.chat {
+        let template = chat::template_for(&model, &tok, None)?;
+        stop.extend(chat::stop_ids(&template, &tok, &model));
+        tok.encode(&template.render(&[rml::tokenizer::Message::new("user", &args.prompt)], true)?)?
+    } else {
+        tok.encode_with_special(&args.prompt, true)?
+    };
     if ids.is_empty() {
         return Err(Error::invalid_argument("the prompt is empty: give --prompt TEXT"));
     }
@@ -283,10 +287,6 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     };
     let mut sampler = Sampler::new(sc, model.config().vocab_size)?;
     sampler.record(&ids)?;
-    let mut stop: Vec<u32> = model.config().eos_token_ids.clone();
-    if let Some(end) = tok.token_to_id("<|im_end|>") {
-        stop.push(end);
-    }
 
     let mut out = std::io::stdout().lock();
     if !args.chat {
