@@ -6,6 +6,8 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+#[cfg(feature = "capi")]
+pub mod capi;
 pub mod error;
 pub mod exec;
 pub mod format;

@@ -1,5 +1,7 @@
 //! The kernel conformance suite: every kernel table the host runs (scalar, AVX2; NEON and
-//! NEON + SDOT under qemu) against the scalar oracle of `rml::kernels::scalar`.
+//! NEON + SDOT under qemu) against the scalar oracle of `rml::kernels::scalar`. The Cortex-M
+//! `arm-dsp` tier has no std host: the MCU firmware (features/mcu) runs its conformance
+//! check (bit-identical int8 GEMV against scalar) under qemu-system-arm.
 //!
 //! - f32 activations (f32 / f16 / bf16 / Q8_0 / Q4_0 / Q4_1 weights): within the rounding
 //!   error bound `4 · (k + 2) · ε · Σ|w · x|` of the oracle, and GEMM rows bit-identical to
@@ -38,7 +40,8 @@ fn kernels(isa: Isa) -> Option<&'static Kernels> {
                 !expected.split(',').any(|n| n.trim() == isa.name()),
                 "RML_EXPECT_ISAS lists {isa} but it is unavailable: {e}"
             );
-            static SAID: [AtomicBool; 4] = [const { AtomicBool::new(false) }; 4];
+            static SAID: [AtomicBool; Isa::ALL.len()] =
+                [const { AtomicBool::new(false) }; Isa::ALL.len()];
             let i = Isa::ALL.iter().position(|&x| x == isa).unwrap();
             if !SAID[i].swap(true, Ordering::Relaxed) {
                 println!("skipping {isa}: {e}");
@@ -545,4 +548,5 @@ suite! {
     avx2 => Isa::Avx2,
     neon => Isa::Neon,
     neon_dotprod => Isa::NeonDotprod,
+    arm_dsp => Isa::ArmDsp,
 }

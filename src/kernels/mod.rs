@@ -32,6 +32,9 @@ mod x86_64;
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod aarch64;
 
+#[cfg(all(target_arch = "arm", feature = "arm-dsp"))]
+mod arm;
+
 use crate::quant::Q8Acts;
 
 /// A matmul over a block of weight rows with f32 activations:
@@ -98,19 +101,22 @@ pub enum Isa {
     Neon,
     /// aarch64 NEON with `SDOT` (the `dotprod` extension) for the int8 kernels.
     NeonDotprod,
+    /// 32-bit Arm with the DSP extension (`SMLAD`; Cortex-M4/M7/M33/M55), feature `arm-dsp`.
+    ArmDsp,
 }
 
 impl Isa {
     /// Every ISA rml knows, in order of preference from worst to best.
-    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Neon, Isa::NeonDotprod];
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Neon, Isa::NeonDotprod, Isa::ArmDsp];
 
-    /// The name used by `RML_KERNELS`: `scalar`, `avx2`, `neon`, `neon-dotprod`.
+    /// The name used by `RML_KERNELS`: `scalar`, `avx2`, `neon`, `neon-dotprod`, `arm-dsp`.
     pub const fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Neon => "neon",
             Isa::NeonDotprod => "neon-dotprod",
+            Isa::ArmDsp => "arm-dsp",
         }
     }
 
@@ -122,7 +128,7 @@ impl Isa {
     pub fn from_name(name: &str) -> Result<Isa> {
         Isa::ALL.into_iter().find(|isa| isa.name() == name).ok_or_else(|| {
             Error::invalid_argument(format_args!(
-                "unknown kernel ISA {name:?}; expected scalar, avx2, neon or neon-dotprod"
+                "unknown kernel ISA {name:?}; expected scalar, avx2, neon, neon-dotprod or arm-dsp"
             ))
         })
     }
@@ -137,6 +143,8 @@ impl Isa {
             Isa::Avx2 => has_avx2(),
             Isa::Neon => has_neon(),
             Isa::NeonDotprod => has_neon() && has_dotprod(),
+            // Opt-in: stable Rust cannot see the DSP extension at compile time.
+            Isa::ArmDsp => cfg!(all(target_arch = "arm", feature = "arm-dsp")),
         }
     }
 }
@@ -375,6 +383,8 @@ fn table_of(isa: Isa) -> &'static Kernels {
         Isa::Neon => &aarch64::NEON,
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
         Isa::NeonDotprod => &aarch64::NEON_DOTPROD,
+        #[cfg(all(target_arch = "arm", feature = "arm-dsp"))]
+        Isa::ArmDsp => &arm::ARM_DSP,
         _ => &SCALAR,
     }
 }

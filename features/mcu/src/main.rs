@@ -153,12 +153,124 @@ fn calibrate() -> u64 {
     ipt
 }
 
+/// Workspace of the `arm-dsp` conformance check and kernel timing, laid over [`REGION`] before
+/// the decoder runs use it.
+#[repr(C)]
+struct Bench {
+    w: [u8; 64 * 8 * 34],
+    x: [f32; 3 * 256],
+    y: [[f32; 3 * 64]; 2],
+    scratch: [u8; 4096],
+}
+const _: () = assert!(core::mem::size_of::<Bench>() <= REGION_BYTES);
+
+/// The `arm-dsp` tier's conformance check: int8-activation GEMM / GEMV of Q8_0 weights
+/// (arbitrary bytes, -128 included, random f16 scales) and f32-activation GEMM / GEMV of f16
+/// weights must give the scalar oracle's bits for several shapes; one 64 x 256 int8 GEMV is
+/// timed with each. Returns the number of outputs
+/// compared.
+fn dsp_conformance(ipt: u64) -> rml::Result<Option<usize>> {
+    use rml::kernels::{table, Isa};
+    use rml::ops::{gemm_with, scratch_bytes, Matrix};
+    let Ok(dsp) = table(Isa::ArmDsp) else { return Ok(None) };
+    let scalar = table(Isa::Scalar)?;
+    // SAFETY: REGION is 64-byte aligned, larger than `Bench` (asserted above), every bit
+    // pattern is a valid `Bench`, and nothing else uses REGION until the decoder runs start.
+    let bench = unsafe { &mut *core::ptr::addr_of_mut!(REGION).cast::<Bench>() };
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut compared = 0;
+    for (rows, k, n) in
+        [(1, 32, 1), (3, 64, 1), (17, 96, 3), (5, 256, 2), (8, 160, 1), (64, 256, 1)]
+    {
+        let nb = k / 32;
+        let w = &mut bench.w[..rows * nb * 34];
+        for blk in w.chunks_exact_mut(34) {
+            let scale = half_bits(((next() % 2000) as f32 - 1000.0) / 4096.0);
+            blk[..2].copy_from_slice(&scale.to_le_bytes());
+            for q in &mut blk[2..] {
+                *q = next() as u8;
+            }
+        }
+        let x = &mut bench.x[..n * k];
+        for v in x.iter_mut() {
+            *v = ((next() % 20001) as f32 - 10000.0) / 1000.0;
+        }
+        let m = Matrix::new(rml::DType::Q8_0, rows, k, w)?;
+        let scratch = &mut bench.scratch[..scratch_bytes(k, n, Activations::Int8)];
+        let [y0, y1] = &mut bench.y;
+        let (y0, y1) = (&mut y0[..n * rows], &mut y1[..n * rows]);
+        let mut ticks = [0u64; 2];
+        for (i, (kern, y)) in [(scalar, &mut *y0), (dsp, &mut *y1)].into_iter().enumerate() {
+            let t = timer::now();
+            gemm_with(kern, &InlineExecutor, None, &m, x, n, y, Activations::Int8, scratch)?;
+            ticks[i] = timer::ticks(t) as u64;
+        }
+        if y0.iter().zip(y1.iter()).any(|(a, b)| a.to_bits() != b.to_bits()) {
+            hprintln!(
+                "FAIL: arm-dsp differs from scalar at {}x{} n {}: {:?} vs {:?}",
+                rows,
+                k,
+                n,
+                y1,
+                y0
+            );
+            return Ok(Some(0));
+        }
+        compared += y0.len();
+        // f16 weights with f32 activations (the FPU's VCVTB in the arm-dsp table).
+        if rows * k * 2 <= bench.w.len() {
+            let w = &mut bench.w[..rows * k * 2];
+            for h in w.chunks_exact_mut(2) {
+                let v = half_bits(((next() % 20001) as f32 - 10000.0) / 5000.0);
+                h.copy_from_slice(&v.to_le_bytes());
+            }
+            let m = Matrix::new(rml::DType::F16, rows, k, w)?;
+            for (kern, y) in [(scalar, &mut *y0), (dsp, &mut *y1)] {
+                gemm_with(kern, &InlineExecutor, None, &m, x, n, y, Activations::F32, &mut [])?;
+            }
+            if y0.iter().zip(y1.iter()).any(|(a, b)| a.to_bits() != b.to_bits()) {
+                hprintln!("FAIL: arm-dsp f16 differs from scalar at {}x{} n {}", rows, k, n);
+                return Ok(Some(0));
+            }
+            compared += y0.len();
+        }
+        if rows == 64 {
+            hprintln!(
+                "int8 GEMV 64 x 256 (Q8_0 weights): scalar {} instructions, arm-dsp {} ({:.2}x)",
+                ticks[0] * ipt,
+                ticks[1] * ipt,
+                ticks[0] as f32 / ticks[1].max(1) as f32
+            );
+        }
+    }
+    Ok(Some(compared))
+}
+
+/// `v` as IEEE f16 bits (normal range, truncated: only used to make test scales).
+fn half_bits(v: f32) -> u16 {
+    let b = v.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
+    if exp <= 0 {
+        return sign;
+    }
+    sign | ((exp as u16) << 10) | ((b >> 13) & 0x3ff) as u16
+}
+
 /// One run's inputs.
 struct Run {
     name: &'static str,
     options: DecoderOptions,
     /// Expect every matrix used in place from flash.
     in_place: bool,
+    /// Pin the scalar kernels (to show the `arm-dsp` tier's speed-up).
+    scalar: bool,
 }
 
 /// Reads an i64 token list from a reference file.
@@ -194,6 +306,8 @@ fn run(
     let mut want = [0u32; 9];
     let np = tokens(reference, "prompt", &mut prompt)?;
     let nw = tokens(reference, "generated", &mut want)?;
+    let best = rml::kernels::best();
+    rml::kernels::force(if run.scalar { rml::kernels::Isa::Scalar } else { best })?;
     let plan = DecoderLM::memory_plan_for(config, &run.options, src)?;
     hprintln!("[{}] memory plan: {}", run.name, plan);
     let need = plan.region_bytes();
@@ -318,17 +432,61 @@ fn main() -> ! {
     unsafe { ALLOCATOR.0.lock().init(addr_of_mut!(HEAP).cast(), HEAP_BYTES) };
     timer::start();
     let ipt = calibrate();
+    let isa = rml::kernels::active().map(|k| k.isa());
+    hprintln!("kernels: {:?}", isa);
+    let conformance = match dsp_conformance(ipt) {
+        Ok(Some(0)) => false,
+        Ok(Some(n)) => {
+            hprintln!("ok   arm-dsp GEMV/GEMM (Q8_0 x int8, f16 x f32) bit-identical to scalar ({} outputs)", n);
+            true
+        }
+        Ok(None) => {
+            hprintln!("skip arm-dsp conformance: the tier is not in this build");
+            true
+        }
+        Err(e) => {
+            hprintln!("FAIL: arm-dsp conformance: {}", e);
+            false
+        }
+    };
 
     let base =
         DecoderOptions { context_len: Some(24), prefill_chunk: 16, ..DecoderOptions::default() };
+    let int8 = DecoderOptions { activations: Activations::Int8, ..base };
     let runs = [
-        (Run { name: "f32 weights, f32 activations", options: base, in_place: true }, false),
-        (Run { name: "Q8_0 weights, f32 activations", options: base, in_place: true }, true),
+        (
+            Run {
+                name: "f32 weights, f32 activations",
+                options: base,
+                in_place: true,
+                scalar: false,
+            },
+            false,
+        ),
+        (
+            Run {
+                name: "Q8_0 weights, f32 activations",
+                options: base,
+                in_place: true,
+                scalar: false,
+            },
+            true,
+        ),
         (
             Run {
                 name: "Q8_0 weights, int8 activations",
-                options: DecoderOptions { activations: Activations::Int8, ..base },
+                options: int8,
                 in_place: true,
+                scalar: false,
+            },
+            true,
+        ),
+        (
+            Run {
+                name: "Q8_0 weights, int8 activations, scalar kernels",
+                options: int8,
+                in_place: true,
+                scalar: true,
             },
             true,
         ),
@@ -341,6 +499,7 @@ fn main() -> ! {
                     ..base
                 },
                 in_place: false,
+                scalar: false,
             },
             false,
         ),
@@ -353,7 +512,7 @@ fn main() -> ! {
         let q8_file = Gguf::parse(&Q8_MODEL.0)?;
         let q8_config = rml::model::config::from_gguf(&q8_file)?;
         let q8_ref = SafeTensors::parse(&Q8_REFERENCE.0)?;
-        let (mut all, mut largest) = (true, 0);
+        let (mut all, mut largest) = (conformance, 0);
         for (r, q8) in &runs {
             let (ok, need) = if *q8 {
                 run(r, &q8_config, &q8_file, &q8_ref, ipt)?
