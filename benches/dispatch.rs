@@ -7,7 +7,12 @@
 //! cargo bench --features std --bench dispatch -- --warm-up-time 1 --measurement-time 3
 //! ```
 //! Goal (issue 3): warm dispatch + join of an empty body ≤ 0.5 µs with 2 threads and ≥ 10×
-//! faster than rayon.
+//! faster than rayon. `rml_owned` / `rml_proportional4` compare row ownership with the shared
+//! chunk counter on the same boundaries (4 chunks per thread, issue 11).
+//!
+//! `oversubscribed` (issue 13 item 7): 1,000 dispatches of a 32 Ki-float square-root sum on a
+//! pool of 1 thread and of 8 threads, on a machine with fewer cores. Target: 8 threads ≤ 2× the
+//! 1-thread time. `examples/pool_contention.rs` prints the same ratio directly.
 
 use core::hint::black_box;
 use core::ops::Range;
@@ -50,6 +55,12 @@ fn empty(c: &mut Criterion) {
         });
         g.bench_function(format!("rml_grain1/{threads}"), |b| {
             b.iter(|| pool.parallel_for(0..threads, Schedule::Grain(1), &body))
+        });
+        g.bench_function(format!("rml_owned/{threads}"), |b| {
+            b.iter(|| pool.parallel_for(0..4 * threads, Schedule::Owned, &body))
+        });
+        g.bench_function(format!("rml_proportional4/{threads}"), |b| {
+            b.iter(|| pool.parallel_for(0..4 * threads, Schedule::Proportional4, &body))
         });
         let rp = rayon_pool(threads);
         g.bench_function(format!("rayon_scope/{threads}"), |b| {
@@ -138,5 +149,25 @@ fn memset(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, empty, memset);
+fn oversubscribed(c: &mut Criterion) {
+    let mut g = c.benchmark_group("oversubscribed_1000_dispatches");
+    g.sample_size(10);
+    let data: Vec<f32> = (0..32_768).map(|i| i as f32 * 0.25).collect();
+    for threads in [1, 8] {
+        let pool = ThreadPool::new(threads);
+        g.bench_function(format!("rml/{threads}"), |b| {
+            b.iter(|| {
+                for _ in 0..1000 {
+                    pool.parallel_for(0..data.len(), Schedule::Proportional4, &|r| {
+                        let s: f32 = data[r].iter().map(|x| x.sqrt()).sum();
+                        black_box(s);
+                    });
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, empty, memset, oversubscribed);
 criterion_main!(benches);

@@ -11,7 +11,7 @@ use core::ops::Range;
 use crate::error::{Error, Result};
 use crate::exec::{Executor, Schedule};
 use crate::kernels::{self, Kernels};
-use crate::quant::{q8_acts_bytes, Q8Acts};
+use crate::quant::{q8_acts_bytes, q8_acts_bytes_as, ActFormat, Q8Acts};
 use crate::tensor::DType;
 
 /// f32 / f16 / bf16 GEMV runs in parallel only from this many rows on.
@@ -25,8 +25,10 @@ pub enum Activations {
     /// f32 activations; quantized weights are dequantized on the fly (most accurate).
     #[default]
     F32,
-    /// Activations quantized once to Q8_0, dotted in int8 (fastest). Applies to quantized
-    /// weights only; f32/f16/bf16 weights always use f32 activations.
+    /// Activations quantized once to the weight type's int8 format (Q8_0-style blocks of 32
+    /// for the 32-element types, Q8_K-style super-blocks of 256 for the K-quants; see
+    /// [`crate::quant::ActFormat`]), dotted in int8 (fastest). Applies to quantized weights
+    /// only; f32/f16/bf16 weights always use f32 activations.
     Int8,
 }
 
@@ -99,8 +101,9 @@ impl<'a> Matrix<'a> {
 }
 
 /// Bytes of scratch [`gemv`] / [`gemm`] need for `n` activation rows of `k` inputs under
-/// `act`: 0 for [`Activations::F32`]; for [`Activations::Int8`] the Q8 copy of `x`
-/// ([`Q8Acts`]: 44 bytes per 32 inputs per row, plus 64 bytes of alignment slack).
+/// `act`: 0 for [`Activations::F32`]; for [`Activations::Int8`] the int8 copies of `x` in
+/// both activation formats ([`q8_acts_bytes`]: 44 bytes per 32 inputs per row, plus 324 per
+/// 256 when `k` is a multiple of 256, plus alignment slack).
 pub fn scratch_bytes(k: usize, n: usize, act: Activations) -> usize {
     match act {
         Activations::F32 => 0,
@@ -220,13 +223,14 @@ pub fn gemm_with(
             body(0..rows);
         }
     };
-    if act == Activations::Int8 && quantized {
+    let fmt = crate::quant::info(w.dtype).act;
+    if let (Activations::Int8, true, Some(fmt)) = (act, quantized, fmt) {
         let f = kern.matmul_q8(w.dtype)?;
-        let xq = Q8Acts::quantize(kern, x, n, k, scratch)?;
+        let xq = Q8Acts::quantize_as(fmt, kern, x, n, k, scratch)?;
         run(&|range: Range<usize>| {
             // SAFETY: `kern` is an available table (only `kernels::table`/`active` hand them
             // out); rows `range` lie inside `data` (`Matrix::new` checked `rows * rb`); `xq`
-            // holds `n` rows of `k / 32` blocks; outputs `t * rows + r` for `r` in `range` are
+            // holds `n` rows of `k` values in the dtype's activation format; outputs `t * rows + r` for `r` in `range` are
             // inside `y` and written by this chunk only.
             unsafe {
                 f(
@@ -269,11 +273,11 @@ pub fn gemm_with(
 // caller splits work.
 // ---------------------------------------------------------------------------------------------
 
-/// The kernel one matrix of [`gemm_fused`] uses.
+/// The kernel one matrix of [`gemm_fused`] uses (int8: with which activation format).
 #[derive(Clone, Copy)]
 enum RowKernel {
     F32(kernels::MatmulF32Fn),
-    Q8(kernels::MatmulQ8Fn),
+    Q8(kernels::MatmulQ8Fn, ActFormat),
 }
 
 /// Several matrices that read the same input, as one parallel loop:
@@ -321,14 +325,34 @@ pub fn gemm_fused<const N: usize>(
         return Ok(());
     }
     let kern = kernels::active()?;
-    let int8 = act == Activations::Int8 && w.iter().any(|m| m.dtype.is_quantized());
-    let xq = if int8 { Some(Q8Acts::quantize(kern, x, n, k, scratch)?) } else { None };
+    let int8_fmt = |m: &Matrix<'_>| {
+        let fmt = crate::quant::info(m.dtype).act;
+        fmt.filter(|_| act == Activations::Int8 && m.dtype.is_quantized())
+    };
+    let needs = |f: ActFormat| w.iter().any(|m| int8_fmt(m) == Some(f));
+    // The input is quantized once per format the matrices need, each in its own part of
+    // `scratch` (sized by `scratch_bytes` for both).
+    let split = if needs(ActFormat::Q8) {
+        q8_acts_bytes_as(ActFormat::Q8, k, n).min(scratch.len())
+    } else {
+        0
+    };
+    let (s8, sk) = scratch.split_at_mut(split);
+    let xq8 = if needs(ActFormat::Q8) {
+        Some(Q8Acts::quantize_as(ActFormat::Q8, kern, x, n, k, s8)?)
+    } else {
+        None
+    };
+    let xqk = if needs(ActFormat::Q8K) {
+        Some(Q8Acts::quantize_as(ActFormat::Q8K, kern, x, n, k, sk)?)
+    } else {
+        None
+    };
     let mut fns = [RowKernel::F32(kern.matmul_f32(first.dtype)?); N];
     for i in 0..N {
-        fns[i] = if int8 && w[i].dtype.is_quantized() {
-            RowKernel::Q8(kern.matmul_q8(w[i].dtype)?)
-        } else {
-            RowKernel::F32(kern.matmul_f32(w[i].dtype)?)
+        fns[i] = match int8_fmt(w[i]) {
+            Some(f) => RowKernel::Q8(kern.matmul_q8(w[i].dtype)?, f),
+            None => RowKernel::F32(kern.matmul_f32(w[i].dtype)?),
         };
     }
     let outs = y.map(|yi| SyncPtr(yi.as_mut_ptr()));
@@ -342,19 +366,22 @@ pub fn gemm_fused<const N: usize>(
             let (m, r0) = (w[i], a - lo);
             // SAFETY: `kern` is an available table; rows `r0 .. r0 + (b - a)` lie inside
             // `m.data` (`Matrix::new` checked `rows * row_bytes`); `x` holds `n * k` floats
-            // and `xq` (if any) `n` quantized rows of `k / 32` blocks; outputs
+            // and each int8 kernel gets `n` quantized rows in its dtype's format; outputs
             // `t * rows_i + r` for `r` in `r0 .. r0 + (b - a)` are inside `y[i]` and written by
             // this chunk only (chunks tile the numbered rows without overlap).
             unsafe {
                 let wp = m.data.as_ptr().add(r0 * m.row_bytes);
                 let out = outs[i].at(r0);
-                match (fns[i], &xq) {
-                    (RowKernel::Q8(f), Some(q)) => f(wp, m.row_bytes, b - a, q, n, out, m.rows),
-                    (RowKernel::F32(f), _) => {
-                        f(wp, m.row_bytes, b - a, k, x.as_ptr(), n, out, m.rows)
+                let xq =
+                    |f: ActFormat| if f == ActFormat::Q8 { xq8.as_ref() } else { xqk.as_ref() };
+                match fns[i] {
+                    RowKernel::Q8(f, fmt) => {
+                        // A Q8 kernel is only chosen when its format was quantized.
+                        if let Some(q) = xq(fmt) {
+                            f(wp, m.row_bytes, b - a, q, n, out, m.rows)
+                        }
                     }
-                    // A Q8 kernel is only chosen when `xq` exists.
-                    (RowKernel::Q8(_), None) => {}
+                    RowKernel::F32(f) => f(wp, m.row_bytes, b - a, k, x.as_ptr(), n, out, m.rows),
                 }
             }
         }

@@ -13,6 +13,10 @@ use crate::error::{Error, Result};
 use crate::mem::AlignedBlock;
 
 /// An element type. Block-quantized types know their block size and bytes per block.
+///
+/// Quantized variants carry ggml's type names (`Q4_K`, `IQ4_NL`), the names every GGUF tool
+/// prints.
+#[allow(non_camel_case_types)]
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -36,11 +40,27 @@ pub enum DType {
     /// ggml `block_q4_1`: f16 scale `d`, f16 min `m`, 16 bytes of nibbles (as Q4_0);
     /// value = `d * q + m`. 20 bytes per 32 elements.
     Q4_1,
+    /// ggml `block_q5_0` (see [`crate::quant::q5_0`]). 22 bytes per 32 elements.
+    Q5_0,
+    /// ggml `block_q5_1` (see [`crate::quant::q5_1`]). 24 bytes per 32 elements.
+    Q5_1,
+    /// ggml `block_iq4_nl` (see [`crate::quant::iq4_nl`]). 18 bytes per 32 elements.
+    IQ4_NL,
+    /// ggml `block_q2_K` (see [`crate::quant::q2_k`]). 84 bytes per 256 elements.
+    Q2_K,
+    /// ggml `block_q3_K` (see [`crate::quant::q3_k`]). 110 bytes per 256 elements.
+    Q3_K,
+    /// ggml `block_q4_K` (see [`crate::quant::q4_k`]). 144 bytes per 256 elements.
+    Q4_K,
+    /// ggml `block_q5_K` (see [`crate::quant::q5_k`]). 176 bytes per 256 elements.
+    Q5_K,
+    /// ggml `block_q6_K` (see [`crate::quant::q6_k`]). 210 bytes per 256 elements.
+    Q6_K,
 }
 
 impl DType {
     /// Number of dtypes (rows of [`crate::quant::TYPES`]).
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 17;
 
     /// Elements per block: 32 or 256 for the quantized types, 1 otherwise.
     pub const fn block_size(self) -> usize {

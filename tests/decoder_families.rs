@@ -331,3 +331,15 @@ fn gemma3_activation_and_sliding_settings_are_checked() {
     let e = parse_config(&text).unwrap_err();
     assert!(e.message().contains("sliding_window"), "{e}");
 }
+
+/// K-quants (ggml's super-blocks, "Quant formats"): Gemma 3 Q4_K_M (norms stored as 1 + w,
+/// the 5:1 pattern and query_pre_attn_scalar from llama.cpp's rules) and Qwen2 Q4_K_M.
+#[test]
+fn gemma3_gguf_q4_k_m_matches_its_reference() {
+    gguf_check("tiny-gemma3", "Q4_K_M");
+}
+
+#[test]
+fn qwen2_gguf_q4_k_m_matches_its_reference() {
+    gguf_check("tiny-qwen2", "Q4_K_M");
+}

@@ -227,15 +227,64 @@ fn custom_alignment_and_quantized_view_in_place() {
 
 #[test]
 fn unsupported_type_named_at_use_not_parse() {
-    // Q6_K: 256 elements in 210 bytes.
-    let f = Builder::new().tensor("k", &[256], 14, &[0; 210]).build();
+    // IQ4_XS: 256 elements in 136 bytes.
+    let f = Builder::new().tensor("k", &[256], 23, &[0; 136]).build();
     let g = Gguf::parse(&f).unwrap();
-    assert_eq!(g.infos()[0].dtype, FileDType::Unsupported("Q6_K"));
-    assert_eq!(g.ggml_type_id("k"), Some(14));
+    assert_eq!(g.infos()[0].dtype, FileDType::Unsupported("IQ4_XS"));
+    assert_eq!(g.ggml_type_id("k"), Some(23));
     let e = g.tensor("k").unwrap_err();
     assert_eq!(e.code(), Code::Unimplemented);
-    assert!(e.message().contains("\"k\"") && e.message().contains("Q6_K"), "{e}");
-    assert_eq!(g.raw_bytes("k").unwrap().len(), 210);
+    assert!(e.message().contains("\"k\"") && e.message().contains("IQ4_XS"), "{e}");
+    assert_eq!(g.raw_bytes("k").unwrap().len(), 136);
+}
+
+#[test]
+fn every_weight_type_mixed_in_one_file_is_a_view_in_place() {
+    // (ggml id, dtype, rows of k): two rows of every type rml computes, in one file.
+    let types = [
+        (0, DType::F32, 32),
+        (1, DType::F16, 32),
+        (30, DType::BF16, 32),
+        (8, DType::Q8_0, 64),
+        (2, DType::Q4_0, 64),
+        (3, DType::Q4_1, 64),
+        (6, DType::Q5_0, 64),
+        (7, DType::Q5_1, 64),
+        (20, DType::IQ4_NL, 64),
+        (10, DType::Q2_K, 256),
+        (11, DType::Q3_K, 256),
+        (12, DType::Q4_K, 512),
+        (13, DType::Q5_K, 256),
+        (14, DType::Q6_K, 256),
+    ];
+    let mut b = Builder::new();
+    let mut sizes = Vec::new();
+    for (i, &(id, dt, k)) in types.iter().enumerate() {
+        let bytes = 2 * dt.row_bytes(k).unwrap();
+        // Zero bytes decode to finite values in every type (scales 0).
+        b = b.tensor(&format!("t{i}"), &[k as u64, 2], id, &vec![0u8; bytes]);
+        sizes.push(bytes);
+    }
+    let f = b.build();
+    let g = Gguf::parse(&f).unwrap();
+    for (i, &(id, dt, k)) in types.iter().enumerate() {
+        let name = format!("t{i}");
+        assert_eq!(g.ggml_type_id(&name), Some(id));
+        let t = g.tensor(&name).unwrap();
+        assert_eq!((t.dtype, t.shape.dims()), (dt, &[2usize, k][..]), "{name}");
+        assert_eq!(t.data.len(), sizes[i], "{dt}");
+        assert!(f.as_ptr_range().contains(&t.data.as_ptr()), "{dt} must not be copied");
+        let mut out = vec![1f32; 2 * k];
+        t.dequantize_into(&mut out).unwrap();
+        assert!(out.iter().all(|&v| v == 0.0), "{dt}");
+    }
+}
+
+#[test]
+fn a_row_that_is_not_whole_super_blocks_is_named() {
+    // Q4_K rows of 128 elements: half a super-block.
+    let f = Builder::new().tensor_info("blk.0.ffn_up.weight", &[128, 2], 12, 0).build();
+    expect_err(&f, Code::DataLoss, &["\"blk.0.ffn_up.weight\"", "Q4_K", "128", "block size 256"]);
 }
 
 // ------------------------------------------------------------------ malformed by category

@@ -8,6 +8,10 @@
 //!   GEMV calls on the same ISA.
 //! - int8 activations: bit-identical to the oracle (exact i32 block sums, same f32 order).
 //! - Q8 quantization: identical bytes on every path, ties away from zero, zeros, non-finite.
+//! - The newer types (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K): random blocks (random bits with sane
+//!   f16 scales), rows 0..=21, activation rows 1..=9, K up to 4 super-blocks; f32 activations
+//!   within the same bound of the scalar table, int8 activations bit-identical to it (whose
+//!   own arithmetic `tests/quant_vectors.rs` checks against a float64 dot).
 //!
 //! An ISA the host lacks is skipped with a printed message. `RML_EXPECT_ISAS=neon,...` makes
 //! a missing ISA a failure instead (CI sets it under qemu so a skip cannot pass silently).
@@ -83,6 +87,17 @@ fn weights(dtype: DType, rows: usize, k: usize, rng: &mut Rng) -> (AlignedBlock,
         DType::F32 => (0..n).for_each(|_| bytes.extend(rng.f().to_le_bytes())),
         DType::F16 => (0..n).for_each(|_| bytes.extend(f16::from_f32(rng.f()).to_le_bytes())),
         DType::BF16 => (0..n).for_each(|_| bytes.extend(bf16::from_f32(rng.f()).to_le_bytes())),
+        dt if NEW_TYPES.contains(&dt) => {
+            let info = rml::quant::info(dt);
+            for _ in 0..n / info.block_elems {
+                let start = bytes.len();
+                (0..info.block_bytes).for_each(|_| bytes.push(rng.next() as u8));
+                for &o in f16_fields(dt) {
+                    let h = f16::from_f32(rng.f() * 0.05).to_le_bytes();
+                    bytes[start + o..start + o + 2].copy_from_slice(&h);
+                }
+            }
+        }
         _ => {
             for _ in 0..n / QK {
                 bytes.extend(f16::from_f32(rng.f() * 0.05).to_le_bytes());
@@ -117,10 +132,34 @@ fn weights(dtype: DType, rows: usize, k: usize, rng: &mut Rng) -> (AlignedBlock,
             DType::Q8_0 => dequantize_row_q8_0(row, out).unwrap(),
             DType::Q4_0 => dequantize_row_q4_0(row, out).unwrap(),
             DType::Q4_1 => dequantize_row_q4_1(row, out).unwrap(),
-            _ => unreachable!(),
+            dt => rml::quant::dequantize(dt, row, out).unwrap(),
         }
     }
     (AlignedBlock::try_from_slice(&bytes).unwrap(), vals)
+}
+
+/// The types added after Q8_0/Q4_0/Q4_1, checked against the scalar table.
+const NEW_TYPES: [DType; 8] = [
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::IQ4_NL,
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+];
+
+/// Byte offsets of the f16 fields in one block of a new type (ggml's layouts).
+fn f16_fields(dtype: DType) -> &'static [usize] {
+    match dtype {
+        DType::Q5_0 | DType::IQ4_NL => &[0],
+        DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q2_K => &[80, 82],
+        DType::Q3_K => &[108],
+        DType::Q6_K => &[208],
+        _ => unreachable!(),
+    }
 }
 
 /// The oracle's dot product of a weight row with f32 activations.
@@ -136,7 +175,10 @@ fn oracle_f32(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
         DType::Q8_0 => scalar::dot_q8_0_f32(row, x),
         DType::Q4_0 => scalar::dot_q4_0_f32(row, x),
         DType::Q4_1 => scalar::dot_q4_1_f32(row, x),
-        _ => unreachable!(),
+        dt => {
+            let m = Matrix::new(dt, 1, x.len(), row).unwrap();
+            run(table(Isa::Scalar).unwrap(), &m, x, 1, Activations::F32).unwrap()[0]
+        }
     }
 }
 
@@ -163,6 +205,18 @@ struct Case {
     k: usize,
     n: usize,
     seed: u64,
+}
+
+/// As [`case`] for quantized types with `block`-element blocks: K up to 4 blocks of 256 (or
+/// 9 of 32), activation rows 1..=9.
+fn case_blocks(block: usize) -> impl Strategy<Value = Case> {
+    let max = if block == 256 { 4 } else { 9 };
+    (0usize..=21, 0usize..=max, 1usize..=9, any::<u64>()).prop_map(move |(rows, b, n, seed)| Case {
+        rows,
+        k: b * block,
+        n,
+        seed,
+    })
 }
 
 /// Rows and `n` deliberately not multiples of the register blocks (8 / 4 rows, 3 acts),
@@ -228,6 +282,18 @@ fn check_int8(kern: &Kernels, dtype: DType, c: &Case) -> Result<(), TestCaseErro
     let x: Vec<f32> = (0..c.n * c.k).map(|_| rng.f() * 3.0).collect();
     let w = Matrix::new(dtype, c.rows, c.k, data.as_slice()).unwrap();
     let y = run(kern, &w, &x, c.n, Activations::Int8).unwrap();
+    if NEW_TYPES.contains(&dtype) {
+        // The scalar table is the oracle (its arithmetic: tests/quant_vectors.rs).
+        let want = run(table(Isa::Scalar).unwrap(), &w, &x, c.n, Activations::Int8).unwrap();
+        prop_assert_eq!(
+            bits(&y),
+            bits(&want),
+            "{} {}: int8 differs from scalar",
+            kern.isa(),
+            dtype
+        );
+        return Ok(());
+    }
 
     let mut s1 = vec![0u8; q8_acts_bytes(c.k, c.n)];
     let mut s2 = vec![0u8; q8_acts_bytes(c.k, c.n)];
@@ -297,6 +363,9 @@ fn long_k(kern: &Kernels) {
         (DType::Q8_0, Case { rows: 7, k: 1056, n: 49, seed: 5 }),
         (DType::Q4_0, Case { rows: 4, k: 800, n: 3, seed: 6 }),
         (DType::Q4_1, Case { rows: 5, k: 1024, n: 6, seed: 7 }),
+        (DType::Q5_0, Case { rows: 9, k: 1056, n: 49, seed: 8 }),
+        (DType::Q4_K, Case { rows: 9, k: 1536, n: 49, seed: 9 }),
+        (DType::Q6_K, Case { rows: 5, k: 2048, n: 9, seed: 10 }),
     ];
     for (dtype, c) in &cases {
         check_f32(kern, *dtype, c).unwrap();
@@ -505,6 +574,42 @@ macro_rules! suite {
                     if let Some(k) = kernels(ISA) {
                         for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
                             check_int8(k, dtype, &c)?;
+                        }
+                    }
+                }
+
+                #[test]
+                fn types_32_f32_acts(c in case_blocks(32)) {
+                    if let Some(k) = kernels(ISA) {
+                        for dtype in [DType::Q5_0, DType::Q5_1, DType::IQ4_NL] {
+                            check_f32(k, dtype, &c)?;
+                        }
+                    }
+                }
+
+                #[test]
+                fn types_32_int8_acts(c in case_blocks(32)) {
+                    if let Some(k) = kernels(ISA) {
+                        for dtype in [DType::Q5_0, DType::Q5_1, DType::IQ4_NL] {
+                            check_int8(k, dtype, &c)?;
+                        }
+                    }
+                }
+
+                #[test]
+                fn k_quants_f32_acts(c in case_blocks(256)) {
+                    if let Some(k) = kernels(ISA) {
+                        for dtype in &NEW_TYPES[3..] {
+                            check_f32(k, *dtype, &c)?;
+                        }
+                    }
+                }
+
+                #[test]
+                fn k_quants_int8_acts(c in case_blocks(256)) {
+                    if let Some(k) = kernels(ISA) {
+                        for dtype in &NEW_TYPES[3..] {
+                            check_int8(k, *dtype, &c)?;
                         }
                     }
                 }

@@ -38,6 +38,21 @@ fn weights(dtype: DType, rows: usize, k: usize) -> AlignedBlock {
             DType::Q8_0 => rml::kernels::quant::quantize_row_q8_0(src, dst).unwrap(),
             DType::Q4_0 => rml::kernels::quant::quantize_row_q4_0(src, dst).unwrap(),
             DType::Q4_1 => rml::kernels::quant::quantize_row_q4_1(src, dst).unwrap(),
+            DType::Q5_0 => rml::quant::quantize_row_q5_0(src, dst).unwrap(),
+            // K-quants (no weight quantizer): bytes from the values, sane f16 scales at
+            // ggml's offsets.
+            DType::Q4_K | DType::Q6_K => {
+                for (d, v) in dst.iter_mut().zip(src.iter().cycle()) {
+                    *d = (v * 1000.0) as i32 as u8;
+                }
+                let bb = dtype.block_bytes();
+                let offsets: &[usize] = if dtype == DType::Q4_K { &[0, 2] } else { &[208] };
+                for blk in dst.chunks_exact_mut(bb) {
+                    for &o in offsets {
+                        blk[o..o + 2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+                    }
+                }
+            }
             _ => unreachable!(),
         }
     }
@@ -57,6 +72,10 @@ fn every_schedule_and_thread_count_gives_identical_bits() {
         (DType::Q8_0, 75, 288, Activations::Int8),
         (DType::Q4_0, 41, 64, Activations::Int8),
         (DType::Q4_1, 133, 288, Activations::Int8),
+        (DType::Q5_0, 75, 96, Activations::Int8),
+        (DType::Q4_K, 75, 512, Activations::F32),
+        (DType::Q4_K, 75, 512, Activations::Int8),
+        (DType::Q6_K, 41, 256, Activations::Int8),
     ];
     let pools: Vec<ThreadPool> = [1, 2, 3, 5, 8].into_iter().map(ThreadPool::new).collect();
     let mut schedules: Vec<Option<Schedule>> = Schedule::ALL.into_iter().map(Some).collect();

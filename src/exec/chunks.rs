@@ -15,8 +15,17 @@
 //! | `Fixed8` / `Fixed16` / `Fixed32` | 8 / 16 / 32 |
 //! | `Proportional2` / `Proportional4` | `ceil(n / 2t)` / `ceil(n / 4t)` |
 //! | `Adaptive` | `max(ceil(n / 4t), 16)` |
+//! | `Owned` | `ceil(n / 4t)` (as `Proportional4`; chunks are owned, see below) |
 //!
 //! and `ceil(n / chunk)` chunks run. `Grain(0)` is treated as `Grain(1)`.
+//!
+//! **Shares:** thread `i` of `t` owns the contiguous chunks [`ChunkPlan::share`]`(i)` =
+//! `[s(i), s(i + 1))` with `s(i) = i * (c / t) + min(i, c % t)` for `c` chunks (the first
+//! `c % t` threads get one more). Under `Static` and `Owned` a thread runs its own share front
+//! to back and, when it runs dry, takes chunks from the far end of another thread's share
+//! (a "steal"); under the other schedules every thread claims the next chunk from one shared
+//! counter, and a chunk run outside its owner's share is counted as a steal too. Shares decide
+//! only *who* runs a chunk, never its boundaries.
 //!
 //! **One thread, or nested:** when the loop runs on a single thread (`threads <= 1`, or the
 //! caller is already inside a chunk so the loop runs inline), every schedule gives one chunk
@@ -43,6 +52,7 @@ pub struct ChunkPlan {
     end: usize,
     chunk: usize,
     num_chunks: usize,
+    threads: usize,
     owned: bool,
 }
 
@@ -56,9 +66,9 @@ impl ChunkPlan {
         let end = range.end.max(start);
         let n = end - start;
         let t = threads.max(1);
-        let owned = matches!(schedule, Schedule::Static);
+        let owned = matches!(schedule, Schedule::Static | Schedule::Owned);
         if n == 0 {
-            return ChunkPlan { start, end, chunk: 0, num_chunks: 0, owned };
+            return ChunkPlan { start, end, chunk: 0, num_chunks: 0, threads: t, owned };
         }
         let chunk = if nested || t == 1 {
             n
@@ -73,12 +83,12 @@ impl ChunkPlan {
                 Schedule::Fixed16 => 16,
                 Schedule::Fixed32 => 32,
                 Schedule::Proportional2 => n.div_ceil(t.saturating_mul(2)),
-                Schedule::Proportional4 => n.div_ceil(t.saturating_mul(4)),
+                Schedule::Proportional4 | Schedule::Owned => n.div_ceil(t.saturating_mul(4)),
                 Schedule::Adaptive => n.div_ceil(t.saturating_mul(4)).max(16),
             }
         };
         let chunk = chunk.clamp(1, n);
-        ChunkPlan { start, end, chunk, num_chunks: n.div_ceil(chunk), owned }
+        ChunkPlan { start, end, chunk, num_chunks: n.div_ceil(chunk), threads: t, owned }
     }
 
     /// Number of chunks (0 for an empty range).
@@ -99,11 +109,34 @@ impl ChunkPlan {
         self.start..self.end
     }
 
-    /// `true` when each chunk belongs to one thread (chunk `i` to thread `i`, `Static`) rather
-    /// than being claimed dynamically.
+    /// `true` when each thread runs its own [`share`](Self::share) first and takes chunks of
+    /// other shares only from their far end (`Static`, `Owned`), rather than every thread
+    /// claiming the next chunk from one shared counter.
     #[inline]
     pub fn is_owned(&self) -> bool {
         self.owned
+    }
+
+    /// The thread count the plan was made for (at least 1).
+    #[inline]
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The chunk indices thread `thread` owns: `[s(thread), s(thread + 1))` with
+    /// `s(i) = i * (c / t) + min(i, c % t)` for `c` chunks and `t` threads, so shares are
+    /// contiguous, in thread order, and differ in length by at most one. Empty for
+    /// `thread >= threads` (and for the threads past `c` when there are fewer chunks than
+    /// threads: then thread `i` owns exactly chunk `i`).
+    ///
+    /// ```
+    /// use rml::exec::{ChunkPlan, Schedule};
+    /// let plan = ChunkPlan::new(0..1000, Schedule::Owned, 2, false);
+    /// assert_eq!((plan.share(0), plan.share(1)), (0..4, 4..8));
+    /// ```
+    #[inline]
+    pub fn share(&self, thread: usize) -> Range<usize> {
+        share_range(self.num_chunks, self.threads, thread)
     }
 
     /// Chunk `i`'s range: `[start + i * chunk, min(start + (i + 1) * chunk, end))`.
@@ -125,21 +158,26 @@ impl ChunkPlan {
     }
 }
 
+/// `[s(i), s(i + 1))` with `s(i) = i * (units / threads) + min(i, units % threads)`: the
+/// contiguous, balanced share of `units` items that thread `i` of `threads` owns.
+#[inline]
+pub(crate) fn share_range(units: usize, threads: usize, i: usize) -> Range<usize> {
+    let t = threads.max(1);
+    let (base, rem) = (units / t, units % t);
+    // i <= t, so i * base <= units: no overflow.
+    let s = |i: usize| {
+        let i = i.min(t);
+        i * base + i.min(rem)
+    };
+    s(i)..s(i.saturating_add(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use alloc::vec::Vec;
 
-    const ALL: [Schedule; 8] = [
-        Schedule::Grain(1),
-        Schedule::Static,
-        Schedule::Fixed8,
-        Schedule::Fixed16,
-        Schedule::Fixed32,
-        Schedule::Proportional2,
-        Schedule::Proportional4,
-        Schedule::Adaptive,
-    ];
+    const ALL: [Schedule; 9] = Schedule::ALL;
 
     /// (num_chunks, chunk_len, last chunk)
     fn shape(r: Range<usize>, s: Schedule, t: usize) -> (usize, usize, Range<usize>) {
@@ -198,6 +236,24 @@ mod tests {
         assert_eq!(shape(0..100, Schedule::Adaptive, 4), (7, 16, 96..100));
         assert_eq!(shape(0..576, Schedule::Adaptive, 2), (8, 72, 504..576));
         assert_eq!(shape(0..10, Schedule::Adaptive, 2), (1, 10, 0..10));
+        // Owned: Proportional4's boundaries.
+        assert_eq!(shape(0..576, Schedule::Owned, 2), (8, 72, 504..576));
+        assert_eq!(shape(0..100, Schedule::Owned, 4), (15, 7, 98..100));
+        assert!(ChunkPlan::new(0..100, Schedule::Owned, 4, false).is_owned());
+    }
+
+    #[test]
+    fn shares_values() {
+        let shares = |c: usize, t: usize| (0..t).map(|i| share_range(c, t, i)).collect::<Vec<_>>();
+        assert_eq!(shares(8, 2), [0..4, 4..8]);
+        assert_eq!(shares(15, 4), [0..4, 4..8, 8..12, 12..15]);
+        assert_eq!(shares(10, 4), [0..3, 3..6, 6..8, 8..10]);
+        // Fewer chunks than threads: thread i owns chunk i (Static's rule).
+        assert_eq!(shares(2, 3), [0..1, 1..2, 2..2]);
+        assert_eq!(shares(0, 2), [0..0, 0..0]);
+        assert_eq!(share_range(8, 2, 5), 8..8);
+        let p = ChunkPlan::new(0..9, Schedule::Static, 8, false);
+        assert_eq!((p.num_chunks(), p.threads(), p.share(4), p.share(5)), (5, 8, 4..5, 5..5));
     }
 
     #[test]
@@ -242,6 +298,20 @@ mod tests {
     fn schedule_strategy() -> impl proptest::strategy::Strategy<Value = Schedule> {
         use proptest::prelude::*;
         prop_oneof![(0usize..300).prop_map(Schedule::Grain), proptest::sample::select(&ALL[1..])]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn shares_tile_the_chunks(c in 0usize..100_000, t in 1usize..300) {
+            let mut at = 0;
+            for i in 0..t {
+                let r = share_range(c, t, i);
+                proptest::prop_assert_eq!(r.start, at);
+                proptest::prop_assert!(r.len() == c / t || r.len() == c / t + 1);
+                at = r.end;
+            }
+            proptest::prop_assert_eq!(at, c);
+        }
     }
 
     proptest::proptest! {

@@ -22,7 +22,7 @@ pub mod tune;
 pub use chunks::ChunkPlan;
 pub use inline::InlineExecutor;
 #[cfg(feature = "std")]
-pub use pool::{PoolStats, ThreadPool, ThreadPoolBuilder, DEFAULT_SPIN_US};
+pub use pool::{JoinHook, PoolStats, ThreadPool, ThreadPoolBuilder, DEFAULT_SPIN_US};
 
 /// How [`Executor::parallel_for`] cuts a range of `n` items into chunks for `threads` threads.
 ///
@@ -32,7 +32,8 @@ pub enum Schedule {
     /// The default: `num_chunks = clamp(n / g, 1, 4 * threads)`, `chunk = ceil(n / num_chunks)`;
     /// one chunk when there are no workers or the caller is already inside a chunk.
     Grain(usize),
-    /// One contiguous block per thread, no dynamic claiming.
+    /// One contiguous block per thread; a thread that has not arrived by the time the others
+    /// run dry has its block run by one of them.
     Static,
     /// Chunks of 8 rows, claimed dynamically.
     Fixed8,
@@ -46,6 +47,11 @@ pub enum Schedule {
     Proportional4,
     /// `Proportional4` with a floor of 16 rows per chunk.
     Adaptive,
+    /// Row ownership: `Proportional4`'s chunks, with thread `i` owning the contiguous share
+    /// [`ChunkPlan::share`]`(i)` (so the same rows, and their weights in its caches, on every
+    /// call with the same range); it runs its share front to back, then takes chunks from the
+    /// far end of other threads' shares.
+    Owned,
 }
 
 impl Default for Schedule {
@@ -55,8 +61,8 @@ impl Default for Schedule {
 }
 
 impl Schedule {
-    /// Every policy: `Grain(1)` then the seven fixed policies, in declaration order.
-    pub const ALL: [Schedule; 8] = [
+    /// Every policy: `Grain(1)` then the eight fixed policies, in declaration order.
+    pub const ALL: [Schedule; 9] = [
         Schedule::Grain(1),
         Schedule::Static,
         Schedule::Fixed8,
@@ -65,11 +71,12 @@ impl Schedule {
         Schedule::Proportional2,
         Schedule::Proportional4,
         Schedule::Adaptive,
+        Schedule::Owned,
     ];
 }
 
 /// Writes the name [`FromStr`] reads back: `grain:G`, `static`, `fixed8`, `fixed16`, `fixed32`,
-/// `proportional2`, `proportional4`, `adaptive`.
+/// `proportional2`, `proportional4`, `adaptive`, `owned`.
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -81,6 +88,7 @@ impl fmt::Display for Schedule {
             Schedule::Proportional2 => f.write_str("proportional2"),
             Schedule::Proportional4 => f.write_str("proportional4"),
             Schedule::Adaptive => f.write_str("adaptive"),
+            Schedule::Owned => f.write_str("owned"),
         }
     }
 }
@@ -107,6 +115,7 @@ impl FromStr for Schedule {
             ("proportional2", Schedule::Proportional2),
             ("proportional4", Schedule::Proportional4),
             ("adaptive", Schedule::Adaptive),
+            ("owned", Schedule::Owned),
             ("grain", Schedule::Grain(1)),
         ];
         if let Some((_, sched)) = fixed.iter().find(|(name, _)| t.eq_ignore_ascii_case(name)) {
@@ -121,7 +130,7 @@ impl FromStr for Schedule {
         }
         Err(crate::Error::invalid_argument(format_args!(
             "schedule {s:?}: expected grain:G, static, fixed8, fixed16, fixed32, proportional2, \
-             proportional4 or adaptive"
+             proportional4, adaptive or owned"
         )))
     }
 }

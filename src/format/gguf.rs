@@ -494,20 +494,12 @@ struct GgmlType {
 /// lay out a file that holds them; using one is refused). Ids 4, 5, 31..=33 and 36..=38 were
 /// removed from ggml and are not listed.
 const OTHER_GGML_TYPES: &[GgmlType] = &[
-    GgmlType { id: 6, name: "Q5_0", block: 32, bytes: 22 },
-    GgmlType { id: 7, name: "Q5_1", block: 32, bytes: 24 },
     GgmlType { id: 9, name: "Q8_1", block: 32, bytes: 36 },
-    GgmlType { id: 10, name: "Q2_K", block: 256, bytes: 84 },
-    GgmlType { id: 11, name: "Q3_K", block: 256, bytes: 110 },
-    GgmlType { id: 12, name: "Q4_K", block: 256, bytes: 144 },
-    GgmlType { id: 13, name: "Q5_K", block: 256, bytes: 176 },
-    GgmlType { id: 14, name: "Q6_K", block: 256, bytes: 210 },
     GgmlType { id: 15, name: "Q8_K", block: 256, bytes: 292 },
     GgmlType { id: 16, name: "IQ2_XXS", block: 256, bytes: 66 },
     GgmlType { id: 17, name: "IQ2_XS", block: 256, bytes: 74 },
     GgmlType { id: 18, name: "IQ3_XXS", block: 256, bytes: 98 },
     GgmlType { id: 19, name: "IQ1_S", block: 256, bytes: 50 },
-    GgmlType { id: 20, name: "IQ4_NL", block: 32, bytes: 18 },
     GgmlType { id: 21, name: "IQ3_S", block: 256, bytes: 110 },
     GgmlType { id: 22, name: "IQ2_S", block: 256, bytes: 82 },
     GgmlType { id: 23, name: "IQ4_XS", block: 256, bytes: 136 },

@@ -14,6 +14,9 @@
 //! [`DType`]; SIMD bodies (optional: a type without one runs the scalar entry) go into
 //! `kernels/<arch>/`.
 
+// Block layouts read clearest as index arithmetic (element `e` of sub-block `j`...).
+#![allow(clippy::needless_range_loop)]
+
 use half::f16;
 
 use crate::error::{Error, Result};
@@ -21,19 +24,32 @@ use crate::kernels::{MatmulF32Fn, MatmulQ8Fn};
 use crate::tensor::DType;
 
 mod float;
+pub mod iq4_nl;
+pub mod q2_k;
+pub mod q3_k;
 pub mod q4_0;
 pub mod q4_1;
+pub mod q4_k;
+pub mod q5_0;
+pub mod q5_1;
+pub mod q5_k;
+pub mod q6_k;
 pub mod q8;
 pub mod q8_0;
 
 pub use q4_0::{dequantize_block_q4_0, dequantize_row_q4_0, quantize_row_q4_0, BlockQ4_0};
 pub use q4_1::{dequantize_block_q4_1, dequantize_row_q4_1, quantize_row_q4_1, BlockQ4_1};
-pub use q8::{q8_acts_bytes, Q8Acts};
+pub use q5_0::{dequantize_block_q5_0, quantize_row_q5_0, BlockQ5_0};
+pub use q5_1::{dequantize_block_q5_1, quantize_row_q5_1, BlockQ5_1};
+pub use q8::{q8_acts_bytes, q8_acts_bytes_as, Q8Acts};
 pub use q8_0::{dequantize_block_q8_0, dequantize_row_q8_0, quantize_row_q8_0, BlockQ8_0};
 
 /// Elements per block of the 32-element types (Q8_0, Q4_0, Q4_1, ...) and of the Q8
 /// activation format.
 pub const QK: usize = 32;
+
+/// Elements per super-block of the K-quants (ggml's `QK_K`) and of the Q8_K activation format.
+pub const QK_K: usize = 256;
 
 /// The int8 activation format a quantized weight type's int8 path pairs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,6 +57,9 @@ pub enum ActFormat {
     /// Q8_0-style blocks of 32 (f32 scale, 32 × i8, block sum and scaled block sum):
     /// [`Q8Acts`] with [`ActFormat::Q8`].
     Q8,
+    /// Q8_K-style super-blocks of 256 (f32 scale, 256 × i8, the sums of each 16 values), for
+    /// the K-quants: [`Q8Acts`] with [`ActFormat::Q8K`].
+    Q8K,
 }
 
 /// Whole blocks to f32: `(bytes, out)`, see [`TypeInfo::dequantize`].
@@ -105,6 +124,14 @@ pub static TYPES: [TypeInfo; DType::COUNT] = [
     q8_0::INFO,
     q4_0::INFO,
     q4_1::INFO,
+    q5_0::INFO,
+    q5_1::INFO,
+    iq4_nl::INFO,
+    q2_k::INFO,
+    q3_k::INFO,
+    q4_k::INFO,
+    q5_k::INFO,
+    q6_k::INFO,
 ];
 
 const _: () = {

@@ -3,7 +3,7 @@
 //! (it uses the block sums for the `- 8`).
 
 use super::q8::Q8Row;
-use super::{f16_at, put_f16, quantize_checks, round_ties_away, ActFormat, TypeInfo, QK};
+use super::{f16_at, put_f16, quantize_checks, ActFormat, TypeInfo, QK};
 use crate::error::Result;
 use crate::kernels::scalar::{accumulate8, dot_blocks};
 use crate::tensor::DType;
@@ -64,12 +64,10 @@ pub fn dequantize_row_q4_0(bytes: &[u8], out: &mut [f32]) -> Result<()> {
     super::dequantize_row_with(DType::Q4_0, bytes, out, dequantize_block_q4_0)
 }
 
-/// Quantizes a row of f32 to Q4_0 blocks (18 bytes each); scalar (conversion and tests).
-///
-/// Per block: `mx` = the first element of largest magnitude (with its sign),
-/// `d = mx / -8`, `q = clamp(round(x / d) + 8, 0, 15)` ([`round_ties_away`], division by the
-/// f32 `d`), stored as `f16(d)` and nibbles (element `j` low nibble of byte `j`, element
-/// `j + 16` high nibble). `d == 0` gives nibbles 8 (value 0).
+/// Quantizes a row of f32 to Q4_0 blocks (18 bytes each) by ggml's reference arithmetic
+/// (`quantize_row_q4_0_ref`): `max` = the first element of largest magnitude (with its sign),
+/// `d = max / -8`, `id = 1 / d` (0 when `d == 0`), `q = min(15, trunc(x * id + 8.5))`, stored
+/// as `f16(d)` and nibbles (element `j` low nibble of byte `j`, element `j + 16` high nibble).
 ///
 /// # Errors
 ///
@@ -84,14 +82,9 @@ pub fn quantize_row_q4_0(x: &[f32], out: &mut [u8]) -> Result<()> {
             }
         }
         let d = mx / -8.0;
+        let id = if d == 0.0 { 0.0 } else { 1.0 / d };
         put_f16(blk, d, DType::Q4_0, b, "scale")?;
-        let q = |v: f32| -> u8 {
-            if d == 0.0 {
-                8
-            } else {
-                (round_ties_away(v / d) + 8.0).clamp(0.0, 15.0) as u8
-            }
-        };
+        let q = |v: f32| ((v * id + 8.5) as i32).clamp(0, 15) as u8;
         for j in 0..QK / 2 {
             blk[2 + j] = q(xs[j]) | (q(xs[j + 16]) << 4);
         }

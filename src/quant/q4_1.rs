@@ -3,7 +3,7 @@
 //! [`ActFormat::Q8`] and needs its scaled block sums (for `m`).
 
 use super::q8::Q8Row;
-use super::{f16_at, put_f16, quantize_checks, round_ties_away, ActFormat, TypeInfo, QK};
+use super::{f16_at, put_f16, quantize_checks, ActFormat, TypeInfo, QK};
 use crate::error::Result;
 use crate::kernels::scalar::{accumulate8, dot_blocks};
 use crate::tensor::DType;
@@ -67,31 +67,25 @@ pub fn dequantize_row_q4_1(bytes: &[u8], out: &mut [f32]) -> Result<()> {
     super::dequantize_row_with(DType::Q4_1, bytes, out, dequantize_block_q4_1)
 }
 
-/// Quantizes a row of f32 to Q4_1 blocks (20 bytes each); scalar (conversion and tests).
-///
-/// Per block: `m = min x`, `d = (max x - m) / 15`, `q = clamp(round((x - m) / d), 0, 15)`
-/// ([`round_ties_away`], f32 arithmetic), stored as `f16(d)`, `f16(m)` and nibbles as Q4_0.
-/// `d == 0` gives nibbles 0 (value `m`).
+/// Quantizes a row of f32 to Q4_1 blocks (20 bytes each) by ggml's reference arithmetic
+/// (`quantize_row_q4_1_ref`): `d = (max - min) / 15`, `id = 1 / d` (0 when `d == 0`),
+/// `q = min(15, trunc((x - min) * id + 0.5))`, stored as `f16(d)`, `f16(min)` and nibbles as
+/// Q4_0.
 ///
 /// # Errors
 ///
 /// As [`super::quantize_row_q8_0`], with 20-byte blocks; [`crate::Code::OutOfRange`] also
-/// when `m` does not fit in f16.
+/// when `min` does not fit in f16.
 pub fn quantize_row_q4_1(x: &[f32], out: &mut [u8]) -> Result<()> {
     quantize_checks(DType::Q4_1, x, out)?;
     for (b, (xs, blk)) in x.chunks_exact(QK).zip(out.chunks_exact_mut(BYTES)).enumerate() {
-        let mn = xs.iter().copied().fold(f32::INFINITY, f32::min);
-        let mx = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mn = xs.iter().copied().fold(f32::MAX, |a, v| if v < a { v } else { a });
+        let mx = xs.iter().copied().fold(-f32::MAX, |a, v| if v > a { v } else { a });
         let d = (mx - mn) / 15.0;
+        let id = if d == 0.0 { 0.0 } else { 1.0 / d };
         put_f16(blk, d, DType::Q4_1, b, "scale")?;
         put_f16(&mut blk[2..], mn, DType::Q4_1, b, "minimum")?;
-        let q = |v: f32| -> u8 {
-            if d == 0.0 {
-                0
-            } else {
-                round_ties_away((v - mn) / d).clamp(0.0, 15.0) as u8
-            }
-        };
+        let q = |v: f32| (((v - mn) * id + 0.5) as i32).clamp(0, 15) as u8;
         for j in 0..QK / 2 {
             blk[4 + j] = q(xs[j]) | (q(xs[j + 16]) << 4);
         }

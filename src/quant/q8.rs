@@ -1,27 +1,66 @@
-//! The int8 activation format ([`ActFormat::Q8`]): activations quantized once per GEMV/GEMM
-//! to blocks of 32 × i8 with an f32 scale, the block sum and the scaled block sum (what
-//! Q4_1-style weights with a minimum need), carved out of caller scratch.
+//! The int8 activation formats, quantized once per GEMV/GEMM and carved out of caller
+//! scratch:
+//!
+//! - [`ActFormat::Q8`] (the 32-element weight types): blocks of 32 × i8 with an f32 scale, the
+//!   block sum and the scaled block sum (what Q4_1/Q5_1-style weights with a minimum need);
+//! - [`ActFormat::Q8K`] (the K-quants; ggml's `block_q8_K` plays this part there): super-blocks
+//!   of 256 × i8 with an f32 scale and the 16 sums of each run of 16 values.
+//!
+//! Both use rml's one rule, on every ISA: per block, `amax = max |x|` (on the bit patterns, so
+//! NaN and ±infinity are caught), `d = amax / 127`, `q = clamp(round_ties_away(x / d), -127,
+//! 127)`; an all-zero block gives `d = 0` and zeros. (ggml's own Q8_K quantizer uses
+//! `-127 / max` and `nearest_int`; rml keeps its rule so that every ISA gives the same bytes.)
 
-use super::{non_finite, row_blocks, ActFormat, QK};
+use super::{non_finite, round_ties_away, row_blocks, ActFormat, QK, QK_K};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 
-/// Bytes of scratch that [`Q8Acts`] needs for `n` activation rows of `k` elements: per
-/// 32-element block 32 bytes of values, an f32 scale, an f32 scaled sum and an i32 sum
-/// (44 bytes), plus 64 bytes of alignment slack.
-pub const fn q8_acts_bytes(k: usize, n: usize) -> usize {
-    n * k.div_ceil(QK) * 44 + 64
+/// Bytes per block of each format: values, f32 scale, f32 scaled sum, i32 sums.
+const fn block_bytes(fmt: ActFormat) -> usize {
+    match fmt {
+        ActFormat::Q8 => QK + 4 + 4 + 4,
+        ActFormat::Q8K => QK_K + 4 + 16 * 4,
+    }
 }
 
-/// Activations quantized to Q8 for the int8 kernels: `n` rows of `nb` blocks, carved out of
-/// caller scratch (no allocation).
+/// Elements per block of each format.
+const fn block_elems(fmt: ActFormat) -> usize {
+    match fmt {
+        ActFormat::Q8 => QK,
+        ActFormat::Q8K => QK_K,
+    }
+}
+
+/// Bytes of scratch that [`Q8Acts::quantize_as`] needs for `n` activation rows of `k`
+/// elements in `fmt`, with 64 bytes of alignment slack.
+pub const fn q8_acts_bytes_as(fmt: ActFormat, k: usize, n: usize) -> usize {
+    n * k.div_ceil(block_elems(fmt)) * block_bytes(fmt) + 64
+}
+
+/// Bytes of scratch for `n` activation rows of `k` elements in BOTH formats (what
+/// [`crate::ops::gemm_fused`] may need when its matrices mix 32-element types and K-quants):
+/// [`q8_acts_bytes_as`] of [`ActFormat::Q8`], plus that of [`ActFormat::Q8K`] when `k` is a
+/// multiple of 256.
+pub const fn q8_acts_bytes(k: usize, n: usize) -> usize {
+    let q8 = q8_acts_bytes_as(ActFormat::Q8, k, n);
+    if k % QK_K == 0 && k > 0 {
+        q8 + q8_acts_bytes_as(ActFormat::Q8K, k, n)
+    } else {
+        q8
+    }
+}
+
+/// Activations quantized for the int8 kernels: `n` rows of `nb` blocks of one
+/// [`ActFormat`], carved out of caller scratch (no allocation).
 ///
-/// Block `b` of row `t` (index `i = t * nb + b`) has values `qs[32 i .. 32 i + 32]`, each in
-/// `-127..=127` (never -128: the AVX2 sign trick relies on it), an f32 scale `d[i]`,
-/// `sum[i] = Σ qs` and `s[i] = d[i] * sum[i] as f32`. The values are those of
-/// [`super::quantize_row_q8_0`] (same rule, same bytes); the scale stays f32 instead of f16.
+/// [`ActFormat::Q8`]: block `b` of row `t` (index `i = t * nb + b`) has values
+/// `qs[32 i .. 32 i + 32]`, each in `-127..=127` (never -128: the AVX2 sign trick relies on
+/// it), an f32 scale `d[i]`, `sum[i] = Σ qs` and `s[i] = d[i] * sum[i] as f32`.
+/// [`ActFormat::Q8K`]: values `qs[256 i .. 256 i + 256]`, scale `d[i]`, and
+/// `sum[16 i + j]` = the sum of values `16 j .. 16 j + 16` of the block; `s` is empty.
 #[derive(Clone, Copy, Debug)]
 pub struct Q8Acts<'a> {
+    fmt: ActFormat,
     n: usize,
     nb: usize,
     qs: &'a [i8],
@@ -32,27 +71,47 @@ pub struct Q8Acts<'a> {
 
 type Parts<'a> = (&'a mut [i8], &'a mut [f32], &'a mut [f32], &'a mut [i32]);
 
-/// Splits 64-byte aligned scratch into the [`Q8Acts`] arrays for `m` blocks.
-fn carve(scratch: &mut [u8], m: usize) -> Result<Parts<'_>> {
+/// Splits 64-byte aligned scratch into the [`Q8Acts`] arrays for `m` blocks of `fmt`.
+fn carve(scratch: &mut [u8], m: usize, fmt: ActFormat) -> Result<Parts<'_>> {
+    let bb = block_bytes(fmt);
     let off = scratch.as_ptr().align_offset(64);
-    let need = m.checked_mul(44).and_then(|b| b.checked_add(off));
+    let need = m.checked_mul(bb).and_then(|b| b.checked_add(off));
     let Some(need) = need.filter(|&need| need <= scratch.len()) else {
         return Err(Error::invalid_argument(format_args!(
             "int8 activations: scratch has {} bytes, {m} blocks need {} (see ops::scratch_bytes)",
             scratch.len(),
-            m.saturating_mul(44).saturating_add(64)
+            m.saturating_mul(bb).saturating_add(64)
         )));
     };
     let buf = &mut scratch[off..need];
-    let (qs, rest) = buf.split_at_mut(m * 32);
+    let (qs, rest) = buf.split_at_mut(m * block_elems(fmt));
     let (d, rest) = rest.split_at_mut(m * 4);
-    let (s, sum) = rest.split_at_mut(m * 4);
+    let s_len = if fmt == ActFormat::Q8 { m * 4 } else { 0 };
+    let (s, sum) = rest.split_at_mut(s_len);
     Ok((
         crate::tensor::cast_slice_mut(qs),
         crate::tensor::cast_slice_mut(d),
         crate::tensor::cast_slice_mut(s),
         crate::tensor::cast_slice_mut(sum),
     ))
+}
+
+/// Quantizes one block (32 or 256 values) by the rule of the module docs; `None` if it holds
+/// NaN or ±infinity.
+fn quantize_block(x: &[f32], qs: &mut [i8]) -> Option<f32> {
+    let amax_bits = x.iter().map(|v| v.to_bits() & 0x7FFF_FFFF).max().unwrap_or(0);
+    if amax_bits >= 0x7F80_0000 {
+        return None;
+    }
+    let d = f32::from_bits(amax_bits) / 127.0;
+    if d == 0.0 {
+        qs.fill(0);
+        return Some(0.0);
+    }
+    for (q, &v) in qs.iter_mut().zip(x) {
+        *q = round_ties_away(v / d).clamp(-127.0, 127.0) as i8;
+    }
+    Some(d)
 }
 
 /// Fills `sum` and `s` from `qs` and `d`.
@@ -79,6 +138,28 @@ impl<'a> Q8Acts<'a> {
         k: usize,
         scratch: &'a mut [u8],
     ) -> Result<Self> {
+        Self::quantize_as(ActFormat::Q8, kern, x, n, k, scratch)
+    }
+
+    /// Quantizes `n` rows of `k` activations into `scratch` in `fmt` ([`ActFormat::Q8`] with the
+    /// kernels `kern`; [`ActFormat::Q8K`] with the scalar rule, the same bytes).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::InvalidArgument`] if `k` is not a multiple of the format's block (32 or
+    /// 256), `x.len() != n * k`, `scratch` is shorter than [`q8_acts_bytes_as`], or `x` holds
+    /// NaN or ±infinity.
+    pub fn quantize_as(
+        fmt: ActFormat,
+        kern: &crate::kernels::Kernels,
+        x: &[f32],
+        n: usize,
+        k: usize,
+        scratch: &'a mut [u8],
+    ) -> Result<Self> {
+        if fmt == ActFormat::Q8K {
+            return Self::quantize_k(x, n, k, scratch);
+        }
         let nb = row_blocks(DType::Q8_0, k)?;
         if Some(x.len()) != n.checked_mul(k) {
             return Err(Error::invalid_argument(format_args!(
@@ -86,7 +167,7 @@ impl<'a> Q8Acts<'a> {
                 x.len()
             )));
         }
-        let (qs, d, s, sum) = carve(scratch, n * nb)?;
+        let (qs, d, s, sum) = carve(scratch, n * nb, ActFormat::Q8)?;
         if nb > 0 {
             for ((xr, qr), dr) in
                 x.chunks_exact(k).zip(qs.chunks_exact_mut(nb * QK)).zip(d.chunks_exact_mut(nb))
@@ -103,7 +184,35 @@ impl<'a> Q8Acts<'a> {
             }
         }
         finish_sums(qs, d, s, sum);
-        Ok(Q8Acts { n, nb, qs, d, s, sum })
+        Ok(Q8Acts { fmt: ActFormat::Q8, n, nb, qs, d, s, sum })
+    }
+
+    /// The [`ActFormat::Q8K`] quantizer (scalar; the rule of the module docs over 256 values).
+    fn quantize_k(x: &[f32], n: usize, k: usize, scratch: &'a mut [u8]) -> Result<Self> {
+        if k % QK_K != 0 {
+            return Err(Error::invalid_argument(format_args!(
+                "int8 activations (Q8_K): row of {k} elements is not a multiple of the \
+                 super-block size {QK_K}"
+            )));
+        }
+        let nb = k / QK_K;
+        if Some(x.len()) != n.checked_mul(k) {
+            return Err(Error::invalid_argument(format_args!(
+                "int8 activations: x has {} elements, want {n} x {k}",
+                x.len()
+            )));
+        }
+        let (qs, d, s, sum) = carve(scratch, n * nb, ActFormat::Q8K)?;
+        for (i, ((xb, qb), db)) in
+            x.chunks_exact(QK_K).zip(qs.chunks_exact_mut(QK_K)).zip(d.iter_mut()).enumerate()
+        {
+            *db = quantize_block(xb, qb)
+                .ok_or_else(|| non_finite(DType::Q8_0, xb).context("int8 activations (Q8_K)"))?;
+            for (j, run) in qb.chunks_exact(16).enumerate() {
+                sum[16 * i + j] = run.iter().map(|&v| v as i32).sum();
+            }
+        }
+        Ok(Q8Acts { fmt: ActFormat::Q8K, n, nb, qs, d, s, sum })
     }
 
     /// Builds activations from already quantized blocks (tests, callers with their own
@@ -141,11 +250,11 @@ impl<'a> Q8Acts<'a> {
                 d[i]
             )));
         }
-        let (q2, d2, s, sum) = carve(scratch, m)?;
+        let (q2, d2, s, sum) = carve(scratch, m, ActFormat::Q8)?;
         q2.copy_from_slice(qs);
         d2.copy_from_slice(d);
         finish_sums(q2, d2, s, sum);
-        Ok(Q8Acts { n, nb, qs: q2, d: d2, s, sum })
+        Ok(Q8Acts { fmt: ActFormat::Q8, n, nb, qs: q2, d: d2, s, sum })
     }
 
     /// Activation rows.
@@ -153,12 +262,12 @@ impl<'a> Q8Acts<'a> {
         self.n
     }
 
-    /// Blocks per row (`k / 32`).
+    /// Blocks per row (`k / 32` for [`ActFormat::Q8`], `k / 256` for [`ActFormat::Q8K`]).
     pub fn nb(&self) -> usize {
         self.nb
     }
 
-    /// All values, row after row (`n * nb * 32`).
+    /// All values, row after row (`n * nb * 32`, or `n * nb * 256`).
     pub fn qs(&self) -> &'a [i8] {
         self.qs
     }
@@ -168,19 +277,20 @@ impl<'a> Q8Acts<'a> {
         self.d
     }
 
-    /// All scaled block sums `d * Σ qs` (`n * nb`).
+    /// All scaled block sums `d * Σ qs` (`n * nb`; empty for [`ActFormat::Q8K`]).
     pub fn s(&self) -> &'a [f32] {
         self.s
     }
 
-    /// All block sums `Σ qs` (`n * nb`).
+    /// All block sums `Σ qs` (`n * nb`), or for [`ActFormat::Q8K`] the sums of each run of
+    /// 16 values (`n * nb * 16`).
     pub fn sum(&self) -> &'a [i32] {
         self.sum
     }
 
-    /// The activation format ([`ActFormat::Q8`]).
+    /// The activation format.
     pub fn format(&self) -> ActFormat {
-        ActFormat::Q8
+        self.fmt
     }
 
     /// Activation row `t`.
@@ -191,16 +301,22 @@ impl<'a> Q8Acts<'a> {
     pub fn row(&self, t: usize) -> Q8Row<'a> {
         assert!(t < self.n, "activation row {t} of {}", self.n);
         let nb = self.nb;
+        let (e, sums) = match self.fmt {
+            ActFormat::Q8 => (QK, 1),
+            ActFormat::Q8K => (QK_K, 16),
+        };
+        let s = if self.fmt == ActFormat::Q8 { &self.s[t * nb..(t + 1) * nb] } else { &[][..] };
         Q8Row {
-            qs: &self.qs[t * nb * QK..(t + 1) * nb * QK],
+            qs: &self.qs[t * nb * e..(t + 1) * nb * e],
             d: &self.d[t * nb..(t + 1) * nb],
-            s: &self.s[t * nb..(t + 1) * nb],
-            sum: &self.sum[t * nb..(t + 1) * nb],
+            s,
+            sum: &self.sum[t * nb * sums..(t + 1) * nb * sums],
         }
     }
 }
 
-/// One row of [`Q8Acts`]: `nb` blocks' values, scales, scaled sums and sums.
+/// One row of [`Q8Acts`]: `nb` blocks' values, scales, scaled sums and sums (laid out as in
+/// [`Q8Acts`] for its format).
 #[derive(Clone, Copy, Debug)]
 pub struct Q8Row<'a> {
     /// Values, 32 per block.
@@ -209,6 +325,6 @@ pub struct Q8Row<'a> {
     pub d: &'a [f32],
     /// Scaled block sums `d * Σ qs`.
     pub s: &'a [f32],
-    /// Block sums `Σ qs`.
+    /// Block sums `Σ qs` (Q8_K: 16 per block).
     pub sum: &'a [i32],
 }

@@ -62,15 +62,13 @@ pub fn dequantize_row_q8_0(bytes: &[u8], out: &mut [f32]) -> Result<()> {
     super::dequantize_row_with(DType::Q8_0, bytes, out, dequantize_block_q8_0)
 }
 
-/// Quantizes a row of f32 to Q8_0 blocks (34 bytes each) with the active kernels (the
-/// scalar, AVX2 and NEON paths give identical bytes).
+/// Quantizes a row of f32 to Q8_0 blocks (34 bytes each) by ggml's reference arithmetic
+/// (`quantize_row_q8_0_ref`, the bytes llama-quantize and the `gguf` package write): per block
+/// of 32, `amax = max |x|`, `d = amax / 127`, `id = 1 / d` (0 when `d == 0`),
+/// `q = roundf(x * id)`; the block stores `f16(d)` (round to nearest even) and `q`.
 ///
-/// Per block of 32: `amax = max |x|`, `d = amax / 127` (in f32), and
-/// `q = clamp(round(x / d), -127, 127)` with `x / d` an IEEE division by that f32 `d` and
-/// [`super::round_ties_away`]; the block stores `f16(d)` (round to nearest even) and `q`. A
-/// block with `d == 0` (all zeros, or subnormals too small to scale) stores `d = 0` and zeros.
-/// The quantized values are computed against the f32 `d`, not the f16-rounded one (as ggml
-/// does).
+/// (The int8 activation path quantizes with its own rule, `round(x / d)`; see
+/// [`super::Q8Acts`] and [`crate::kernels::Kernels::quantize_row_q8_0`].)
 ///
 /// # Errors
 ///
@@ -79,7 +77,17 @@ pub fn dequantize_row_q8_0(bytes: &[u8], out: &mut [f32]) -> Result<()> {
 /// if a block's scale does not fit in f16 (`amax / 127 >= 65520`). On error `out` may be
 /// partly written.
 pub fn quantize_row_q8_0(x: &[f32], out: &mut [u8]) -> Result<()> {
-    crate::kernels::active()?.quantize_row_q8_0(x, out)
+    super::quantize_checks(DType::Q8_0, x, out)?;
+    for (b, (xs, blk)) in x.chunks_exact(QK).zip(out.chunks_exact_mut(BYTES)).enumerate() {
+        let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+        super::put_f16(blk, d, DType::Q8_0, b, "scale")?;
+        for (q, &v) in blk[2..].iter_mut().zip(xs) {
+            *q = super::round_ties_away(v * id) as i8 as u8;
+        }
+    }
+    Ok(())
 }
 
 /// Dot of a Q8_0 row with f32 `x` (dequantized on the fly).

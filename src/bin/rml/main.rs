@@ -119,7 +119,7 @@ struct GenerateArgs {
     #[arg(long)]
     threads: Option<usize>,
     /// Matmul schedule: grain:G, static, fixed8, fixed16, fixed32, proportional2,
-    /// proportional4, adaptive (default: the tuned winner, else proportional2).
+    /// proportional4, adaptive, owned (default: the tuned winner, else proportional2).
     #[arg(long, value_parser = parse_schedule)]
     schedule: Option<Schedule>,
     /// Sampling temperature; 0 is greedy.

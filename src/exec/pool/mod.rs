@@ -11,8 +11,8 @@ use core::sync::atomic::AtomicUsize as CounterAtomic;
 use core::time::Duration;
 
 use self::sync::{
-    fence, lock, spin_hint, thread, Arc, AtomicBool, AtomicUsize, Condvar, Liveness, Mutex,
-    Ordering, RacyCell,
+    fence, lock, spin_hint, thread, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Liveness,
+    Mutex, Ordering, RacyCell,
 };
 use super::{ChunkPlan, Executor, Schedule};
 use crate::{Error, Result};
@@ -35,6 +35,40 @@ pub const DEFAULT_SPIN_US: u64 = 200;
 /// Polls of the `done` counter the caller makes before it starts yielding its time slice.
 const CALLER_SPIN_POLLS: u32 = 256;
 
+/// The most threads a pool may have (the caller included): the job state word counts joined
+/// workers in 16 bits.
+pub(crate) const MAX_THREADS: usize = 1 << 16;
+
+/// The job state word `announce.state`: bit 0 says the job is closed (no worker may join it any
+/// more), bits 1..=16 count the workers that joined it, the bits above hold its generation
+/// (wrapping; a worker compares generations only for equality).
+mod state {
+    /// Set by the caller when it has no chunk left to claim; a worker's join fails from then on.
+    pub(super) const CLOSED: usize = 1;
+    /// One joined worker.
+    pub(super) const JOIN_ONE: usize = 1 << 1;
+    const JOINED_MASK: usize = 0xFFFF;
+    const GEN_SHIFT: u32 = 17;
+
+    /// The state of a freshly published job of generation `g`: open, nobody joined.
+    #[inline(always)]
+    pub(super) fn open(g: usize) -> usize {
+        g << GEN_SHIFT
+    }
+
+    /// The generation bits of `s` (what a worker remembers as the last job it saw).
+    #[inline(always)]
+    pub(super) fn generation(s: usize) -> usize {
+        s >> GEN_SHIFT
+    }
+
+    /// Workers that joined the job.
+    #[inline(always)]
+    pub(super) fn joined(s: usize) -> usize {
+        (s >> 1) & JOINED_MASK
+    }
+}
+
 /// A value on its own cache line (128 bytes on x86_64 and aarch64, where the adjacent-line
 /// prefetcher pairs lines; 64 elsewhere), so threads fighting over it do not false-share.
 #[cfg_attr(any(target_arch = "x86_64", target_arch = "aarch64"), repr(align(128)))]
@@ -50,16 +84,18 @@ impl<T> Deref for Padded<T> {
     }
 }
 
-/// What the caller publishes: written before the `generation` bump, read by workers after they
-/// see it. Written by one thread, read by the others; one cache line, so a worker that sees
-/// the bump has the whole job description in the same transfer.
+/// What the caller publishes: written before the job's state is stored, read by workers after
+/// they joined it. One cache line, so a worker that sees a new job has the whole job
+/// description in the same transfer.
 struct Announce {
-    /// Bumped once per job and once at shutdown (a Release store followed by a SeqCst fence).
-    generation: AtomicUsize,
-    /// Set before the last generation bump, by `Drop`.
+    /// The job state word (module `state`): a new generation, open, per job and once at
+    /// shutdown (a Release store followed by a SeqCst fence); +1 joined per worker that joins
+    /// (CAS, Acquire); closed by the caller (`fetch_or`) once it has no chunk left to claim.
+    state: AtomicUsize,
+    /// Set before the last state store, by `Drop`.
     shutdown: AtomicBool,
-    /// The current job. Written only while no worker holds a job, read by workers only after
-    /// they saw the job's generation.
+    /// The current job. Written only while no worker is inside a job, read by a worker only
+    /// after it joined the job.
     desc: RacyCell<JobDesc>,
 }
 
@@ -67,22 +103,22 @@ struct Announce {
 /// caller's `Job` (panic slot) lives.
 #[derive(Clone, Copy)]
 struct JobDesc {
-    /// The caller's `&dyn Fn` (data pointer + vtable). Its real lifetime is the dispatch: it
-    /// is only called between the generation bump and this worker's `done` increment.
+    /// The caller's `&dyn Fn` (data pointer + vtable). Its real lifetime is the dispatch: a
+    /// worker calls it only between its join and its `done` increment.
     f: &'static (dyn Fn(Range<usize>) + Sync),
     plan: ChunkPlan,
     job: *const Job,
 }
 
 // SAFETY: `job` points to a `Job` (atomics and a panic slot that only one thread writes) that
-// the caller keeps alive until every worker has left it; the rest is Send already.
+// the caller keeps alive until every worker that joined it has left; the rest is Send already.
 unsafe impl Send for JobDesc {}
 
 /// The `call` mutex's data: one caller at a time, and what that caller needs to remember.
 struct CallState {
     /// The last generation published.
     generation: usize,
-    /// The value `done` reaches when every worker has left the last job.
+    /// The value `done` reaches when every worker that joined the last job has left it.
     done_target: usize,
 }
 
@@ -93,6 +129,7 @@ struct Slot {
     chunks: CounterAtomic,
     steals: CounterAtomic,
     sleeps: CounterAtomic,
+    missed: CounterAtomic,
 }
 
 /// Statistics any thread may bump.
@@ -103,15 +140,23 @@ struct Counters {
     wakeups: CounterAtomic,
 }
 
+/// A hook a worker calls with its index each time it sees a new job, before it tries to join
+/// ([`ThreadPoolBuilder::before_join`]).
+pub type JoinHook = fn(usize);
+
 /// Everything the caller and the workers share.
 struct Shared {
     announce: Padded<Announce>,
-    /// Next chunk index to claim (dynamic schedules). Reset by the caller before publishing;
-    /// pushed past every plan (`STOP_CLAIMS`) when a chunk panics.
+    /// Next chunk index to claim (shared-counter schedules). Reset by the caller before
+    /// publishing; pushed past every plan (`STOP_CLAIMS`) when a chunk panics.
     next_chunk: Padded<AtomicUsize>,
-    /// Jobs left by workers, counted over the pool's life: each worker adds 1 (Release) when it
-    /// leaves a job, so `pending_workers = done_target - done`. Monotonic, so the caller never
-    /// writes it.
+    /// Owned schedules: one claim word per thread, its share of the job's claim units as
+    /// `front | back << 32` (biased by `claims::BIAS`); the owner takes `front`, others `back`.
+    /// Reset by the caller before publishing; emptied when a chunk panics.
+    shares: Box<[Padded<AtomicU64>]>,
+    /// Jobs left by workers, counted over the pool's life: each worker that joined a job adds 1
+    /// (Release) when it leaves it, so `pending_workers = done_target - done`. Monotonic, so
+    /// the caller never writes it.
     done: Padded<AtomicUsize>,
     /// Workers inside the sleep protocol (between their increment and decrement).
     sleeping: Padded<AtomicUsize>,
@@ -128,6 +173,8 @@ struct Shared {
     threads: usize,
     /// How long a worker polls before sleeping.
     spin: Duration,
+    /// Called by a worker before each join (tests: hold a worker outside the job).
+    before_join: Option<JoinHook>,
 }
 
 /// `next_chunk` after a panic: past any plan's chunk count, with room for every thread's
@@ -139,7 +186,7 @@ struct Job {
     /// Set by the first chunk that panics.
     panicked: AtomicBool,
     /// The first panic's payload, written only by the thread that set `panicked`, read by the
-    /// caller after every worker left.
+    /// caller after every worker that joined has left.
     payload: UnsafeCell<Option<Box<dyn Any + Send>>>,
     live: Liveness,
 }
@@ -148,8 +195,8 @@ impl Job {
     fn record_panic(&self, payload: Box<dyn Any + Send>) {
         if !self.panicked.swap(true, Ordering::AcqRel) {
             // SAFETY: only the one thread that flipped `panicked` from false writes `payload`,
-            // and the caller reads it only after every worker left the job (`done` reached
-            // its target, Acquire, pairing with each worker's Release increment).
+            // and the caller reads it only after every worker that joined left the job (`done`
+            // reached its target, Acquire, pairing with each worker's Release increment).
             unsafe { *self.payload.get() = Some(payload) };
         }
     }
@@ -170,9 +217,14 @@ pub struct PoolStats {
     pub sleeps: u64,
     /// Dispatches that found sleeping workers and signalled the condvar to wake them.
     pub wakeups: u64,
-    /// Chunks run by a thread other than their static owner (`chunk % threads`, the caller
-    /// being thread 0).
+    /// Chunks run by a thread other than the owner of their share ([`ChunkPlan::share`], the
+    /// caller being thread 0): under `Static` and `Owned`, chunks taken from the far end of
+    /// another thread's share; under the shared-counter schedules, chunks that landed outside
+    /// their owner's share.
     pub steals: u64,
+    /// Jobs a worker arrived at after the caller had closed them (every chunk was already
+    /// claimed), so it took no part: a worker that the OS ran late, or that woke late.
+    pub missed: u64,
 }
 
 impl PoolStats {
@@ -185,6 +237,7 @@ impl PoolStats {
             sleeps: self.sleeps.wrapping_sub(earlier.sleeps),
             wakeups: self.wakeups.wrapping_sub(earlier.wakeups),
             steals: self.steals.wrapping_sub(earlier.steals),
+            missed: self.missed.wrapping_sub(earlier.missed),
         }
     }
 }
@@ -195,6 +248,7 @@ pub struct ThreadPoolBuilder {
     threads: Option<usize>,
     spin: Option<Duration>,
     schedule: Option<Schedule>,
+    before_join: Option<JoinHook>,
 }
 
 impl ThreadPoolBuilder {
@@ -225,21 +279,36 @@ impl ThreadPoolBuilder {
         self
     }
 
+    /// A function each worker calls with its index (1..threads) every time it sees a new job,
+    /// before it tries to join it. For tests and diagnostics: a hook that blocks stands for a
+    /// worker the operating system has not run yet, which the caller must not wait for. Default:
+    /// none.
+    pub fn before_join(mut self, hook: JoinHook) -> Self {
+        self.before_join = Some(hook);
+        self
+    }
+
     /// Starts the workers.
     ///
     /// # Errors
-    /// `Io` when the operating system refuses a thread (workers already started are stopped).
+    /// `InvalidArgument` for more than 65,536 threads; `Io` when the operating system refuses a
+    /// thread (workers already started are stopped).
     pub fn build(self) -> Result<ThreadPool> {
         #[cfg(not(loom))]
         let threads = self.threads.unwrap_or_else(ThreadPool::default_threads).max(1);
         #[cfg(loom)]
         let threads = self.threads.unwrap_or(1).max(1);
+        if threads > MAX_THREADS {
+            return Err(Error::invalid_argument(format_args!(
+                "thread pool of {threads} threads: at most {MAX_THREADS} are supported"
+            )));
+        }
         let spin = self.spin.unwrap_or_else(|| {
             Duration::from_micros(env_number("RML_THREAD_SPIN_US").unwrap_or(DEFAULT_SPIN_US))
         });
         let shared = Arc::new(Shared {
             announce: Padded(Announce {
-                generation: AtomicUsize::new(0),
+                state: AtomicUsize::new(state::open(0)),
                 shutdown: AtomicBool::new(false),
                 desc: RacyCell::new(JobDesc {
                     f: &|_| {},
@@ -248,6 +317,7 @@ impl ThreadPoolBuilder {
                 }),
             }),
             next_chunk: Padded(AtomicUsize::new(0)),
+            shares: (0..threads).map(|_| Padded(AtomicU64::new(claims::EMPTY))).collect(),
             done: Padded(AtomicUsize::new(0)),
             sleeping: Padded(AtomicUsize::new(0)),
             call: Mutex::new(CallState { generation: 0, done_target: 0 }),
@@ -260,6 +330,7 @@ impl ThreadPoolBuilder {
             )),
             threads,
             spin,
+            before_join: self.before_join,
         });
         let mut pool = ThreadPool { shared, workers: Vec::with_capacity(threads - 1) };
         for index in 1..threads {
@@ -285,8 +356,11 @@ impl ThreadPoolBuilder {
 /// A pool of `threads` has `threads - 1` worker threads; the thread that calls
 /// [`parallel_for`](Self::parallel_for) works too. A dispatch builds the job on the caller's
 /// stack (a `&dyn Fn` — data pointer plus vtable — and the [`ChunkPlan`]), publishes its
-/// address, wakes sleeping workers only if there are any, runs chunks itself and returns when
-/// every worker has left the job. Nothing is allocated per dispatch. Workers spin for a while
+/// address, wakes sleeping workers only if there are any, and runs chunks itself. Workers join
+/// the job as they arrive; once no chunk is left to claim the caller closes the job (a worker
+/// arriving later does not touch it) and returns when the workers that joined have left. So a
+/// worker that the operating system has not scheduled never delays a dispatch. Nothing is
+/// allocated per dispatch. Workers spin for a while
 /// after each job (`RML_THREAD_SPIN_US`, default [`DEFAULT_SPIN_US`]) and then sleep on a
 /// condvar, so an idle pool costs no CPU. The protocol — who writes which atomic with which
 /// ordering, and why no wake-up is lost — is written up in `src/exec/pool/README.md` and
@@ -395,6 +469,7 @@ impl ThreadPool {
             s.chunks += slot.chunks.load(Relaxed) as u64;
             s.steals += slot.steals.load(Relaxed) as u64;
             s.sleeps += slot.sleeps.load(Relaxed) as u64;
+            s.missed += slot.missed.load(Relaxed) as u64;
         }
         s
     }
@@ -404,8 +479,8 @@ impl ThreadPool {
     /// has one chunk, or the calling thread is already inside a chunk.
     ///
     /// # Panics
-    /// If `f` panics, the first panic is re-raised here once every thread has left the job;
-    /// the pool stays usable.
+    /// If `f` panics, the first panic is re-raised here once every thread that joined the job
+    /// has left it (chunks not yet claimed by then are not run); the pool stays usable.
     pub fn parallel_for(
         &self,
         range: Range<usize>,
@@ -427,8 +502,8 @@ impl ThreadPool {
         }
     }
 
-    /// Publishes a job of two or more chunks to the workers, works on it, and waits for every
-    /// worker to leave it.
+    /// Publishes a job of two or more chunks to the workers, works on it until no chunk is left
+    /// to claim, closes it, and waits for the workers that joined it to leave.
     fn dispatch(&self, plan: ChunkPlan, f: &(dyn Fn(Range<usize>) + Sync)) {
         let sh = &*self.shared;
         let mut call = lock(&sh.call);
@@ -437,9 +512,9 @@ impl ThreadPool {
             payload: UnsafeCell::new(None),
             live: Liveness::new(),
         };
-        // SAFETY: only the lifetime changes. Workers call `f` only between the generation
-        // bump below and their `done` increment, and this function returns only after every
-        // worker's increment (Acquire), so no call outlives the borrow.
+        // SAFETY: only the lifetime changes. A worker calls `f` only between its join and its
+        // `done` increment, and this function returns only after the increment (Acquire) of
+        // every worker that joined; a worker that did not join never reads `desc`.
         let f_static = unsafe {
             core::mem::transmute::<
                 &(dyn Fn(Range<usize>) + Sync),
@@ -447,16 +522,20 @@ impl ThreadPool {
             >(f)
         };
         let desc = JobDesc { f: f_static, plan, job: &job };
-        // SAFETY: every worker left the previous job (its `done` increment happened-before our
-        // Acquire read that ended the previous dispatch, under this same mutex) and none reads
-        // `desc` again before seeing the bump below.
+        // SAFETY: every worker that joined the previous job left it (its `done` increment
+        // happened-before our Acquire read that ended the previous dispatch, under this same
+        // mutex); a worker reads `desc` only after joining the job published below.
         unsafe { sh.announce.desc.write(desc) };
-        if !plan.is_owned() {
+        if plan.is_owned() {
+            claims::reset_shares(sh, &plan);
+        } else {
             sh.next_chunk.store(0, Ordering::Relaxed);
         }
-        // Publish (Release: the stores above are visible to a worker that sees the new value).
+        // Publish (Release: the stores above are visible to a worker whose join reads this
+        // value or a later one — the joins and the close are RMWs, so they continue its
+        // release sequence).
         call.generation = call.generation.wrapping_add(1);
-        sh.announce.generation.store(call.generation, Ordering::Release);
+        sh.announce.state.store(state::open(call.generation), Ordering::Release);
         // Either a worker going to sleep sees the new generation, or we see its `sleeping`
         // increment (the two SeqCst fences; README "Why no wake-up is lost").
         fence(Ordering::SeqCst);
@@ -466,11 +545,15 @@ impl ThreadPool {
             sh.counters.wakeups.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         }
         sh.counters.dispatches.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-        call.done_target = call.done_target.wrapping_add(sh.threads - 1);
-
         worker::run_chunks(sh, f, &plan, &job, 0);
-
-        // Every worker must leave the job before this frame (and `job`) dies.
+        // Every chunk is claimed (or a chunk panicked): close the job. The joins before the
+        // close in the state word's modification order are exactly the workers we wait for;
+        // a join after it fails, and that worker never touches the job.
+        let closed = sh.announce.state.fetch_or(state::CLOSED, Ordering::Relaxed);
+        call.done_target = call.done_target.wrapping_add(state::joined(closed));
+        // Wait (spin, then yield) for the workers that joined to leave: each one's Release
+        // increment is after its last access to the job, so once our Acquire load reads the
+        // target, no worker touches the job again and this frame (and `job`) may die.
         let mut polls = 0u32;
         while sh.done.load(Ordering::Acquire) != call.done_target {
             if polls < CALLER_SPIN_POLLS {
@@ -487,6 +570,66 @@ impl ThreadPool {
                 std::panic::resume_unwind(payload);
             }
         }
+    }
+}
+
+/// Claim words of the owned schedules (`Static`, `Owned`). Each thread's share of the job is a
+/// range of claim units `[front, back)` packed into one `AtomicU64` as `front | back << 32`,
+/// both biased by `BIAS`. The owner claims `front` with `fetch_add(1)`, any other thread
+/// claims `back - 1` with `fetch_sub(1 << 32)`; a claim succeeds iff `front < back` in the
+/// value the RMW read. RMWs on one word are totally ordered, so the two ends never hand out
+/// the same unit, and once `front >= back` no claim succeeds again. Each thread makes at most
+/// one failing claim per share and job (it moves on after a failure), so `back` never drops
+/// below `BIAS - MAX_THREADS >= 0` and `front` never reaches bit 32.
+pub(super) mod claims {
+    use super::{AtomicU64, ChunkPlan, Ordering, Shared, MAX_THREADS};
+
+    pub(super) const BIAS: u64 = MAX_THREADS as u64;
+    const LOW: u64 = (1 << 32) - 1;
+    const BACK_ONE: u64 = 1 << 32;
+    /// Most claim units per job; a plan with more chunks groups consecutive chunks into units.
+    const MAX_UNITS: usize = 1 << 31;
+    /// A share with nothing left.
+    pub(super) const EMPTY: u64 = BIAS | BIAS << 32;
+
+    /// Chunks per claim unit (1 unless the plan has more than `MAX_UNITS` chunks) and the
+    /// number of units.
+    #[inline]
+    pub(super) fn units(plan: &ChunkPlan) -> (usize, usize) {
+        let per = plan.num_chunks().div_ceil(MAX_UNITS).max(1);
+        (per, plan.num_chunks().div_ceil(per))
+    }
+
+    /// Gives every thread its share of `plan`'s units (caller, before publishing the job).
+    pub(super) fn reset_shares(sh: &Shared, plan: &ChunkPlan) {
+        let (_, units) = units(plan);
+        for (i, word) in sh.shares.iter().enumerate() {
+            let r = crate::exec::chunks::share_range(units, sh.threads, i);
+            word.store((BIAS + r.start as u64) | (BIAS + r.end as u64) << 32, Ordering::Relaxed);
+        }
+    }
+
+    /// Empties every share: after a panic nobody claims another unit.
+    pub(super) fn empty_shares(sh: &Shared) {
+        for word in sh.shares.iter() {
+            word.store(EMPTY, Ordering::Relaxed);
+        }
+    }
+
+    /// The owner's claim: the front unit of its share, if any is left.
+    #[inline]
+    pub(super) fn front(word: &AtomicU64) -> Option<usize> {
+        let old = word.fetch_add(1, Ordering::Relaxed);
+        let (f, b) = (old & LOW, old >> 32);
+        (f < b).then(|| (f - BIAS) as usize)
+    }
+
+    /// Another thread's claim: the back unit of a share, if any is left.
+    #[inline]
+    pub(super) fn back(word: &AtomicU64) -> Option<usize> {
+        let old = word.fetch_sub(BACK_ONE, Ordering::Relaxed);
+        let (f, b) = (old & LOW, old >> 32);
+        (f < b).then(|| (b - 1 - BIAS) as usize)
     }
 }
 
@@ -525,7 +668,8 @@ impl Drop for ThreadPool {
         let sh = &*self.shared;
         sh.announce.shutdown.store(true, Ordering::Relaxed);
         let generation = lock(&sh.call).generation.wrapping_add(1);
-        sh.announce.generation.store(generation, Ordering::Release);
+        // A new generation, closed: workers see it, read `shutdown`, and exit without joining.
+        sh.announce.state.store(state::open(generation) | state::CLOSED, Ordering::Release);
         fence(Ordering::SeqCst);
         {
             let _g = lock(&sh.sleep_lock);
@@ -544,7 +688,7 @@ fn env_number(name: &str) -> Option<u64> {
     std::env::var(name).ok()?.trim().parse().ok()
 }
 
-const TAG_BITS: u32 = 3;
+const TAG_BITS: u32 = 4;
 
 fn encode_schedule(s: Schedule) -> usize {
     match s {
@@ -556,6 +700,7 @@ fn encode_schedule(s: Schedule) -> usize {
         Schedule::Proportional2 => 5,
         Schedule::Proportional4 => 6,
         Schedule::Adaptive => 7,
+        Schedule::Owned => 8,
     }
 }
 
@@ -568,7 +713,8 @@ fn decode_schedule(v: usize) -> Schedule {
         4 => Schedule::Fixed32,
         5 => Schedule::Proportional2,
         6 => Schedule::Proportional4,
-        _ => Schedule::Adaptive,
+        7 => Schedule::Adaptive,
+        _ => Schedule::Owned,
     }
 }
 

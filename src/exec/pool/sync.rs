@@ -7,14 +7,14 @@
 #[cfg(not(loom))]
 pub(super) use alloc::sync::Arc;
 #[cfg(not(loom))]
-pub(super) use core::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+pub(super) use core::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(super) use std::sync::{Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(super) use std::thread;
 
 #[cfg(loom)]
-pub(super) use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+pub(super) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub(super) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 #[cfg(loom)]

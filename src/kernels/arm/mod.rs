@@ -30,7 +30,8 @@ pub(crate) const ARM_DSP: Kernels = SCALAR
 
 /// The DSP table without an FPU: `SMLAD` for Q8_0 weights with int8 activations.
 #[cfg(not(target_abi = "eabihf"))]
-pub(crate) const ARM_DSP: Kernels = Kernels { isa: Isa::ArmDsp, q8_0_q8: matmul_q8_0_q8, ..SCALAR };
+pub(crate) const ARM_DSP: Kernels =
+    SCALAR.for_isa(Isa::ArmDsp).with_q8(DType::Q8_0, matmul_q8_0_q8);
 
 /// The little-endian f16 at `b[0..2]` as f32, widened by the FPU (exact).
 #[cfg(target_abi = "eabihf")]

@@ -23,8 +23,8 @@ use crate::quant::{Q8Acts, QK};
 trait QBlock {
     /// Bytes per block.
     const BYTES: usize;
-    /// Q4_0: the block sum needs `- 8 · Σ x`.
-    const MINUS_8_SUM: bool;
+    /// The block sum needs `- OFFSET · Σ x` (8 for Q4_0, 16 for Q5_0, else 0).
+    const OFFSET: i32;
     /// Q4_1: the block term adds `m · s`.
     const MIN: bool;
 
@@ -40,6 +40,35 @@ trait QBlock {
 struct Q8_0B;
 struct Q4_0B;
 struct Q4_1B;
+struct Q5_0B;
+struct Q5_1B;
+struct Iq4NlB;
+
+/// The fifth bits of a Q5 block (the little-endian u32 at `qh`) as bytes: `0x10` where
+/// element `i`'s bit is set, else 0, in element order.
+///
+/// # Safety
+///
+/// 4 readable bytes at `qh`; AVX2 available.
+#[inline(always)]
+unsafe fn fifth_bits(qh: *const u8) -> __m256i {
+    // SAFETY: 4 bytes readable (caller contract); the rest is register-only.
+    unsafe {
+        let h = qh.cast::<u32>().read_unaligned() as i32;
+        let v = _mm256_set1_epi32(h);
+        // Byte i takes byte i / 8 of `h`, then tests bit i % 8.
+        let spread = _mm256_shuffle_epi8(
+            v,
+            _mm256_setr_epi8(
+                0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                3, 3, 3, 3,
+            ),
+        );
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+    }
+}
 
 /// `Σ` over pairs of `u · s` as 8 i32 lanes (u8 × i8 → i16 pairs → i32).
 ///
@@ -69,8 +98,8 @@ unsafe fn nibbles32(qs: *const u8) -> __m256i {
 }
 
 impl QBlock for Q8_0B {
-    const BYTES: usize = 34;
-    const MINUS_8_SUM: bool = false;
+    const BYTES: usize = crate::quant::q8_0::BYTES;
+    const OFFSET: i32 = 0;
     const MIN: bool = false;
 
     #[inline(always)]
@@ -85,8 +114,8 @@ impl QBlock for Q8_0B {
 }
 
 impl QBlock for Q4_0B {
-    const BYTES: usize = 18;
-    const MINUS_8_SUM: bool = true;
+    const BYTES: usize = crate::quant::q4_0::BYTES;
+    const OFFSET: i32 = 8;
     const MIN: bool = false;
 
     #[inline(always)]
@@ -97,14 +126,63 @@ impl QBlock for Q4_0B {
 }
 
 impl QBlock for Q4_1B {
-    const BYTES: usize = 20;
-    const MINUS_8_SUM: bool = false;
+    const BYTES: usize = crate::quant::q4_1::BYTES;
+    const OFFSET: i32 = 0;
     const MIN: bool = true;
 
     #[inline(always)]
     unsafe fn isum(blk: *const u8, x: *const i8) -> __m256i {
         // SAFETY: 16 bytes at `blk + 4`, 32 at `x` (caller contract).
         unsafe { dot_u8_i8(nibbles32(blk.add(4)), _mm256_loadu_si256(x.cast())) }
+    }
+}
+
+impl QBlock for Q5_0B {
+    const BYTES: usize = crate::quant::q5_0::BYTES;
+    const OFFSET: i32 = 16;
+    const MIN: bool = false;
+
+    #[inline(always)]
+    unsafe fn isum(blk: *const u8, x: *const i8) -> __m256i {
+        // SAFETY: 4 bytes at `blk + 2`, 16 at `blk + 6`, 32 at `x` (caller contract).
+        unsafe {
+            let q = _mm256_or_si256(nibbles32(blk.add(6)), fifth_bits(blk.add(2)));
+            dot_u8_i8(q, _mm256_loadu_si256(x.cast()))
+        }
+    }
+}
+
+impl QBlock for Q5_1B {
+    const BYTES: usize = crate::quant::q5_1::BYTES;
+    const OFFSET: i32 = 0;
+    const MIN: bool = true;
+
+    #[inline(always)]
+    unsafe fn isum(blk: *const u8, x: *const i8) -> __m256i {
+        // SAFETY: 4 bytes at `blk + 4`, 16 at `blk + 8`, 32 at `x` (caller contract).
+        unsafe {
+            let q = _mm256_or_si256(nibbles32(blk.add(8)), fifth_bits(blk.add(4)));
+            dot_u8_i8(q, _mm256_loadu_si256(x.cast()))
+        }
+    }
+}
+
+impl QBlock for Iq4NlB {
+    const BYTES: usize = crate::quant::iq4_nl::BYTES;
+    const OFFSET: i32 = 0;
+    const MIN: bool = false;
+
+    #[inline(always)]
+    unsafe fn isum(blk: *const u8, x: *const i8) -> __m256i {
+        // SAFETY: 16 bytes at `blk + 2`, 32 at `x` (caller contract); the codebook is 16
+        // bytes.
+        unsafe {
+            let kv = _mm_loadu_si128(crate::quant::iq4_nl::KVALUES.as_ptr().cast());
+            let w = _mm256_shuffle_epi8(_mm256_set_m128i(kv, kv), nibbles32(blk.add(2)));
+            // The sign trick of Q8_0 (codebook values are in -127..=113).
+            let xv = _mm256_loadu_si256(x.cast());
+            dot_u8_i8(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w))
+        }
     }
 }
 
@@ -227,9 +305,9 @@ unsafe fn row_dot<Q: QBlock>(
                 *v = Q::isum(wb.add(j * Q::BYTES), xb.add(j * QK));
             }
             let mut isum = reduce8(v);
-            if Q::MINUS_8_SUM {
+            if Q::OFFSET != 0 {
                 let sx = _mm256_loadu_si256(sum.add(b).cast());
-                isum = _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(sx));
+                isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(sx, _mm256_set1_epi32(Q::OFFSET)));
             }
             let ms = if Q::MIN {
                 Some((gather_f16(wb.add(2), Q::BYTES), _mm256_loadu_ps(s.add(b))))
@@ -245,8 +323,8 @@ unsafe fn row_dot<Q: QBlock>(
             for j in 0..nb - b {
                 let blk = w.add((b + j) * Q::BYTES);
                 is[j] = hsum_epi32(Q::isum(blk, qs.add((b + j) * QK)));
-                if Q::MINUS_8_SUM {
-                    is[j] -= 8 * *sum.add(b + j);
+                if Q::OFFSET != 0 {
+                    is[j] -= Q::OFFSET * *sum.add(b + j);
                 }
                 dw[j] = f16_at(blk);
                 dx[j] = *d.add(b + j);
@@ -324,6 +402,9 @@ macro_rules! entry {
 entry!(matmul_q8_0_q8, Q8_0B);
 entry!(matmul_q4_0_q8, Q4_0B);
 entry!(matmul_q4_1_q8, Q4_1B);
+entry!(matmul_q5_0_q8, Q5_0B);
+entry!(matmul_q5_1_q8, Q5_1B);
+entry!(matmul_iq4_nl_q8, Iq4NlB);
 
 /// Rounds to nearest, ties away from zero, exactly as `roundf` for finite lanes:
 /// `trunc(v) ± 1` where `|v - trunc(v)| >= 0.5` (the subtraction is exact).

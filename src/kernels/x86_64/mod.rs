@@ -1,5 +1,6 @@
 //! x86_64 kernels: AVX2 + FMA + F16C (`avx2_f32.rs`: f32 / f16 / bf16 / quantized weights
-//! with f32 activations; `avx2_q8.rs`: int8 activations and Q8 quantization).
+//! with f32 activations; `avx2_q8.rs`: int8 activations and Q8 quantization for the
+//! 32-element types; `avx2_k.rs`: int8 activations for the K-quants).
 //!
 //! Compiled only where SSE2 is a target feature (not on the soft-float
 //! `x86_64-unknown-none`); the entry points are `#[target_feature]` wrappers around
@@ -9,6 +10,7 @@ use super::{Isa, Kernels, SCALAR};
 use crate::tensor::DType;
 
 mod avx2_f32;
+mod avx2_k;
 mod avx2_q8;
 
 /// The AVX2 table: every entry with an AVX2 body overridden, the rest scalar.
@@ -23,6 +25,12 @@ pub(crate) const AVX2: Kernels = SCALAR
     .with_q8(DType::Q8_0, avx2_q8::matmul_q8_0_q8)
     .with_q8(DType::Q4_0, avx2_q8::matmul_q4_0_q8)
     .with_q8(DType::Q4_1, avx2_q8::matmul_q4_1_q8)
+    .with_q8(DType::Q5_0, avx2_q8::matmul_q5_0_q8)
+    .with_q8(DType::Q5_1, avx2_q8::matmul_q5_1_q8)
+    .with_q8(DType::IQ4_NL, avx2_q8::matmul_iq4_nl_q8)
+    .with_q8(DType::Q4_K, avx2_k::matmul_q4_k_q8k)
+    .with_q8(DType::Q5_K, avx2_k::matmul_q5_k_q8k)
+    .with_q8(DType::Q6_K, avx2_k::matmul_q6_k_q8k)
     .with_quantize_q8(avx2_q8::quantize_q8);
 
 use core::arch::x86_64::*;
