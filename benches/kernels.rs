@@ -7,6 +7,11 @@
 //! - `gemv_quant/<dtype>`: Q8_0 / Q4_1 GEMV, int8 activations vs f32 activations vs the scalar
 //!   table (throughput in bytes of weights).
 //!
+//! - `gemv_types/<rows>x<k>`: int8 GEMV (best ISA) of every quantized type on SmolLM2's
+//!   shapes (576 × 1536, 1536 × 576; the K-quants only where `k` is whole super-blocks) and
+//!   on a 8192 × 8192 matrix, with Q4_1 in the same group (throughput in bytes of weights;
+//!   time per weight = time / (rows · k)).
+//!
 //! `cargo bench --bench kernels -- --warm-up-time 1 --measurement-time 2`
 
 use std::hint::black_box;
@@ -213,5 +218,69 @@ fn gemv_quant(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, gemm_f32, gemv_bandwidth, gemv_quant);
+/// `rows × k` weights of `dtype`: quantized from values where rml has a quantizer, else
+/// random bits with small f16 scales at ggml's offsets (no NaN, no subnormal products).
+fn type_weights(dtype: DType, rows: usize, k: usize) -> AlignedBlock {
+    let info = rml::quant::info(dtype);
+    let rb = dtype.row_bytes(k).unwrap();
+    let mut bytes = vec![0u8; rows * rb];
+    if let Some(q) = info.quantize {
+        let wv = values(rows * k, 5);
+        for (src, dst) in wv.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
+            q(src, dst).unwrap();
+        }
+    } else {
+        let mut s = 0x1234_5678u32;
+        for b in bytes.iter_mut() {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            *b = s as u8;
+        }
+        let offsets: &[usize] = match dtype {
+            DType::IQ4_NL => &[0],
+            DType::Q2_K => &[80, 82],
+            DType::Q3_K => &[108],
+            DType::Q4_K | DType::Q5_K => &[0, 2],
+            DType::Q6_K => &[208],
+            _ => &[],
+        };
+        let h = half::f16::from_f32(0.01).to_le_bytes();
+        for blk in bytes.chunks_exact_mut(info.block_bytes) {
+            for &o in offsets {
+                blk[o..o + 2].copy_from_slice(&h);
+            }
+        }
+    }
+    AlignedBlock::try_from_slice(&bytes).unwrap()
+}
+
+fn gemv_types(c: &mut Criterion) {
+    let best = best();
+    let types: Vec<DType> =
+        rml::quant::TYPES.iter().filter(|t| t.act.is_some()).map(|t| t.dtype).collect();
+    for (rows, k) in [(576, 1536), (1536, 576), (8192, 8192)] {
+        let mut g = c.benchmark_group(format!("gemv_types/{rows}x{k}"));
+        if rows * k > 1 << 22 {
+            g.sample_size(10);
+        }
+        let x = values(k, 6);
+        let mut y = vec![0f32; rows];
+        let mut s = vec![0u8; scratch_bytes(k, 1, Activations::Int8)];
+        for &dtype in &types {
+            if k % dtype.block_size() != 0 {
+                continue;
+            }
+            let data = type_weights(dtype, rows, k);
+            let w = Matrix::new(dtype, rows, k, data.as_slice()).unwrap();
+            g.throughput(Throughput::Bytes(data.as_slice().len() as u64));
+            g.bench_function(BenchmarkId::new(format!("int8-{}", best.isa()), dtype), |b| {
+                b.iter(|| rml_gemm(best, &w, black_box(&x), 1, &mut y, Activations::Int8, &mut s))
+            });
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, gemm_f32, gemv_bandwidth, gemv_quant, gemv_types);
 criterion_main!(benches);

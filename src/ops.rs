@@ -621,7 +621,9 @@ pub fn softcap(x: &mut [f32], cap: f32) {
 ///
 /// `keys` and `values` hold positions `0..n` of one KV head, `q.len()` floats each, position
 /// `t` at `[t * d, (t + 1) * d)`; `scores` is scratch of at least `n` floats. Positions past
-/// `n` are not read (causality is the caller's choice of `n`).
+/// `n` are not read (causality is the caller's choice of `n`). With an AVX2 kernel tier
+/// active the two loops over the cache run as AVX2 code with the same arithmetic (bit-identical
+/// results).
 ///
 /// # Panics
 ///
@@ -640,6 +642,17 @@ pub fn attention_head(
     assert!(n > 0 && out.len() == d, "attention_head: shapes");
     assert!(keys.len() >= n * d && values.len() >= n * d && scores.len() >= n);
     let scores = &mut scores[..n];
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    if kernels::active().is_ok_and(|k| k.isa().has_avx2()) {
+        // SAFETY: the active table is an AVX2 tier, so the CPU has AVX2; `keys` and `values`
+        // hold `n * d` floats (asserted above). Same arithmetic as the loops below.
+        unsafe {
+            kernels::attention::scores(q, keys, scale, scores);
+            softmax(scores);
+            kernels::attention::weighted_sum(scores, values, out);
+        }
+        return;
+    }
     for (t, s) in scores.iter_mut().enumerate() {
         *s = dot(q, &keys[t * d..(t + 1) * d]) * scale;
     }
@@ -763,6 +776,35 @@ mod layer_math_tests {
         // n = 1 attends to position 0 only.
         attention_head(&q, &keys, &values, 1, 0.5, &mut scores, &mut out);
         assert_eq!(out, [10.0, 0.0]);
+    }
+
+    #[test]
+    fn attention_head_is_bit_identical_to_the_portable_loops() {
+        // On an AVX2 tier `attention_head` runs the SIMD loops; they must give the bits of
+        // `dot` / `softmax` / `axpy` (on other machines this compares the portable path with
+        // itself).
+        for d in [1usize, 7, 8, 13, 32, 64, 80, 128] {
+            for n in [1usize, 3, 4, 5, 17, 64] {
+                let f = |i: usize, s: f32| (i as f32 * 0.731 + s).sin() * 2.5;
+                let q: alloc::vec::Vec<f32> = (0..d).map(|i| f(i, 0.3)).collect();
+                let keys: alloc::vec::Vec<f32> = (0..n * d).map(|i| f(i, 1.1)).collect();
+                let values: alloc::vec::Vec<f32> = (0..n * d).map(|i| f(i, 2.7)).collect();
+                let mut scores = alloc::vec![0f32; n];
+                let mut out = alloc::vec![0f32; d];
+                attention_head(&q, &keys, &values, n, 0.125, &mut scores, &mut out);
+                let mut want_s: alloc::vec::Vec<f32> =
+                    (0..n).map(|t| dot(&q, &keys[t * d..(t + 1) * d]) * 0.125).collect();
+                softmax(&mut want_s);
+                let mut want = alloc::vec![0f32; d];
+                for (t, &p) in want_s.iter().enumerate() {
+                    axpy(p, &values[t * d..(t + 1) * d], &mut want);
+                }
+                let bits =
+                    |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<alloc::vec::Vec<_>>();
+                assert_eq!(bits(&scores), bits(&want_s), "scores d={d} n={n}");
+                assert_eq!(bits(&out), bits(&want), "output d={d} n={n}");
+            }
+        }
     }
 
     #[test]

@@ -52,7 +52,7 @@ const Q2: &str = "And of Italy?";
 
 #[test]
 fn second_turn_prefills_only_its_own_tokens() {
-    let Some(gguf) = smollm2_gguf() else { return };
+    let gguf = smollm2_gguf();
     let o = chat(
         &["--model", gguf.to_str().unwrap(), "-v", "--context", "512", "-n", "64"],
         &format!("{Q1}\n{Q2}\n/reset\n{Q1}\n"),
@@ -93,7 +93,7 @@ fn second_turn_prefills_only_its_own_tokens() {
 
 #[test]
 fn system_stop_strings_and_a_full_context() {
-    let Some(gguf) = smollm2_gguf() else { return };
+    let gguf = smollm2_gguf();
     let g = gguf.to_str().unwrap();
     // --system replaces the template's default system turn: the prefill is the rendered
     // conversation with it.

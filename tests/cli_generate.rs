@@ -3,80 +3,15 @@
 //! `rope_scaling` and `-n` past the context.
 #![cfg(feature = "cli")]
 
+#[path = "common/cli.rs"]
+mod cli;
 mod decoder_common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
+use cli::{one_line_error, rml, stderr, stdout, tiny_dir};
 use decoder_common::{data, smollm2_gguf};
-use rml::tokenizer::Tokenizer;
-
-fn rml(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rml"))
-        .args(args)
-        .env_remove("RML_MODEL")
-        .env("RML_TUNE", "off")
-        .output()
-        .unwrap()
-}
-
-/// GPT-2's byte-to-unicode alphabet: the printable character standing for each byte.
-fn byte_alphabet() -> Vec<String> {
-    let mut printable: Vec<u32> =
-        (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
-    let mut chars: Vec<u32> = printable.clone();
-    let mut extra = 0;
-    for b in 0..256u32 {
-        if !printable.contains(&b) {
-            printable.push(b);
-            chars.push(256 + extra);
-            extra += 1;
-        }
-    }
-    let mut by_byte = vec![String::new(); 256];
-    for (b, c) in printable.iter().zip(&chars) {
-        by_byte[*b as usize] = char::from_u32(*c).unwrap().to_string();
-    }
-    by_byte
-}
-
-/// A Hugging Face folder with the tiny f32 model, `config` as its config.json (default: the
-/// fixture's), and a byte-level tokenizer whose 256 tokens are the bytes.
-fn tiny_dir(name: &str, config: Option<&str>) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = data("tiny-llama/f32");
-    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
-    let cfg = match config {
-        Some(c) => c.to_string(),
-        None => std::fs::read_to_string(src.join("config.json")).unwrap(),
-    };
-    std::fs::write(dir.join("config.json"), cfg).unwrap();
-    let alphabet = byte_alphabet();
-    let tokens: Vec<&str> = alphabet.iter().map(String::as_str).collect();
-    let tok = Tokenizer::from_gguf_vocab("gpt2", None, &tokens, &[], &[]).unwrap();
-    tok.save(&dir.join("tokenizer.json")).unwrap();
-    dir
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Fails unless `o` exited non-zero with exactly one line on stderr containing `needle`.
-fn one_line_error(o: &Output, needle: &str) {
-    let err = stderr(o);
-    assert!(!o.status.success(), "exited 0; stderr: {err}");
-    assert_eq!(o.status.code(), Some(1), "stderr: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err:?}");
-    assert!(err.contains(needle), "{needle:?} not in {err:?}");
-    assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
-}
 
 #[test]
 fn seeded_sampling_is_reproducible() {
@@ -196,7 +131,7 @@ fn n_past_the_context_is_a_one_line_error() {
 
 #[test]
 fn greedy_smollm2_continues_the_reference_prompt() {
-    let Some(gguf) = smollm2_gguf() else { return };
+    let gguf = smollm2_gguf();
     let o = rml(&[
         "generate",
         "--model",
@@ -223,7 +158,7 @@ fn inspect_lists_tensors_and_metadata() {
     let out = stdout(&o);
     assert!(out.contains("model.layers.1.mlp.down_proj.weight"), "{out}");
     assert!(out.contains("2 layers, hidden 64"), "{out}");
-    let Some(gguf) = smollm2_gguf() else { return };
+    let gguf = smollm2_gguf();
     let o = rml(&["inspect", gguf.to_str().unwrap()]);
     let out = stdout(&o);
     assert!(out.contains("tokenizer.ggml.pre"), "{out}");

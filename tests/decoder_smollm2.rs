@@ -1,8 +1,8 @@
 //! SmolLM2-135M-Instruct (GGUF Q4_1, target/models/) against transformers' float32 forward on
 //! the dequantized weights (tests/data/smollm2-135m/reference.safetensors), teacher-forced over
 //! the prompt and the 16 generated tokens: logits after the prompt (`prefill_logits_last`) and
-//! after each decode step (`decode_logits`), and the argmax at all 17 positions. Skips with a
-//! message when the model file is absent.
+//! after each decode step (`decode_logits`), and the argmax at all 17 positions. The model is
+//! found or fetched as `rml` does (tests/common/smollm2.rs); a test fails, never skips, without it.
 #![cfg(feature = "std")]
 
 mod decoder_common;
@@ -34,7 +34,7 @@ pub fn teacher_forced(model: &Model, activations: Activations) -> (f32, usize) {
 
 #[test]
 fn gguf_q4_1_f32_activations_match_transformers() {
-    let Some(path) = smollm2_gguf() else { return };
+    let path = smollm2_gguf();
     let model = Model::open(&path).unwrap();
     let (diff, agree) = teacher_forced(&model, Activations::F32);
     eprintln!("SmolLM2 Q4_1, f32 activations: max abs logit diff {diff:.3e}, argmax {agree}/17");
@@ -51,7 +51,7 @@ fn gguf_q4_1_f32_activations_match_transformers() {
 /// decode step 11, where the reference's top three logits lie within 0.053 of each other.
 #[test]
 fn gguf_q4_1_int8_activations_stay_close() {
-    let Some(path) = smollm2_gguf() else { return };
+    let path = smollm2_gguf();
     let model = Model::open(&path).unwrap();
     let (diff, agree) = teacher_forced(&model, Activations::Int8);
     eprintln!("SmolLM2 Q4_1, int8 activations: max abs logit diff {diff:.3e}, argmax {agree}/17");
@@ -62,7 +62,7 @@ fn gguf_q4_1_int8_activations_stay_close() {
 #[test]
 fn gguf_hidden_states_follow_the_reference() {
     // The residual stream reaches ~22,000; compare relative to each layer's largest value.
-    let Some(path) = smollm2_gguf() else { return };
+    let path = smollm2_gguf();
     let model = Model::open(&path).unwrap();
     let r = Reference::open(&data("smollm2-135m/reference.safetensors"));
     let opts = DecoderOptions { context_len: Some(16), ..DecoderOptions::default() };
@@ -87,7 +87,7 @@ fn gguf_hidden_states_follow_the_reference() {
 #[test]
 fn gguf_pool_and_inline_are_bit_identical() {
     use rml::exec::{Schedule, ThreadPool};
-    let Some(path) = smollm2_gguf() else { return };
+    let path = smollm2_gguf();
     let model = Model::open(&path).unwrap();
     let r = Reference::open(&data("smollm2-135m/reference.safetensors"));
     let (prompt, generated) = (r.tokens("prompt"), r.tokens("generated"));

@@ -436,17 +436,13 @@ fn gguf_small_file_cut_at_every_offset_and_every_bit_flipped() {
     }
 }
 
+#[path = "common/smollm2.rs"]
+mod smollm2_file;
+
+/// The real model's bytes (found or fetched as `rml` does; a failure, never a skip, without it).
 fn smollm2() -> Option<Vec<u8>> {
-    let path = std::env::var("RML_SMOLLM2_GGUF").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/target/models/SmolLM2-135M-Instruct.Q4_1.gguf").into()
-    });
-    match std::fs::read(&path) {
-        Ok(b) => Some(b),
-        Err(e) => {
-            eprintln!("SKIP: SmolLM2 GGUF not available at {path} ({e}); run .ci/fetch-model.sh");
-            None
-        }
-    }
+    let path = smollm2_file::smollm2_gguf();
+    Some(std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
 }
 
 #[test]

@@ -178,19 +178,12 @@ fn special_files_are_refused_without_blocking() {
     expect_err(Model::open(&t.0), Code::InvalidArgument, &["shard", "regular file"]);
 }
 
+#[path = "common/smollm2.rs"]
+mod smollm2_file;
+
+/// The real model (found or fetched as `rml` does; a failure, never a skip, without it).
 fn smollm2_path() -> Option<PathBuf> {
-    let p: PathBuf = std::env::var("RML_SMOLLM2_GGUF")
-        .unwrap_or_else(|_| {
-            concat!(env!("CARGO_MANIFEST_DIR"), "/target/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-                .into()
-        })
-        .into();
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!("SKIP: SmolLM2 GGUF not available at {}; run .ci/fetch-model.sh", p.display());
-        None
-    }
+    Some(smollm2_file::smollm2_gguf())
 }
 
 #[test]

@@ -1,7 +1,7 @@
-//! The kernel conformance suite: every kernel table the host runs (scalar, AVX2; NEON and
-//! NEON + SDOT under qemu) against the scalar oracle of `rml::kernels::scalar`. The Cortex-M
-//! `arm-dsp` tier has no std host: the MCU firmware (features/mcu) runs its conformance
-//! check (bit-identical int8 GEMV against scalar) under qemu-system-arm.
+//! The kernel conformance suite: every kernel table the host runs (scalar, AVX2, AVX-VNNI,
+//! AVX-512; NEON and NEON + SDOT under qemu) against the scalar oracle of `rml::kernels::scalar`.
+//! The Cortex-M `arm-dsp` tier has no std host: the MCU firmware (features/mcu) runs its
+//! conformance check (bit-identical int8 GEMV against scalar) under qemu-system-arm.
 //!
 //! - f32 activations (f32 / f16 / bf16 / Q8_0 / Q4_0 / Q4_1 weights): within the rounding
 //!   error bound `4 · (k + 2) · ε · Σ|w · x|` of the oracle, and GEMM rows bit-identical to
@@ -34,6 +34,13 @@ fn config() -> ProptestConfig {
     ProptestConfig { cases, ..ProptestConfig::default() }
 }
 
+/// How to run the ISAs this host lacks (as .ci/run does).
+pub const HOW_TO_RUN: &str = "To run the aarch64 NEON and SDOT (neon-dotprod) kernels on x86_64: \
+    install the rustup target aarch64-unknown-linux-gnu, qemu-aarch64 and aarch64-linux-gnu-gcc \
+    (../shared/toolchain/setup.sh), then `RML_EXPECT_ISAS=scalar,neon,neon-dotprod cargo test \
+    --features std --target aarch64-unknown-linux-gnu --test kernels_conformance` (runner: \
+    qemu-aarch64 -cpu max, .cargo/config.toml); on an aarch64 host they run in plain `cargo test`";
+
 /// The table of `isa`, or `None` after printing why it is skipped.
 fn kernels(isa: Isa) -> Option<&'static Kernels> {
     match table(isa) {
@@ -48,7 +55,15 @@ fn kernels(isa: Isa) -> Option<&'static Kernels> {
                 [const { AtomicBool::new(false) }; Isa::ALL.len()];
             let i = Isa::ALL.iter().position(|&x| x == isa).unwrap();
             if !SAID[i].swap(true, Ordering::Relaxed) {
-                println!("skipping {isa}: {e}");
+                // Straight to the process's stderr: libtest captures `println!`, and a skip
+                // must show in a plain `cargo test`.
+                use std::io::Write;
+                let how = if isa.name().starts_with("neon") {
+                    HOW_TO_RUN
+                } else {
+                    "It runs on a CPU that has it (CI requires it there with RML_EXPECT_ISAS)"
+                };
+                let _ = writeln!(std::io::stderr(), "SKIPPED {isa} conformance: {e}. {how}");
             }
             None
         }
@@ -651,6 +666,8 @@ macro_rules! suite {
 suite! {
     scalar_isa => Isa::Scalar,
     avx2 => Isa::Avx2,
+    avx_vnni => Isa::AvxVnni,
+    avx512 => Isa::Avx512,
     neon => Isa::Neon,
     neon_dotprod => Isa::NeonDotprod,
     arm_dsp => Isa::ArmDsp,

@@ -39,3 +39,24 @@ fn rml_kernels_and_force() {
     assert_eq!(kernels::active().unwrap().isa(), best);
     println!("best kernels here: {best}");
 }
+
+#[test]
+fn expected_tiers_are_detected_and_best_is_the_last_available() {
+    // CI lists the tiers /proc/cpuinfo shows (AVX2, AVX-VNNI, AVX-512 on x86_64): each must
+    // be detected, so that a detection bug cannot silently fall back to a lower tier.
+    let expected = std::env::var("RML_EXPECT_ISAS").unwrap_or_default();
+    for name in expected.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let isa = Isa::from_name(name).unwrap();
+        assert!(isa.is_available(), "RML_EXPECT_ISAS lists {isa} but it is not detected");
+        assert_eq!(kernels::table(isa).unwrap().isa(), isa);
+    }
+    // `best` is the most preferred available tier of `Isa::ALL`.
+    let best = kernels::best();
+    let pos = |i: Isa| Isa::ALL.iter().position(|&x| x == i).unwrap();
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        assert!(pos(isa) <= pos(best), "{isa} is available and preferred to best {best}");
+    }
+    // The new names parse.
+    assert_eq!(Isa::from_name("avx512").unwrap(), Isa::Avx512);
+    assert_eq!(Isa::from_name("avx-vnni").unwrap(), Isa::AvxVnni);
+}

@@ -83,7 +83,14 @@ fn every_schedule_and_thread_count_gives_identical_bits() {
     let mut checked = 0;
     for isa in Isa::ALL {
         let Ok(kern) = table(isa) else {
-            println!("skipping {isa}: not available here");
+            // Straight to stderr (libtest captures `println!`): a skip must show.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED {isa} thread checks: not available on this CPU; run them on aarch64 \
+                 with `cargo test --features std --target aarch64-unknown-linux-gnu --test \
+                 kernels_threads` (qemu-aarch64 runner, see .ci/run)"
+            );
             continue;
         };
         for &(dtype, rows, k, act) in &cases {

@@ -197,7 +197,9 @@ fn check(case: &Case, options: DecoderOptions, what: &str) {
     let mut wide = vec![0u8; plan.region_bytes_unaligned() + 1];
     DecoderLM::new_in(&case.config, src, &InlineExecutor, options, &mut wide[1..]).unwrap();
 
-    if options.activations == Activations::F32 {
+    // Converting to Q8_0 at load moves logits by more than these random models' top-2 margins,
+    // so the free-running tokens are only compared for weights as stored.
+    if options.activations == Activations::F32 && options.weight_format == WeightFormat::AsStored {
         assert_eq!(heap_tokens, case.reference, "{what}: greedy tokens vs PyTorch");
     }
     println!("ok   {what}: {plan}");

@@ -83,7 +83,7 @@ impl TuneMode {
 pub struct TuneOptions {
     /// Largest thread count tried (counts `1..=max_threads`). Default `min(cores, 16)`.
     pub max_threads: usize,
-    /// Candidate schedules. Default: [`Schedule::ALL`] (`Grain(1)` and the eight policies).
+    /// Candidate schedules. Default: [`Schedule::ALL`] (`Grain(1)` and the other policies).
     pub schedules: Vec<Schedule>,
     /// Timed runs per configuration (after one untimed warm-up run). Default 5.
     pub repeats: usize,

@@ -20,6 +20,7 @@ use crate::tensor::{DType, Shape, Tensor};
 
 pub mod gguf;
 pub mod safetensors;
+pub mod write;
 
 /// One tensor inside a parsed file: its dtype, its shape (outermost dimension first,
 /// row-major, as PyTorch / safetensors order it) and its bytes, borrowed from the file.

@@ -29,6 +29,9 @@ pub use crate::quant;
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod x86_64;
 
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+pub(crate) use x86_64::attention;
+
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod aarch64;
 
@@ -97,6 +100,11 @@ pub enum Isa {
     Scalar,
     /// x86_64 AVX2 + FMA + F16C.
     Avx2,
+    /// x86_64 AVX2 + FMA + F16C with AVX-VNNI (the 256-bit `vpdpbusd` of CPUs that have it
+    /// without AVX-512, and of newer ones): the int8 kernels use it; the rest is AVX2's.
+    AvxVnni,
+    /// x86_64 AVX-512 F/BW/VL with AVX512-VNNI (`vpdpbusd`) on top of AVX2 + FMA + F16C.
+    Avx512,
     /// aarch64 Advanced SIMD (NEON) without the dot-product extension.
     Neon,
     /// aarch64 NEON with `SDOT` (the `dotprod` extension) for the int8 kernels.
@@ -107,13 +115,24 @@ pub enum Isa {
 
 impl Isa {
     /// Every ISA rml knows, in order of preference from worst to best.
-    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Neon, Isa::NeonDotprod, Isa::ArmDsp];
+    pub const ALL: [Isa; 7] = [
+        Isa::Scalar,
+        Isa::Avx2,
+        Isa::AvxVnni,
+        Isa::Avx512,
+        Isa::Neon,
+        Isa::NeonDotprod,
+        Isa::ArmDsp,
+    ];
 
-    /// The name used by `RML_KERNELS`: `scalar`, `avx2`, `neon`, `neon-dotprod`, `arm-dsp`.
+    /// The name used by `RML_KERNELS`: `scalar`, `avx2`, `avx-vnni`, `avx512`, `neon`,
+    /// `neon-dotprod`, `arm-dsp`.
     pub const fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avx-vnni",
+            Isa::Avx512 => "avx512",
             Isa::Neon => "neon",
             Isa::NeonDotprod => "neon-dotprod",
             Isa::ArmDsp => "arm-dsp",
@@ -128,9 +147,15 @@ impl Isa {
     pub fn from_name(name: &str) -> Result<Isa> {
         Isa::ALL.into_iter().find(|isa| isa.name() == name).ok_or_else(|| {
             Error::invalid_argument(format_args!(
-                "unknown kernel ISA {name:?}; expected scalar, avx2, neon, neon-dotprod or arm-dsp"
+                "unknown kernel ISA {name:?}; expected scalar, avx2, avx-vnni, avx512, neon, \
+                 neon-dotprod or arm-dsp"
             ))
         })
+    }
+
+    /// Whether this is an x86_64 tier with AVX2 (AVX2, AVX-VNNI, AVX-512).
+    pub const fn has_avx2(self) -> bool {
+        matches!(self, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512)
     }
 
     /// Whether this build has the ISA's kernels and the CPU runs them.
@@ -141,6 +166,8 @@ impl Isa {
         match self {
             Isa::Scalar => true,
             Isa::Avx2 => has_avx2(),
+            Isa::AvxVnni => has_avx2() && x86_extra().avx_vnni,
+            Isa::Avx512 => has_avx2() && x86_extra().avx512,
             Isa::Neon => has_neon(),
             Isa::NeonDotprod => has_neon() && has_dotprod(),
             // Opt-in: stable Rust cannot see the DSP extension at compile time.
@@ -202,6 +229,79 @@ unsafe fn xcr0() -> u64 {
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 fn has_avx2() -> bool {
     false
+}
+
+/// The x86_64 extensions past AVX2 that have their own tables.
+#[derive(Clone, Copy, Debug, Default)]
+struct X86Extra {
+    /// AVX-VNNI (CPUID.(7,1):EAX bit 4).
+    avx_vnni: bool,
+    /// AVX-512 F, BW, VL and VNNI with the OS saving the opmask and ZMM state.
+    avx512: bool,
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", feature = "std"))]
+fn x86_extra() -> X86Extra {
+    X86Extra {
+        avx_vnni: std::is_x86_feature_detected!("avxvnni"),
+        avx512: std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512vnni"),
+    }
+}
+
+/// Without `std`: the compile-time features, or else CPUID leaf 7 (subleaf 0: AVX512F EBX
+/// bit 16, AVX512BW EBX 30, AVX512VL EBX 31, AVX512_VNNI ECX 11; subleaf 1: AVX-VNNI EAX 4)
+/// and `XGETBV`: XCR0 bits 1–2 (SSE, AVX) for AVX-VNNI, and also bits 5–7 (opmask, upper
+/// ZMM0–15, ZMM16–31) for AVX-512.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(feature = "std")))]
+fn x86_extra() -> X86Extra {
+    use core::arch::x86_64::__cpuid_count;
+    let compiled = X86Extra {
+        avx_vnni: cfg!(target_feature = "avxvnni"),
+        avx512: cfg!(all(
+            target_feature = "avx512f",
+            target_feature = "avx512bw",
+            target_feature = "avx512vl",
+            target_feature = "avx512vnni"
+        )),
+    };
+    if (compiled.avx_vnni && compiled.avx512) || !cpuid_ok() {
+        return compiled;
+    }
+    let bit = |r: u32, b: u32| r & (1 << b) != 0;
+    // SAFETY: CPUID exists on every x86_64 CPU and leaf 7 exists (`cpuid_ok`).
+    #[allow(unused_unsafe)]
+    let (l7, l71) = unsafe { (__cpuid_count(7, 0), __cpuid_count(7, 1)) };
+    // SAFETY: OSXSAVE is set (`cpuid_ok`), so XGETBV is available.
+    let xcr0 = unsafe { xcr0() };
+    let avx_state = xcr0 & 0b110 == 0b110;
+    let zmm_state = xcr0 & 0b1110_0110 == 0b1110_0110;
+    X86Extra {
+        avx_vnni: compiled.avx_vnni || avx_state && bit(l71.eax, 4),
+        avx512: compiled.avx512
+            || zmm_state
+                && bit(l7.ebx, 16)
+                && bit(l7.ebx, 30)
+                && bit(l7.ebx, 31)
+                && bit(l7.ecx, 11),
+    }
+}
+
+/// Whether CPUID reports leaf 7 and OSXSAVE (so that leaf 7 and `XGETBV` may be used).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(feature = "std")))]
+fn cpuid_ok() -> bool {
+    use core::arch::x86_64::__cpuid;
+    // SAFETY: CPUID exists on every x86_64 CPU.
+    #[allow(unused_unsafe)]
+    let (max_leaf, l1) = unsafe { (__cpuid(0).eax, __cpuid(1)) };
+    max_leaf >= 7 && l1.ecx & (1 << 27) != 0
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+fn x86_extra() -> X86Extra {
+    X86Extra::default()
 }
 
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
@@ -379,6 +479,10 @@ fn table_of(isa: Isa) -> &'static Kernels {
     match isa {
         #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
         Isa::Avx2 => &x86_64::AVX2,
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+        Isa::AvxVnni => &x86_64::AVX_VNNI,
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+        Isa::Avx512 => &x86_64::AVX512,
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
         Isa::Neon => &aarch64::NEON,
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]

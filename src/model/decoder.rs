@@ -27,7 +27,8 @@
 //!
 //! Parallelism: matrix products split over output rows ([`crate::ops::gemv`] /
 //! [`crate::ops::gemm`]; q/k/v and gate/up each as one loop with [`crate::ops::gemm_fused`]),
-//! attention over query heads; each output element is computed by one
+//! attention over query heads and (prefill) interleaved parts of their query rows; each
+//! output element is computed by one
 //! chunk in a fixed order, so logits are bit-identical for every executor, thread count and
 //! schedule.
 
@@ -255,6 +256,11 @@ unsafe impl Sync for SharedMut {}
 /// Attention works below this many multiply-adds run inline (dispatch would cost more).
 const PAR_ATTENTION_WORK: usize = 1 << 15;
 
+/// Prefill attention splits each head's query rows into this many interleaved parts (row `t`
+/// in part `t % ATT_PARTS`), so that heads × parts items balance across threads; each part
+/// has its own score row.
+const ATT_PARTS: usize = 4;
+
 /// A decoder of any supported family with its KV cache; see the module docs.
 pub struct DecoderLM<'a> {
     config: ModelConfig,
@@ -288,17 +294,17 @@ fn arena_bytes(c: &ModelConfig, n: usize, ctx: usize, act: Activations) -> Optio
         c.intermediate_size,
     );
     let floats = [
-        n.checked_mul(h)?,                       // x
-        n.checked_mul(h)?,                       // xn
-        n.checked_mul(qd)?,                      // q
-        n.checked_mul(kvd)?,                     // k
-        n.checked_mul(kvd)?,                     // v
-        n.checked_mul(qd)?,                      // attention output
-        n.checked_mul(i)?,                       // gate
-        n.checked_mul(i)?,                       // up
-        n.checked_mul(c.head_dim)?,              // cos and sin (head_dim / 2 each)
-        n.checked_mul(c.head_dim)?,              // the same for sliding layers
-        c.num_attention_heads.checked_mul(ctx)?, // scores
+        n.checked_mul(h)?,                                                      // x
+        n.checked_mul(h)?,                                                      // xn
+        n.checked_mul(qd)?,                                                     // q
+        n.checked_mul(kvd)?,                                                    // k
+        n.checked_mul(kvd)?,                                                    // v
+        n.checked_mul(qd)?,                                                     // attention output
+        n.checked_mul(i)?,                                                      // gate
+        n.checked_mul(i)?,                                                      // up
+        n.checked_mul(c.head_dim)?, // cos and sin (head_dim / 2 each)
+        n.checked_mul(c.head_dim)?, // the same for sliding layers
+        c.num_attention_heads.checked_mul(ATT_PARTS.min(n))?.checked_mul(ctx)?, // scores
     ];
     let mut total = 0usize;
     for f in floats {
@@ -656,13 +662,24 @@ impl<'a> DecoderLM<'a> {
     /// and returns the logits of the last one. With `all_logits` (`tokens.len() ×
     /// vocab_size` floats) every token's logits are written there; with `observer`, it is
     /// called with the hidden states of each chunk after the embedding, after every layer and
-    /// after the final norm. Nothing is changed when an error is returned.
+    /// after the final norm.
+    ///
+    /// When an error is returned the position is unchanged, whichever prefill chunk failed:
+    /// nothing of these tokens stays cached (the KV rows they wrote lie past the position and
+    /// are overwritten by the next step). [`DecoderLM::logits`] (and `all_logits`) may then
+    /// hold partial results.
+    ///
+    /// Non-finite values (a NaN or infinite weight, or activations that overflow) are the same
+    /// error with f32 and int8 activations: [`crate::Code::DataLoss`] naming the position.
+    /// With f32 activations the returned logits are checked (a NaN anywhere upstream reaches
+    /// them); with int8 activations the quantizer meets it first, at a matmul input.
     ///
     /// # Errors
     ///
     /// [`crate::Code::OutOfRange`] if the tokens do not fit in the context
     /// (`position() + tokens.len() > context_len()`) or a token id is past the vocabulary;
-    /// [`crate::Code::InvalidArgument`] for no tokens or an `all_logits` of the wrong length.
+    /// [`crate::Code::InvalidArgument`] for no tokens or an `all_logits` of the wrong length;
+    /// [`crate::Code::DataLoss`] for non-finite values, as above.
     pub fn forward(
         &mut self,
         tokens: &[u32],
@@ -722,11 +739,24 @@ impl<'a> DecoderLM<'a> {
         }
         let chunk = self.options.prefill_chunk;
         let chunks = tokens.len().div_ceil(chunk);
+        let start = self.pos;
         for (i, part) in tokens.chunks(chunk).enumerate() {
             let rows = all_logits
                 .as_deref_mut()
                 .map(|out| &mut out[i * chunk * vocab..(i * chunk + part.len()) * vocab]);
-            self.step(exec, part, i + 1 == chunks, rows, observer.as_deref_mut())?;
+            let p0 = self.pos;
+            let stepped = self.step(exec, part, i + 1 == chunks, rows, observer.as_deref_mut());
+            let checked = stepped.and_then(|()| match &all_logits {
+                Some(out) => {
+                    finite_rows(&out[i * chunk * vocab..][..part.len() * vocab], vocab, p0)
+                }
+                None if i + 1 == chunks => finite_rows(self.logits(), vocab, p0 + part.len() - 1),
+                None => Ok(()),
+            });
+            if let Err(e) = checked {
+                self.pos = start;
+                return Err(e);
+            }
         }
         Ok(self.logits())
     }
@@ -771,7 +801,8 @@ impl<'a> DecoderLM<'a> {
         let cos_local = arena.alloc_slice::<f32>(n * half)?;
         let sin_local = arena.alloc_slice::<f32>(n * half)?;
         let span = p0 + n;
-        let scores = arena.alloc_slice::<f32>(nh * span)?;
+        let parts = ATT_PARTS.min(n);
+        let scores = arena.alloc_slice::<f32>(nh * parts * span)?;
         let scratch_len =
             [h, qd, inter].iter().map(|&kk| ops::scratch_bytes(kk, n, act)).max().unwrap_or(0);
         let scratch = arena.alloc_slice_aligned::<u8>(scratch_len, ops_align())?;
@@ -812,7 +843,8 @@ impl<'a> DecoderLM<'a> {
                 ops::rms_norm(&x[r.clone()], lw.attn_norm.as_slice(), eps, &mut xn[r]);
             }
             let qkv = [&lw.q.matrix()?, &lw.k.matrix()?, &lw.v.matrix()?];
-            ops::gemm_fused(exec, sched, qkv, xn, n, [&mut *q, &mut *k, &mut *v], act, scratch)?;
+            ops::gemm_fused(exec, sched, qkv, xn, n, [&mut *q, &mut *k, &mut *v], act, scratch)
+                .map_err(|e| nonfinite_input(e, xn, h, p0))?;
             if let Some([bq, bk, bv]) = &lw.qkv_bias {
                 for t in 0..n {
                     ops::add_assign(&mut q[t * qd..(t + 1) * qd], bq.as_slice());
@@ -847,34 +879,37 @@ impl<'a> DecoderLM<'a> {
                 let c: &ModelConfig = c;
                 let out = SharedMut(att.as_mut_ptr());
                 let sc = SharedMut(scores.as_mut_ptr());
+                // Item `i` is head `i / parts`, query rows `t ≡ i % parts (mod parts)`.
                 let heads = |range: Range<usize>| {
                     let (out, sc) = (out, sc);
-                    for hq in range {
+                    for i in range {
+                        let (hq, part) = (i / parts, i % parts);
                         let (keys, values) = (kv.keys(l, hq / groups), kv.values(l, hq / groups));
-                        // SAFETY: head `hq` owns `scores[hq * span .. (hq + 1) * span]` and the
-                        // output rows `[t * qd + hq * hd, + hd)`; chunks hold disjoint heads,
-                        // and the arena slices outlive the parallel_for.
+                        // SAFETY: item `i` owns `scores[i * span .. (i + 1) * span]` and the
+                        // output rows `[t * qd + hq * hd, + hd)` of its query rows; chunks
+                        // hold disjoint items, and the arena slices outlive the parallel_for.
                         let s =
-                            unsafe { core::slice::from_raw_parts_mut(sc.0.add(hq * span), span) };
-                        for t in 0..n {
+                            unsafe { core::slice::from_raw_parts_mut(sc.0.add(i * span), span) };
+                        for t in (part..n).step_by(parts) {
                             let at = t * qd + hq * hd;
                             // SAFETY: as above.
                             let o = unsafe { core::slice::from_raw_parts_mut(out.0.add(at), hd) };
                             let qv = &q[at..at + hd];
-                            let (i, start) = (p0 + t, c.attention_start(l, p0 + t));
+                            let (qi, start) = (p0 + t, c.attention_start(l, p0 + t));
                             let (ks, vs) = (&keys[start * hd..], &values[start * hd..]);
-                            ops::attention_head(qv, ks, vs, i + 1 - start, scale, s, o);
+                            ops::attention_head(qv, ks, vs, qi + 1 - start, scale, s, o);
                         }
                     }
                 };
                 let work = nh * n * span * hd;
                 if exec.threads() > 1 && work >= PAR_ATTENTION_WORK {
-                    exec.parallel_for(0..nh, Schedule::Grain(1), &heads);
+                    exec.parallel_for(0..nh * parts, Schedule::Grain(1), &heads);
                 } else {
-                    heads(0..nh);
+                    heads(0..nh * parts);
                 }
             }
-            matmul(exec, sched, &lw.o, att, n, xn, act, scratch)?;
+            matmul(exec, sched, &lw.o, att, n, xn, act, scratch)
+                .map_err(|e| nonfinite_input(e, att, qd, p0))?;
             if let Some(pn) = &lw.post_attn_norm {
                 for row in xn.chunks_exact_mut(h) {
                     ops::rms_norm_in_place(row, pn.as_slice(), eps);
@@ -887,12 +922,14 @@ impl<'a> DecoderLM<'a> {
                 ops::rms_norm(&x[r.clone()], lw.ffn_norm.as_slice(), eps, &mut xn[r]);
             }
             let gate_up = [&lw.gate.matrix()?, &lw.up.matrix()?];
-            ops::gemm_fused(exec, sched, gate_up, xn, n, [&mut *gate, &mut *up], act, scratch)?;
+            ops::gemm_fused(exec, sched, gate_up, xn, n, [&mut *gate, &mut *up], act, scratch)
+                .map_err(|e| nonfinite_input(e, xn, h, p0))?;
             match act_fn {
                 Activation::Silu => ops::swiglu(gate, up),
                 Activation::GeluTanh => ops::geglu_tanh(gate, up),
             }
-            matmul(exec, sched, &lw.down, gate, n, xn, act, scratch)?;
+            matmul(exec, sched, &lw.down, gate, n, xn, act, scratch)
+                .map_err(|e| nonfinite_input(e, gate, inter, p0))?;
             if let Some(pn) = &lw.post_ffn_norm {
                 for row in xn.chunks_exact_mut(h) {
                     ops::rms_norm_in_place(row, pn.as_slice(), eps);
@@ -919,14 +956,16 @@ impl<'a> DecoderLM<'a> {
         let cap = c.final_logit_softcapping.map(|c| c as f32);
         match all_logits {
             Some(out) => {
-                matmul(exec, sched, head, xn, n, out, act, scratch)?;
+                matmul(exec, sched, head, xn, n, out, act, scratch)
+                    .map_err(|e| nonfinite_input(e, xn, h, p0))?;
                 if let Some(cap) = cap {
                     ops::softcap(out, cap);
                 }
                 logits.copy_from_slice(&out[(n - 1) * vocab..]);
             }
             None => {
-                matmul(exec, sched, head, &xn[(n - 1) * h..], 1, logits, act, scratch)?;
+                matmul(exec, sched, head, &xn[(n - 1) * h..], 1, logits, act, scratch)
+                    .map_err(|e| nonfinite_input(e, &xn[(n - 1) * h..], h, p0 + n - 1))?;
                 if let Some(cap) = cap {
                     ops::softcap(logits, cap);
                 }
@@ -934,5 +973,35 @@ impl<'a> DecoderLM<'a> {
         }
         *pos = p0 + n;
         Ok(())
+    }
+}
+
+/// The error for non-finite values met at `position` (see [`DecoderLM::forward`]).
+#[cold]
+fn non_finite_at(position: usize, what: &str) -> Error {
+    Error::data_loss(format_args!(
+        "non-finite value (NaN or infinity) in the {what} at position {position}: the weights \
+         hold NaN or infinity, or the activations overflowed"
+    ))
+}
+
+/// Checks rows of `width` values for NaN/infinity; row `r` is position `first + r`.
+fn finite_rows(rows: &[f32], width: usize, first: usize) -> Result<()> {
+    // `v * 0.0` is 0 for finite `v` and NaN otherwise, so the sum is finite exactly when
+    // every value is: one pass without a branch per element.
+    for (r, row) in rows.chunks(width.max(1)).enumerate() {
+        if !row.iter().fold(0f32, |acc, &v| acc + v * 0.0).is_finite() {
+            return Err(non_finite_at(first + r, "logits"));
+        }
+    }
+    Ok(())
+}
+
+/// Maps an int8-path error caused by a non-finite matmul input (`x`, rows of `width`, row `r`
+/// at position `p0 + r`) to the documented [`crate::Code::DataLoss`]; other errors pass.
+fn nonfinite_input(e: Error, x: &[f32], width: usize, p0: usize) -> Error {
+    match x.iter().position(|v| !v.is_finite()) {
+        Some(i) => non_finite_at(p0 + i / width.max(1), "activations"),
+        None => e,
     }
 }

@@ -16,6 +16,11 @@
 //!   caller's region (a linker-placed `static`, say) of at least
 //!   [`MemoryPlan::region_bytes`] bytes when 64-byte aligned; only the small
 //!   [`MemoryPlan::tables`] come from the heap. Decoding allocates nothing in either build.
+//!
+//! A global allocator is still needed at init: the layer table, the decoder's copy of the
+//! config's lists and the file parsers (safetensors header, GGUF metadata, `config.json`)
+//! allocate. The MCU firmware (features/mcu) gives them a 32 KiB heap (14.5 KiB peak for the
+//! tiny Llama, 1.7 KiB kept) and checks that prefill and decode never call the allocator.
 
 use core::fmt;
 

@@ -11,24 +11,10 @@ pub fn data(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(rel)
 }
 
-/// The real model, or `None` (with the reason printed) when it is absent.
-pub fn smollm2_gguf() -> Option<PathBuf> {
-    let p = std::env::var_os("RML_SMOLLM2_GGUF").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/target/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-        ))
-    });
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!(
-            "SKIP: {} is absent (run .ci/fetch-model.sh or set RML_SMOLLM2_GGUF)",
-            p.display()
-        );
-        None
-    }
-}
+#[path = "../common/smollm2.rs"]
+mod smollm2;
+#[allow(unused_imports)]
+pub use smollm2::smollm2_gguf;
 
 /// File bytes in a 64-byte aligned buffer that lives for the whole test process, as an mmap
 /// would (so that in-place weights are really in place).

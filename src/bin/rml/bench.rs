@@ -1,6 +1,12 @@
 //! `rml bench`: prefill and decode speed at 1..=cores threads, and how close decoding comes to
 //! the machine's read bandwidth (decoding one token reads every weight once, so its speed is
 //! bounded by `read bandwidth / weight bytes per token`).
+//!
+//! The prompt length (`--prompt`), the KV-cache depth the decode steps start at (`--depth`),
+//! the decode steps, repeats and thread counts are options, so that long-prompt prefill and
+//! decode deep into the context are measured too. The last column is the calling thread's
+//! tokens per CPU second (prefill / decode): with one thread, the speed the code would have
+//! on an idle core, whatever else the machine runs.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -13,19 +19,33 @@ use rml::model::{DecoderLM, DecoderOptions};
 use rml::ops::Activations;
 use rml::{Error, Result};
 
-const PROMPT: usize = 64;
-const DECODE: usize = 32;
-const REPEATS: usize = 3;
 /// Bytes read by the bandwidth probe (well past any last-level cache).
 const PROBE_BYTES: usize = 512 << 20;
 
-/// Best-of-`REPEATS` read bandwidth in bytes per second with `pool`: every thread sums its
-/// share of a buffer of `PROBE_BYTES`.
-fn read_bandwidth(pool: &ThreadPool, buf: &[u64]) -> f64 {
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    /// Activations for quantized weights.
+    pub act: Activations,
+    /// Prompt tokens of the timed prefill.
+    pub prompt: usize,
+    /// Cached tokens before the timed decode steps (0: right after the prompt).
+    pub depth: usize,
+    /// Timed decode steps.
+    pub decode: usize,
+    /// Repeats (best of).
+    pub repeats: usize,
+    /// Thread counts (empty: 1..=cores).
+    pub threads: Vec<usize>,
+}
+
+/// Best-of-`repeats` read bandwidth in bytes per second with `pool`: every thread sums its
+/// share of `buf` (a plain read loop).
+fn read_bandwidth(pool: &ThreadPool, buf: &[u64], repeats: usize) -> f64 {
     const CHUNK: usize = 1 << 17; // 1 MiB of u64
     let chunks = buf.len() / CHUNK;
     let mut best = f64::INFINITY;
-    for _ in 0..REPEATS {
+    for _ in 0..repeats {
         let t = Instant::now();
         pool.parallel_for(0..chunks, Schedule::Static, &|r| {
             let mut acc = 0u64;
@@ -41,72 +61,126 @@ fn read_bandwidth(pool: &ThreadPool, buf: &[u64]) -> f64 {
     (chunks * CHUNK * 8) as f64 / best
 }
 
+/// CPU seconds the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`): with one thread the
+/// whole work of a step, unaffected by time spent waiting for a core on a loaded machine.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// A probe buffer of `bytes` (rounded down to whole MiB, at least 1 MiB).
+fn probe(bytes: usize) -> Vec<u64> {
+    let n = (bytes >> 20).max(1) << 17;
+    (0..n as u64).collect()
+}
+
 /// Runs the benchmark on the model at `path` and prints one row per thread count.
 ///
 /// # Errors
 ///
-/// The model's open and load errors; `INTERNAL` if a pool cannot start.
-pub fn run(path: &Path, act: Activations) -> Result<()> {
+/// The model's open and load errors; `INVALID_ARGUMENT` for a zero prompt, decode count or
+/// repeat count, or a shape past the model's context; `INTERNAL` if a pool cannot start.
+pub fn run(path: &Path, shape: &Shape) -> Result<()> {
+    let &Shape { act, prompt, depth, decode, repeats, .. } = shape;
+    if prompt == 0 || decode == 0 || repeats == 0 {
+        return Err(Error::invalid_argument("--prompt, --decode and --repeats must be at least 1"));
+    }
     let model = Model::open(path)?;
     let c = model.config();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads: Vec<usize> =
+        if shape.threads.is_empty() { (1..=cores).collect() } else { shape.threads.clone() };
+    let start = if depth == 0 { prompt } else { depth };
+    let need = prompt.max(start + decode);
+    if need > c.max_position_embeddings {
+        return Err(Error::invalid_argument(format_args!(
+            "prompt {prompt} / depth {depth} + {decode} decode steps need {need} positions; \
+             the model has {}",
+            c.max_position_embeddings
+        )));
+    }
     let opts = DecoderOptions {
-        context_len: Some((PROMPT + DECODE + 1).min(c.max_position_embeddings)),
+        context_len: Some(need),
         activations: act,
+        prefill_chunk: 64,
         ..DecoderOptions::default()
     };
     let inline = rml::InlineExecutor;
     let mut dec = DecoderLM::new(c, &PackedSource::new(&model)?, &inline, opts)?;
     let vocab = c.vocab_size as u32;
-    let prompt: Vec<u32> = (0..PROMPT as u32).map(|i| (i * 7919 + 13) % vocab).collect();
-    if PROMPT + DECODE > dec.context_len() {
-        return Err(Error::invalid_argument(format_args!(
-            "the model's context ({}) is too short for the benchmark",
-            dec.context_len()
-        )));
-    }
+    let tokens: Vec<u32> = (0..prompt.max(start) as u32).map(|i| (i * 7919 + 13) % vocab).collect();
     let per_token = dec.weights().bytes_per_token() as f64;
-    let mut probe = vec![0u64; PROBE_BYTES / 8];
-    for (i, v) in probe.iter_mut().enumerate() {
-        *v = i as u64;
-    }
-    println!(
-        "{} ({:?} activations): {:.1} MiB of weights read per token, prompt {PROMPT}, {DECODE} decode steps, best of {REPEATS}",
+    use std::io::Write;
+    let mut out = crate::out::stdout();
+    let big = probe(PROBE_BYTES);
+    let same = probe(per_token as usize);
+    writeln!(
+        out,
+        "{} ({:?} activations, kernels {}): {:.1} MiB of weights read per token, prompt {prompt}, \
+         {decode} decode steps from depth {start}, best of {repeats}",
         path.display(),
         act,
+        rml::kernels::active()?.isa(),
         per_token / (1024.0 * 1024.0)
-    );
-    println!(
-        "{:>7} {:>14} {:>13} {:>15} {:>13} {:>9}",
-        "threads", "prefill tok/s", "decode tok/s", "weights GB/s", "read GB/s", "of limit"
-    );
-    for threads in 1..=cores {
-        let pool =
-            ThreadPool::builder().threads(threads).schedule(Schedule::Proportional2).build()?;
-        let (mut prefill, mut decode) = (f64::INFINITY, f64::INFINITY);
-        for _ in 0..REPEATS {
+    )?;
+    writeln!(
+        out,
+        "{:>7} {:>14} {:>13} {:>15} {:>13} {:>9} {:>15} {:>9} {:>10} {:>13}",
+        "threads",
+        "prefill tok/s",
+        "decode tok/s",
+        "weights GB/s",
+        "read GB/s",
+        "of limit",
+        "same-size GB/s",
+        "of that",
+        "disp/token",
+        "cpu pp/tg"
+    )?;
+    for &t in &threads {
+        let pool = ThreadPool::builder().threads(t).schedule(Schedule::Proportional2).build()?;
+        let (mut prefill, mut dec_s, mut disp) = (f64::INFINITY, f64::INFINITY, 0.0);
+        let (mut prefill_cpu, mut dec_cpu) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..repeats {
             dec.reset();
-            let t = Instant::now();
-            dec.forward_with(&pool, &prompt, None, None)?;
-            prefill = prefill.min(t.elapsed().as_secs_f64());
-            let t = Instant::now();
-            for i in 0..DECODE as u32 {
+            let (t0, c0) = (Instant::now(), thread_cpu_s());
+            dec.forward_with(&pool, &tokens[..prompt], None, None)?;
+            prefill = prefill.min(t0.elapsed().as_secs_f64());
+            prefill_cpu = prefill_cpu.min(thread_cpu_s() - c0);
+            if start != prompt {
+                dec.reset();
+                dec.forward_with(&pool, &tokens[..start], None, None)?;
+            }
+            let before = pool.stats().dispatches;
+            let (t0, c0) = (Instant::now(), thread_cpu_s());
+            for i in 0..decode as u32 {
                 dec.decode_with(&pool, (i * 31 + 7) % vocab)?;
             }
-            decode = decode.min(t.elapsed().as_secs_f64());
+            dec_s = dec_s.min(t0.elapsed().as_secs_f64());
+            dec_cpu = dec_cpu.min(thread_cpu_s() - c0);
+            disp = (pool.stats().dispatches - before) as f64 / decode as f64;
         }
-        let bw = read_bandwidth(&pool, &probe);
-        let tps = DECODE as f64 / decode;
+        let bw = read_bandwidth(&pool, &big, repeats);
+        let bw_same = read_bandwidth(&pool, &same, repeats.max(5));
+        let tps = decode as f64 / dec_s;
         let weights_bw = per_token * tps;
-        println!(
-            "{:>7} {:>14.1} {:>13.1} {:>15.2} {:>13.2} {:>8.0}%",
+        writeln!(
+        out,
+            "{:>7} {:>14.1} {:>13.1} {:>15.2} {:>13.2} {:>8.0}% {:>15.2} {:>8.0}% {:>10.1} {:>6.0}/{:<6.1}",
             pool.threads(),
-            PROMPT as f64 / prefill,
+            prompt as f64 / prefill,
             tps,
             weights_bw / 1e9,
             bw / 1e9,
-            100.0 * weights_bw / bw
-        );
+            100.0 * weights_bw / bw,
+            bw_same / 1e9,
+            100.0 * weights_bw / bw_same,
+            disp,
+            prompt as f64 / prefill_cpu,
+            decode as f64 / dec_cpu
+        )?;
     }
     Ok(())
 }

@@ -1,130 +1,168 @@
-//! `rml convert IN OUT --dtype f32|bf16|q8_0`: a GGUF file or Hugging Face folder in, a
-//! Hugging Face folder out (`config.json`, `model.safetensors` written with the `safetensors`
-//! crate, `tokenizer.json`).
+//! `rml convert IN OUT --dtype D [--format safetensors|gguf]`: any model rml reads (a GGUF
+//! file, a Hugging Face folder, also `convert`'s own output in every dtype) in; a Hugging Face
+//! folder (`config.json`, `model.safetensors`, `tokenizer.json`) or a GGUF file out.
 //!
-//! Every Llama tensor is widened or dequantized to f32, renamed to its Hugging Face name, and
-//! (from GGUF) its q/k rows are put back in Hugging Face's rotate-half order
-//! ([`rml::model::arch::llama::unpermute_qk_rows`]); then it is stored as f32, bf16 (rounded to
-//! nearest even) or, for `q8_0`, matrices whose rows split into 32-blocks are quantized to
-//! Q8_0 and stored packed ([`rml::model::packed`]: a `U8` tensor of the blocks, marked in the
-//! metadata; Q8_0 sources are copied as they are) and the rest as f32. Tensors are converted
-//! one at a time while the file is written.
+//! `--dtype`:
+//! - `f32`: IEEE binary32, every tensor.
+//! - `f16`: IEEE binary16, rounded to nearest even (GGUF: 1-D tensors stay f32, as llama.cpp
+//!   writes them).
+//! - `bf16`: bfloat16, rounded to nearest even (GGUF: 1-D tensors stay f32).
+//! - `q8_0`, `q4_0`, `q4_1`: ggml's blocks of 32 (`block_q8_0`, `block_q4_0`, `block_q4_1`)
+//!   for every matrix whose rows split into 32-blocks, quantized by ggml's reference
+//!   arithmetic (the quantizers of [`rml::quant`]'s table); other tensors f32. A source tensor already in the target type
+//!   is copied as it is (rows moved, not requantized).
+//!
+//! In safetensors, which has no block dtypes, a quantized matrix `[rows, k]` is stored packed
+//! ([`rml::model::packed`]: a `U8` tensor `[rows, row_bytes]` marked in `__metadata__`). In
+//! GGUF every tensor has its ggml type; a GGUF input's metadata (architecture, tokenizer,
+//! chat template, ...) is carried over with `general.file_type` set to the new type, and a
+//! Hugging Face input gets the `llama.*` keys of its config (its tokenizer stays in
+//! `tokenizer.json`: put it beside the .gguf for rml to find).
+//!
+//! Tensor names and q/k row order follow the container: Hugging Face names and rotate-half
+//! rows in safetensors, llama.cpp names and interleaved rows in GGUF
+//! ([`rml::model::arch::llama::unpermute_qk_rows`] and its inverse).
+//!
+//! The output is atomic: it is written under a hidden temporary name beside OUT and renamed to
+//! OUT at the end; on an error or Ctrl-C the temporary is removed and OUT does not appear.
+//! Files are created 0644 (less the umask). The bytes are the same on every run (metadata
+//! sorted, tensors in a fixed order). Buffers come from a [`BufferPool`]: one tensor is
+//! converted at a time and the layers' equal shapes reuse the same blocks (the summary line
+//! counts them).
 
-use std::borrow::Cow;
-use std::collections::HashMap;
-use std::path::Path;
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::ValueEnum;
-use rml::kernels::quant::quantize_row_q8_0;
-use rml::load::{Model, ModelFormat};
-use rml::model::arch::llama::{hf_tensor_name, unpermute_qk_rows};
+use rml::format::write::{safetensors_header, GgufWriter, SafetensorsEntry, Value};
+use rml::format::TensorSource;
+use rml::load::{Container, ModelFormat};
+use rml::mem::BufferPool;
+use rml::model::arch::llama::{hf_tensor_name, qk_gguf_row, unpermute_qk_rows};
 use rml::model::config::{ModelConfig, RopeScaling};
-use rml::model::packed;
+use rml::model::packed::{self, PackedSource};
 use rml::{DType, Error, Result};
-use safetensors::tensor::{Dtype, View};
+
+use crate::interrupt;
 
 /// The element type `convert` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OutDType {
     /// IEEE binary32.
     F32,
+    /// IEEE binary16, rounded to nearest even.
+    F16,
     /// bfloat16, rounded to nearest even.
     Bf16,
-    /// Q8_0 blocks for matrices (rows a multiple of 32), f32 for the rest.
+    /// ggml Q8_0 blocks for matrices (rows a multiple of 32), f32 for the rest.
     #[value(name = "q8_0")]
     Q8_0,
+    /// ggml Q4_0 blocks for matrices (rows a multiple of 32), f32 for the rest.
+    #[value(name = "q4_0")]
+    Q4_0,
+    /// ggml Q4_1 blocks for matrices (rows a multiple of 32), f32 for the rest.
+    #[value(name = "q4_1")]
+    Q4_1,
 }
 
-/// One output tensor, converted when the writer asks for its bytes.
-struct Lazy<'m> {
-    model: &'m Model,
+impl OutDType {
+    fn dtype(self) -> DType {
+        match self {
+            OutDType::F32 => DType::F32,
+            OutDType::F16 => DType::F16,
+            OutDType::Bf16 => DType::BF16,
+            OutDType::Q8_0 => DType::Q8_0,
+            OutDType::Q4_0 => DType::Q4_0,
+            OutDType::Q4_1 => DType::Q4_1,
+        }
+    }
+
+    /// llama.cpp's `general.file_type` (`LLAMA_FTYPE_*`).
+    fn gguf_file_type(self) -> u32 {
+        match self {
+            OutDType::F32 => 0,
+            OutDType::F16 => 1,
+            OutDType::Q4_0 => 2,
+            OutDType::Q4_1 => 3,
+            OutDType::Q8_0 => 7,
+            OutDType::Bf16 => 32,
+        }
+    }
+}
+
+/// The container `convert` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutFormat {
+    /// A Hugging Face folder: config.json, model.safetensors, tokenizer.json.
+    Safetensors,
+    /// One GGUF file.
+    Gguf,
+}
+
+/// How the q/k rows move between the input's order and the output's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rows {
+    Keep,
+    /// GGUF (interleaved) → Hugging Face (rotate-half).
+    ToHf(usize),
+    /// Hugging Face → GGUF.
+    ToGguf(usize),
+}
+
+/// One tensor to write.
+struct Job {
     source: String,
-    /// The logical shape.
-    logical: Vec<usize>,
-    /// The shape written (`[rows, row_bytes]` for packed Q8_0).
-    stored: Vec<usize>,
-    /// Heads of `head_dim` rows to un-permute (GGUF q/k), if any.
-    unpermute: Option<usize>,
-    /// What is written: F32, BF16, or Q8_0 (packed as U8 `[rows, row_bytes]`).
-    dtype: DType,
-    failure: &'m std::sync::Mutex<Option<Error>>,
-}
-
-impl Lazy<'_> {
-    fn convert(&self) -> Result<Vec<u8>> {
-        let view = self.model.tensor(&self.source)?;
-        if self.dtype == DType::Q8_0 && view.dtype == DType::Q8_0 && self.unpermute.is_none() {
-            return Ok(view.data.to_vec());
-        }
-        let n = view.shape.numel();
-        let mut f = vec![0f32; n];
-        view.dequantize_into(&mut f)
-            .map_err(|e| e.context(format_args!("tensor {:?}", self.source)))?;
-        let mut bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
-        if let Some(head_dim) = self.unpermute {
-            let rows = self.logical[0];
-            let row_bytes = bytes.len() / rows.max(1);
-            let mut out = vec![0u8; bytes.len()];
-            unpermute_qk_rows(&bytes, &mut out, rows, row_bytes, head_dim)
-                .map_err(|e| e.context(format_args!("tensor {:?}", self.source)))?;
-            bytes = out;
-        }
-        let floats = || bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-        Ok(match self.dtype {
-            DType::BF16 => {
-                floats().flat_map(|v| half::bf16::from_f32(v).to_bits().to_le_bytes()).collect()
-            }
-            DType::Q8_0 => {
-                let (rows, k) = (self.logical[0], self.logical[1]);
-                let rb = DType::Q8_0.row_bytes(k)?;
-                let f: Vec<f32> = floats().collect();
-                let mut out = vec![0u8; rows * rb];
-                for (x, q) in f.chunks_exact(k).zip(out.chunks_exact_mut(rb)) {
-                    quantize_row_q8_0(x, q)
-                        .map_err(|e| e.context(format_args!("tensor {:?}", self.source)))?;
-                }
-                out
-            }
-            _ => bytes,
-        })
-    }
-}
-
-impl View for Lazy<'_> {
-    fn dtype(&self) -> Dtype {
-        match self.dtype {
-            DType::BF16 => Dtype::BF16,
-            DType::Q8_0 => Dtype::U8,
-            _ => Dtype::F32,
-        }
-    }
-
-    fn shape(&self) -> &[usize] {
-        &self.stored
-    }
-
-    fn data(&self) -> Cow<'_, [u8]> {
-        match self.convert() {
-            Ok(b) => Cow::Owned(b),
-            Err(e) => {
-                // The writer cannot fail from here: remember the error, write zeros, and
-                // delete the file afterwards.
-                if let Ok(mut slot) = self.failure.lock() {
-                    slot.get_or_insert(e);
-                }
-                Cow::Owned(vec![0u8; self.data_len()])
-            }
-        }
-    }
-
-    fn data_len(&self) -> usize {
-        self.stored.iter().product::<usize>()
-            * if self.dtype == DType::Q8_0 { 1 } else { self.dtype.block_bytes() }
-    }
+    name: String,
+    shape: Vec<usize>,
+    out: DType,
+    rows: Rows,
+    bytes: usize,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |e| Error::from(e).context(path.display())
+}
+
+/// A path removed on drop unless [`Temp::keep`] was called: the output while it is written.
+struct Temp {
+    path: PathBuf,
+    dir: bool,
+    keep: bool,
+}
+
+impl Temp {
+    fn keep(mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ =
+                if self.dir { fs::remove_dir_all(&self.path) } else { fs::remove_file(&self.path) };
+        }
+    }
+}
+
+/// A new file, mode 0644 (less the umask) on Unix.
+fn create(path: &Path) -> Result<BufWriter<File>> {
+    let mut o = fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o644);
+    Ok(BufWriter::with_capacity(1 << 20, o.open(path).map_err(io(path))?))
+}
+
+/// The hidden temporary beside `output`: `.NAME.rml-tmp-PID`.
+fn temp_beside(output: &Path) -> Result<PathBuf> {
+    let name = output.file_name().ok_or_else(|| {
+        Error::invalid_argument(format_args!("{}: not a file or folder name", output.display()))
+    })?;
+    let dir = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Ok(dir.join(format!(".{}.rml-tmp-{}", name.to_string_lossy(), std::process::id())))
 }
 
 /// The Hugging Face `config.json` for `c` (transformers 4 dialect).
@@ -172,87 +210,209 @@ fn config_json(c: &ModelConfig, dtype: OutDType) -> serde_json::Value {
             [one] => serde_json::json!(one),
             many => serde_json::json!(many),
         },
-        "torch_dtype": match dtype { OutDType::Bf16 => "bfloat16", _ => "float32" },
+        "torch_dtype": match dtype {
+            OutDType::Bf16 => "bfloat16",
+            OutDType::F16 => "float16",
+            _ => "float32",
+        },
     })
 }
 
-/// Converts `input` into the folder `output`.
+/// llama.cpp's name of a Hugging Face Llama tensor (the inverse of [`hf_tensor_name`]).
+fn gguf_tensor_name(hf: &str) -> Option<String> {
+    let fixed = match hf {
+        "model.embed_tokens.weight" => Some("token_embd.weight"),
+        "model.norm.weight" => Some("output_norm.weight"),
+        "lm_head.weight" => Some("output.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, part) = rest.split_once('.')?;
+    layer.parse::<usize>().ok()?;
+    let short = match part {
+        "self_attn.q_proj.weight" => "attn_q.weight",
+        "self_attn.k_proj.weight" => "attn_k.weight",
+        "self_attn.v_proj.weight" => "attn_v.weight",
+        "self_attn.o_proj.weight" => "attn_output.weight",
+        "mlp.gate_proj.weight" => "ffn_gate.weight",
+        "mlp.up_proj.weight" => "ffn_up.weight",
+        "mlp.down_proj.weight" => "ffn_down.weight",
+        "input_layernorm.weight" => "attn_norm.weight",
+        "post_attention_layernorm.weight" => "ffn_norm.weight",
+        _ => return None,
+    };
+    let name = format!("blk.{layer}.{short}");
+    // The two maps must agree.
+    (hf_tensor_name(&name).as_deref() == Some(hf)).then_some(name)
+}
+
+/// The `llama.*` and `general.*` keys for a model converted from a Hugging Face folder.
+fn gguf_arch_metadata(w: &mut GgufWriter, c: &ModelConfig) -> Result<()> {
+    if !matches!(c.rope_scaling, RopeScaling::None | RopeScaling::Linear { .. }) {
+        return Err(Error::unimplemented(format_args!(
+            "GGUF output: rope_scaling {:?} has no llama.* key (llama.cpp stores it as a \
+             rope_freqs tensor)",
+            c.rope_scaling
+        )));
+    }
+    let u32v = |v: usize, k: &str| {
+        u32::try_from(v).map(Value::U32).map_err(|_| {
+            Error::invalid_argument(format_args!("GGUF output: {k} {v} does not fit a u32"))
+        })
+    };
+    w.set("general.architecture", Value::Str("llama".into()))?;
+    w.set("llama.vocab_size", u32v(c.vocab_size, "vocab_size")?)?;
+    w.set("llama.context_length", u32v(c.max_position_embeddings, "context_length")?)?;
+    w.set("llama.embedding_length", u32v(c.hidden_size, "hidden_size")?)?;
+    w.set("llama.block_count", u32v(c.num_hidden_layers, "num_hidden_layers")?)?;
+    w.set("llama.feed_forward_length", u32v(c.intermediate_size, "intermediate_size")?)?;
+    w.set("llama.attention.head_count", u32v(c.num_attention_heads, "heads")?)?;
+    w.set("llama.attention.head_count_kv", u32v(c.num_key_value_heads, "kv heads")?)?;
+    w.set("llama.attention.key_length", u32v(c.head_dim, "head_dim")?)?;
+    w.set("llama.attention.value_length", u32v(c.head_dim, "head_dim")?)?;
+    w.set("llama.rope.dimension_count", u32v(c.head_dim, "head_dim")?)?;
+    w.set("llama.rope.freq_base", Value::F32(c.rope_theta as f32))?;
+    w.set("llama.attention.layer_norm_rms_epsilon", Value::F32(c.rms_norm_eps as f32))?;
+    if let RopeScaling::Linear { factor } = c.rope_scaling {
+        w.set("llama.rope.scaling.type", Value::Str("linear".into()))?;
+        w.set("llama.rope.scaling.factor", Value::F32(factor as f32))?;
+    }
+    if let Some(b) = c.bos_token_id {
+        w.set("tokenizer.ggml.bos_token_id", Value::U32(b))?;
+    }
+    if let Some(&e) = c.eos_token_ids.first() {
+        w.set("tokenizer.ggml.eos_token_id", Value::U32(e))?;
+    }
+    Ok(())
+}
+
+/// Converts `input` into `output` (see the module docs).
 ///
 /// # Errors
 ///
-/// The input's open errors; `INVALID_ARGUMENT` if `output` exists and is not an empty
-/// folder; I/O errors naming the file.
-pub fn run(input: &Path, output: &Path, dtype: OutDType) -> Result<()> {
-    let model = Model::open(input)?;
-    if output.exists() && std::fs::read_dir(output).map_err(io(output))?.next().is_some() {
-        return Err(Error::invalid_argument(format_args!(
-            "{}: output folder exists and is not empty",
-            output.display()
-        )));
-    }
-    let c = model.config().clone();
-    let gguf = model.format() == ModelFormat::Gguf;
-    let failure = std::sync::Mutex::new(None);
-    let mut meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
-    let mut tensors = Vec::new();
-    let mut skipped = Vec::new();
-    for info in model.tensor_infos() {
-        let name = if gguf { hf_tensor_name(&info.name) } else { Some(info.name.clone()) };
-        let Some(name) = name else {
-            skipped.push(info.name.clone());
-            continue;
-        };
-        if c.tie_word_embeddings && name == "lm_head.weight" {
-            continue;
+/// The input's open errors; [`rml::Code::InvalidArgument`] if `output` exists (a folder
+/// must be empty); a tensor that cannot be converted (named); I/O errors naming the file;
+/// "interrupted" after Ctrl-C. Nothing is left at `output` or beside it on error.
+pub fn run(input: &Path, output: &Path, dtype: OutDType, format: Option<OutFormat>) -> Result<()> {
+    let format = format.unwrap_or_else(|| {
+        if output.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+            OutFormat::Gguf
+        } else {
+            OutFormat::Safetensors
         }
-        let unpermute = (gguf
-            && (name.ends_with("self_attn.q_proj.weight")
-                || name.ends_with("self_attn.k_proj.weight")))
-        .then_some(c.head_dim);
-        let shape = info.shape.dims().to_vec();
-        let (out, stored) = match dtype {
-            OutDType::F32 => (DType::F32, shape.clone()),
-            OutDType::Bf16 => (DType::BF16, shape.clone()),
-            OutDType::Q8_0 => match shape[..] {
-                [rows, k] if k % 32 == 0 => {
-                    let (key, value) = packed::metadata_entry(&name, DType::Q8_0);
-                    meta.insert(key, value);
-                    (DType::Q8_0, vec![rows, DType::Q8_0.row_bytes(k)?])
+    });
+    let model = Container::open(input)?;
+    let config = model.model_config()?;
+    match (format, fs::symlink_metadata(output)) {
+        (_, Err(_)) => {}
+        (OutFormat::Safetensors, Ok(m))
+            if m.is_dir() && fs::read_dir(output).map_err(io(output))?.next().is_none() => {}
+        (_, Ok(_)) => {
+            return Err(Error::invalid_argument(format_args!(
+                "{}: exists{}; remove it or choose another name",
+                output.display(),
+                if format == OutFormat::Safetensors { " and is not empty" } else { "" }
+            )))
+        }
+    }
+    let source = PackedSource::new(&model)?;
+    let from_gguf = model.format() == ModelFormat::Gguf;
+    let to_gguf = format == OutFormat::Gguf;
+    let (jobs, skipped) = plan(&model, &source, &config, dtype, from_gguf, to_gguf)?;
+    let _catch = interrupt::catch();
+    let tmp = temp_beside(output)?;
+    let pool = BufferPool::new();
+    let written = if to_gguf {
+        let guard = Temp { path: tmp.clone(), dir: false, keep: false };
+        let mut w = GgufWriter::new();
+        match model.gguf() {
+            Some(g) => {
+                for (k, v) in g?.metadata() {
+                    w.set(k, Value::from_meta(v))?;
                 }
-                _ => (DType::F32, shape.clone()),
-            },
-        };
-        tensors.push((
-            name,
-            Lazy {
-                model: &model,
-                source: info.name.clone(),
-                logical: shape,
-                stored,
-                unpermute,
-                dtype: out,
-                failure: &failure,
-            },
-        ));
-    }
-    std::fs::create_dir_all(output).map_err(io(output))?;
-    let weights = output.join("model.safetensors");
-    eprintln!("rml: writing {} tensors to {}", tensors.len(), weights.display());
-    safetensors::serialize_to_file(tensors, Some(meta), &weights)
-        .map_err(|e| Error::data_loss(format_args!("{}: {e}", weights.display())))?;
-    if let Some(e) = failure.lock().ok().and_then(|mut f| f.take()) {
-        let _ = std::fs::remove_file(&weights);
-        return Err(e);
-    }
-    let cfg_path = output.join("config.json");
-    let text = serde_json::to_string_pretty(&config_json(&c, dtype))
-        .map_err(|e| Error::internal(format_args!("config.json: {e}")))?;
-    std::fs::write(&cfg_path, text).map_err(io(&cfg_path))?;
-    let tok_path = output.join("tokenizer.json");
-    match crate::load_tokenizer(&model) {
-        Ok(tok) => tok.save(&tok_path)?,
-        Err(e) => eprintln!("rml: warning: no tokenizer written: {e}"),
-    }
+            }
+            None => gguf_arch_metadata(&mut w, &config)?,
+        }
+        w.set("general.file_type", Value::U32(dtype.gguf_file_type()))?;
+        if dtype.dtype().block_size() > 1 {
+            w.set("general.quantization_version", Value::U32(2))?;
+        }
+        for j in &jobs {
+            w.add_tensor(&j.name, &j.shape, rml::quant::info(j.out).ggml_id, j.bytes)?;
+        }
+        let mut f = create(&tmp)?;
+        f.write_all(&w.header()?).map_err(io(&tmp))?;
+        for (i, j) in jobs.iter().enumerate() {
+            interrupt::check()?;
+            write_tensor(&source, j, &pool, &mut f, &tmp)?;
+            f.write_all(&vec![0u8; w.padding_after(i)]).map_err(io(&tmp))?;
+        }
+        finish(f, &tmp)?;
+        fs::rename(&tmp, output).map_err(io(output))?;
+        guard.keep();
+        output.to_path_buf()
+    } else {
+        let guard = Temp { path: tmp.clone(), dir: true, keep: false };
+        fs::create_dir(&tmp).map_err(io(&tmp))?;
+        let weights = tmp.join("model.safetensors");
+        let mut meta = vec![("format".to_string(), "pt".to_string())];
+        let mut entries = Vec::with_capacity(jobs.len());
+        for j in &jobs {
+            let (st_dtype, shape) = match j.out {
+                DType::F32 => ("F32", j.shape.clone()),
+                DType::F16 => ("F16", j.shape.clone()),
+                DType::BF16 => ("BF16", j.shape.clone()),
+                q => {
+                    meta.push(packed::metadata_entry(&j.name, q));
+                    ("U8", vec![j.shape[0], j.bytes / j.shape[0].max(1)])
+                }
+            };
+            entries.push(SafetensorsEntry {
+                name: j.name.clone(),
+                dtype: st_dtype,
+                shape,
+                bytes: j.bytes,
+            });
+        }
+        let mut f = create(&weights)?;
+        f.write_all(&safetensors_header(&meta, &entries)?).map_err(io(&weights))?;
+        for j in &jobs {
+            interrupt::check()?;
+            write_tensor(&source, j, &pool, &mut f, &weights)?;
+        }
+        finish(f, &weights)?;
+        let cfg_path = tmp.join("config.json");
+        let text = serde_json::to_string_pretty(&config_json(&config, dtype))
+            .map_err(|e| Error::internal(format_args!("config.json: {e}")))?;
+        let mut f = create(&cfg_path)?;
+        f.write_all(text.as_bytes()).map_err(io(&cfg_path))?;
+        finish(f, &cfg_path)?;
+        match crate::load_tokenizer(&model) {
+            Ok(tok) => {
+                let tok_path = tmp.join("tokenizer.json");
+                tok.save(&tok_path)?;
+                #[cfg(unix)]
+                {
+                    use std::os::unix::fs::PermissionsExt;
+                    let mode = fs::metadata(&cfg_path).map_err(io(&cfg_path))?.permissions();
+                    fs::set_permissions(&tok_path, fs::Permissions::from_mode(mode.mode()))
+                        .map_err(io(&tok_path))?;
+                }
+            }
+            Err(e) => eprintln!("rml: warning: no tokenizer written: {e}"),
+        }
+        interrupt::check()?;
+        if output.exists() {
+            // An empty folder (checked above): rename(2) replaces it.
+            fs::remove_dir(output).map_err(io(output))?;
+        }
+        fs::rename(&tmp, output).map_err(io(output))?;
+        guard.keep();
+        output.to_path_buf()
+    };
     if !skipped.is_empty() {
         eprintln!(
             "rml: skipped {} tensors that are not Llama weights: {}",
@@ -260,6 +420,217 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType) -> Result<()> {
             skipped.join(", ")
         );
     }
-    eprintln!("rml: wrote {}", output.display());
+    let s = pool.stats();
+    eprintln!(
+        "rml: wrote {} ({} tensors, {}; buffers: {} allocated, {} reused)",
+        written.display(),
+        jobs.len(),
+        dtype.dtype().name(),
+        s.misses,
+        s.hits
+    );
     Ok(())
+}
+
+/// Flushes, syncs and closes a written file.
+fn finish(f: BufWriter<File>, path: &Path) -> Result<()> {
+    let f = f.into_inner().map_err(|e| io(path)(e.into_error()))?;
+    f.sync_all().map_err(io(path))
+}
+
+/// The tensors to write, in output order, and the input tensors left out.
+fn plan(
+    model: &Container,
+    source: &PackedSource<'_>,
+    c: &ModelConfig,
+    dtype: OutDType,
+    from_gguf: bool,
+    to_gguf: bool,
+) -> Result<(Vec<Job>, Vec<String>)> {
+    let mut jobs = Vec::new();
+    let mut skipped = Vec::new();
+    for info in model.tensor_infos() {
+        let hf = if from_gguf { hf_tensor_name(&info.name) } else { Some(info.name.clone()) };
+        let Some(hf) = hf else {
+            skipped.push(info.name.clone());
+            continue;
+        };
+        let name = match (from_gguf, to_gguf) {
+            (true, true) => Some(info.name.clone()),
+            (false, true) => gguf_tensor_name(&hf),
+            _ => Some(hf.clone()),
+        };
+        let Some(name) = name else {
+            skipped.push(info.name.clone());
+            continue;
+        };
+        if c.tie_word_embeddings && hf == "lm_head.weight" {
+            continue;
+        }
+        let is_qk =
+            hf.ends_with("self_attn.q_proj.weight") || hf.ends_with("self_attn.k_proj.weight");
+        let rows = match (is_qk, from_gguf, to_gguf) {
+            (true, true, false) => Rows::ToHf(c.head_dim),
+            (true, false, true) => Rows::ToGguf(c.head_dim),
+            _ => Rows::Keep,
+        };
+        // The logical shape (a packed tensor's, not its stored bytes).
+        let shape = source
+            .tensor(&info.name)
+            .map(|v| v.shape.dims().to_vec())
+            .unwrap_or_else(|_| info.shape.dims().to_vec());
+        let want = dtype.dtype();
+        let out = if want.block_size() > 1 {
+            match shape[..] {
+                [_, k] if k % want.block_size() == 0 => want,
+                _ => DType::F32,
+            }
+        } else if to_gguf && shape.len() < 2 {
+            DType::F32
+        } else {
+            want
+        };
+        let numel: usize = shape.iter().product();
+        let bytes = match (&shape[..], out.block_size()) {
+            ([rows, k], b) if b > 1 => rows * out.row_bytes(*k)?,
+            _ => numel * out.block_bytes(),
+        };
+        jobs.push(Job { source: info.name.clone(), name, shape, out, rows, bytes });
+    }
+    // safetensors: sorted by name (the order does not depend on the input's); GGUF: the
+    // input's order (llama.cpp keeps it).
+    if !to_gguf {
+        jobs.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    Ok((jobs, skipped))
+}
+
+/// Moves whole rows of a q/k matrix between GGUF and Hugging Face order.
+fn move_rows(rows: Rows, data: &[u8], out: &mut [u8], n_rows: usize) -> Result<()> {
+    let row_bytes = data.len() / n_rows.max(1);
+    match rows {
+        Rows::Keep => out.copy_from_slice(data),
+        Rows::ToHf(hd) => unpermute_qk_rows(data, out, n_rows, row_bytes, hd)?,
+        Rows::ToGguf(hd) => {
+            if hd == 0 || n_rows % hd != 0 {
+                return Err(Error::invalid_argument(format_args!(
+                    "{n_rows} rows are not whole heads of {hd}"
+                )));
+            }
+            for r in 0..n_rows {
+                let (head, j) = (r / hd, r % hd);
+                let to = head * hd + qk_gguf_row(j, hd);
+                out[to * row_bytes..][..row_bytes]
+                    .copy_from_slice(&data[r * row_bytes..][..row_bytes]);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The f32s of a 64-byte aligned buffer (a [`BufferPool`] block) of `4 * n` bytes.
+fn f32s(b: &[u8]) -> &[f32] {
+    assert!(b.as_ptr().align_offset(4) == 0 && b.len() % 4 == 0);
+    // SAFETY: aligned for f32 and a whole number of them (asserted); every bit pattern is a
+    // valid f32; the borrow keeps the bytes alive and unaliased by writers.
+    unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<f32>(), b.len() / 4) }
+}
+
+/// As [`f32s`], mutable.
+fn f32s_mut(b: &mut [u8]) -> &mut [f32] {
+    assert!(b.as_ptr().align_offset(4) == 0 && b.len() % 4 == 0);
+    // SAFETY: as in `f32s`, and the unique borrow of `b` makes this the only access.
+    unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr().cast::<f32>(), b.len() / 4) }
+}
+
+/// Converts one tensor and writes it to `f`.
+fn write_tensor(
+    source: &PackedSource<'_>,
+    j: &Job,
+    pool: &Arc<BufferPool>,
+    f: &mut impl Write,
+    path: &Path,
+) -> Result<()> {
+    let ctx = |e: Error| e.context(format_args!("tensor {:?}", j.source));
+    let view = source.tensor(&j.source).map_err(ctx)?;
+    let n_rows = j.shape.first().copied().unwrap_or(1);
+    let mut out = pool.take(j.bytes).map_err(ctx)?;
+    if view.dtype == j.out {
+        move_rows(j.rows, view.data, out.block_mut().as_mut_slice(), n_rows).map_err(ctx)?;
+    } else {
+        let n = view.shape.numel();
+        let mut wide = pool.take(n * 4).map_err(ctx)?;
+        let mut moved = pool.take(n * 4).map_err(ctx)?;
+        {
+            view.dequantize_into(f32s_mut(wide.block_mut().as_mut_slice())).map_err(ctx)?;
+        }
+        move_rows(j.rows, wide.block().as_slice(), moved.block_mut().as_mut_slice(), n_rows)
+            .map_err(ctx)?;
+        let x = f32s(moved.block().as_slice());
+        let o = out.block_mut().as_mut_slice();
+        match j.out {
+            DType::F32 => o.copy_from_slice(moved.block().as_slice()),
+            DType::F16 => {
+                for (v, b) in x.iter().zip(o.chunks_exact_mut(2)) {
+                    b.copy_from_slice(&half::f16::from_f32(*v).to_bits().to_le_bytes());
+                }
+            }
+            DType::BF16 => {
+                for (v, b) in x.iter().zip(o.chunks_exact_mut(2)) {
+                    b.copy_from_slice(&half::bf16::from_f32(*v).to_bits().to_le_bytes());
+                }
+            }
+            q => {
+                let k = j.shape[1];
+                let rb = q.row_bytes(k)?;
+                let quantize = rml::quant::info(q).quantize.ok_or_else(|| {
+                    Error::unimplemented(format_args!("rml has no {} quantizer", q.name()))
+                })?;
+                for (row, qrow) in x.chunks_exact(k).zip(o.chunks_exact_mut(rb)) {
+                    quantize(row, qrow).map_err(ctx)?;
+                }
+            }
+        }
+    }
+    f.write_all(out.block().as_slice()).map_err(io(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gguf_names_invert_hf_names() {
+        for n in ["token_embd.weight", "output_norm.weight", "output.weight"] {
+            assert_eq!(gguf_tensor_name(&hf_tensor_name(n).unwrap()).as_deref(), Some(n));
+        }
+        for part in [
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+            "attn_norm",
+            "ffn_norm",
+        ] {
+            let n = format!("blk.17.{part}.weight");
+            assert_eq!(gguf_tensor_name(&hf_tensor_name(&n).unwrap()), Some(n));
+        }
+        assert_eq!(gguf_tensor_name("model.layers.x.mlp.up_proj.weight"), None);
+        assert_eq!(gguf_tensor_name("pooler.dense.weight"), None);
+    }
+
+    #[test]
+    fn qk_rows_round_trip() {
+        let (hd, heads, rb) = (8, 3, 5);
+        let n = hd * heads;
+        let data: Vec<u8> = (0..n * rb).map(|i| i as u8).collect();
+        let (mut g, mut back) = (vec![0u8; data.len()], vec![0u8; data.len()]);
+        move_rows(Rows::ToGguf(hd), &data, &mut g, n).unwrap();
+        assert_ne!(g, data);
+        move_rows(Rows::ToHf(hd), &g, &mut back, n).unwrap();
+        assert_eq!(back, data);
+    }
 }

