@@ -175,6 +175,8 @@ struct Shared {
     spin: Duration,
     /// Called by a worker before each join (tests: hold a worker outside the job).
     before_join: Option<JoinHook>,
+    /// Workers that have started running `worker::main` (the builder waits for all of them).
+    started: CounterAtomic,
 }
 
 /// `next_chunk` after a panic: past any plan's chunk count, with room for every thread's
@@ -331,6 +333,7 @@ impl ThreadPoolBuilder {
             threads,
             spin,
             before_join: self.before_join,
+            started: CounterAtomic::new(0),
         });
         let mut pool = ThreadPool { shared, workers: Vec::with_capacity(threads - 1) };
         for index in 1..threads {
@@ -346,6 +349,15 @@ impl ThreadPoolBuilder {
                         .context(format_args!("starting worker {index} of {threads}")))
                 }
             }
+        }
+        // Return only once every worker runs: a thread's start-up (its thread-locals, the
+        // test harness's output capture) may allocate, and with the join/close protocol a
+        // dispatch no longer waits for a worker that has not started, so without this wait
+        // that start-up could land in the middle of later, allocation-free dispatches. Each
+        // poll yields; it ends as soon as the OS has run every new thread once.
+        #[cfg(not(loom))]
+        while pool.shared.started.load(core::sync::atomic::Ordering::Acquire) < threads - 1 {
+            thread::yield_now();
         }
         Ok(pool)
     }

@@ -23,6 +23,8 @@ pub(super) fn main(sh: &Shared, me: usize) {
     unsafe {
         libc::pthread_set_qos_class_self_np(libc::qos_class_t::QOS_CLASS_USER_INTERACTIVE, 0);
     }
+    #[cfg(not(loom))]
+    sh.started.fetch_add(1, core::sync::atomic::Ordering::Release);
     // Generation 0 is the pool's initial state: a job published before this thread got to run
     // is still seen as new (and joined if it is still open).
     let mut seen = state::generation(state::open(0));
