@@ -18,6 +18,7 @@
 //! a model file while it is open, reads may fault (SIGBUS) or see the new bytes. rml never
 //! writes to model files; keep them unchanged while a [`Model`] is alive.
 
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -29,10 +30,10 @@ use memmap2::Mmap;
 
 use crate::error::{Error, Result};
 use crate::format::gguf::Gguf;
-use crate::format::hf_config::parse_config;
 use crate::format::safetensors::SafeTensors;
 use crate::format::{TensorInfo, TensorSource, TensorView};
-use crate::model::config::ModelConfig;
+use crate::model::config::{from_gguf, parse_config, ModelConfig, MAX_CONFIG_BYTES};
+use crate::model::packed::PackedSource;
 
 /// Which on-disk format a [`Model`] or [`Container`] came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,8 +76,8 @@ struct Mapped {
 /// A model opened from disk: its configuration and its tensors, memory-mapped and validated.
 ///
 /// Tensor names are the file's own (`model.layers.0.self_attn.q_proj.weight` for
-/// safetensors, `blk.0.attn_q.weight` for GGUF; see [`crate::format::gguf::hf_tensor_name`]
-/// and the q/k row-order note in [`crate::format::gguf`]). `&Model` implements
+/// safetensors, `blk.0.attn_q.weight` for GGUF; see [`crate::model::arch::llama::hf_tensor_name`]
+/// and the q/k row-order note in [`crate::model::arch::llama`]). `&Model` implements
 /// [`TensorSource`]; every [`Container`] method is available through `Deref`.
 pub struct Model {
     container: Container,
@@ -190,7 +191,7 @@ impl Model {
     ///
     /// [`crate::Code::Io`] if the file cannot be read; [`crate::Code::InvalidArgument`] if it
     /// is not a regular file (a FIFO, a device); [`crate::Code::DataLoss`] for an empty or
-    /// malformed file (see [`Gguf::parse`]); the errors of [`Gguf::model_config`]. Every
+    /// malformed file (see [`Gguf::parse`]); the errors of [`from_gguf`]. Every
     /// message starts with the path.
     pub fn open_gguf(path: impl AsRef<Path>) -> Result<Model> {
         Model::from_gguf(map_file(path.as_ref())?)
@@ -395,14 +396,14 @@ impl Container {
     ///
     /// [`crate::Code::NotFound`] for a folder without `config.json`;
     /// [`crate::Code::InvalidArgument`] for a single safetensors file (see [`Model::open`]);
-    /// the errors of [`Gguf::model_config`] and [`parse_config`] (an architecture rml does not
+    /// the errors of [`from_gguf`] and [`parse_config`] (an architecture rml does not
     /// run is [`crate::Code::Unimplemented`]). Every message names the file.
     pub fn model_config(&self) -> Result<ModelConfig> {
         let ctx = |e: Error| e.context(self.path.display());
         match self.format {
             ModelFormat::Gguf => {
                 let g = Gguf::parse(&self.files[0].map).map_err(ctx)?;
-                g.model_config().map_err(ctx)
+                from_gguf(&g).map_err(ctx)
             }
             ModelFormat::Safetensors if self.bare => Err(bare_safetensors_error(&self.path)),
             ModelFormat::Safetensors => {
@@ -413,7 +414,7 @@ impl Container {
                         self.path.display()
                     )));
                 }
-                parse_config(&read_text(&config_path, crate::format::hf_config::MAX_CONFIG_BYTES)?)
+                parse_config(&read_text(&config_path, MAX_CONFIG_BYTES)?)
                     .map_err(|e| e.context(config_path.display()))
             }
         }
@@ -511,6 +512,24 @@ impl Container {
                 .collect()),
             None => Ok(self.st_metadata.clone()),
         }
+    }
+}
+
+impl<'m> PackedSource<'m> {
+    /// A [`PackedSource`] over `model`'s files, with the packing marks of its `__metadata__`
+    /// (none for GGUF).
+    ///
+    /// # Errors
+    ///
+    /// As [`PackedSource::from_marks`].
+    pub fn new(model: &'m Container) -> Result<Self> {
+        let stored = |name: &str| -> Result<(crate::tensor::Shape, &'m [u8])> {
+            let i = *model.index.get(name).ok_or_else(|| {
+                Error::not_found(format_args!("tensor {name:?} is not in the model"))
+            })?;
+            Ok((model.tensors[i].shape, model.raw_bytes(name)?))
+        };
+        PackedSource::from_marks(Box::new(model), model.safetensors_metadata(), &stored)
     }
 }
 

@@ -464,6 +464,21 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// [`rms_norm`] in place: `x[i] = x[i] / sqrt(mean(x²) + eps) * w[i]` (per-head q/k norms,
+/// Gemma's post-norms).
+///
+/// # Panics
+///
+/// If `x` and `w` differ in length or are empty.
+pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    assert!(!x.is_empty() && x.len() == w.len(), "rms_norm_in_place: shapes");
+    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let inv = (1.0 / libm::sqrt(ss / x.len() as f64 + eps as f64)) as f32;
+    for (xi, &wi) in x.iter_mut().zip(w) {
+        *xi = wi * (*xi * inv);
+    }
+}
+
 /// The RoPE inverse frequencies `inv_freq[i] = theta^(-2i/d)` for `i < d/2`, written to
 /// `out` (`d / 2` values), as Hugging Face's default rope computes them.
 ///
@@ -569,6 +584,35 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "swiglu: length mismatch");
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = silu(*g) * u;
+    }
+}
+
+/// GELU with the tanh approximation (PyTorch's `gelu(x, approximate="tanh")`,
+/// transformers' `gelu_pytorch_tanh`): `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`.
+#[inline]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)))
+}
+
+/// The GeGLU gate in place: `gate[i] = gelu_tanh(gate[i]) * up[i]` (Gemma's MLP before
+/// `down_proj`).
+///
+/// # Panics
+///
+/// If the lengths differ.
+pub fn geglu_tanh(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "geglu_tanh: length mismatch");
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = gelu_tanh(*g) * u;
+    }
+}
+
+/// Soft-capping in place: `x[i] = cap * tanh(x[i] / cap)` (Gemma's
+/// `final_logit_softcapping`).
+pub fn softcap(x: &mut [f32], cap: f32) {
+    for v in x.iter_mut() {
+        *v = cap * libm::tanhf(*v / cap);
     }
 }
 

@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
 use decoder_common::{data, leak_aligned, smollm2_gguf};
 use rml::exec::Executor;
-use rml::format::hf_config::parse_config;
 use rml::format::safetensors::SafeTensors;
 use rml::format::TensorSource;
 use rml::load::Model;
+use rml::model::config::parse_config;
 use rml::model::config::ModelConfig;
 use rml::model::{DecoderLM, DecoderOptions, Sampler, SamplerConfig};
 use rml::ops::Activations;
@@ -95,9 +95,18 @@ fn decode_steps_allocate_nothing() {
     let cfg = parse_config(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
     let st = SafeTensors::parse(leak_aligned(&dir.join("model.safetensors"))).unwrap();
     let smol = Some(Model::open(smollm2_gguf()).unwrap());
+    let families: Vec<(&str, Model)> =
+        ["tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-mistral"]
+            .into_iter()
+            .map(|d| (d, Model::open(data(d)).unwrap()))
+            .collect();
     for (name, exec) in executors() {
         for act in [Activations::F32, Activations::Int8] {
             count_steps(&format!("tiny f32, {name}, {act:?}"), &cfg, &st, &*exec, act);
+            for (dir, model) in &families {
+                let what = format!("{dir}, {name}, {act:?}");
+                count_steps(&what, model.config(), &model, &*exec, act);
+            }
             if let Some(model) = &smol {
                 let what = format!("SmolLM2 Q4_1, {name}, {act:?}");
                 count_steps(&what, model.config(), &model, &*exec, act);

@@ -5,8 +5,8 @@
 mod decoder_common;
 
 use decoder_common::{argmax, data, leak_aligned, max_abs_diff, Reference};
-use rml::format::hf_config::parse_config;
 use rml::format::safetensors::SafeTensors;
+use rml::model::config::parse_config;
 use rml::model::{DecoderLM, DecoderOptions, Hidden, Stage};
 use rml::{Code, InlineExecutor};
 
@@ -157,10 +157,12 @@ fn missing_and_misshapen_tensors_are_named() {
     let mut cfg = parse_config(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
     let st = SafeTensors::parse(leak_aligned(&dir.join("model.safetensors"))).unwrap();
     cfg.num_hidden_layers = 3;
+    cfg.layer_types.resize(3, cfg.layer_types[0]);
     let e = DecoderLM::new(&cfg, &st, &InlineExecutor, DecoderOptions::default()).unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{e}");
     assert!(e.to_string().contains("model.layers.2."), "{e}");
     cfg.num_hidden_layers = 2;
+    cfg.layer_types.truncate(2);
     cfg.intermediate_size = 160;
     let e = DecoderLM::new(&cfg, &st, &InlineExecutor, DecoderOptions::default()).unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e}");

@@ -12,9 +12,9 @@ use largest_alloc::largest_allocation;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rml::format::gguf::Gguf;
-use rml::format::hf_config::parse_config;
 use rml::format::safetensors::SafeTensors;
 use rml::format::{FileDType, TensorSource, TensorView};
+use rml::model::config::parse_config;
 use rml::{Code, Error};
 
 /// Runs `f` (a parse of `input_len` bytes), failing the test if it panicked (naming `what`) or
@@ -389,7 +389,7 @@ fn gguf_round(what: &dyn std::fmt::Display, bytes: &[u8], convert: bool) -> Resu
             let _ = g.eos_token_id();
             let _ = g.add_bos_token();
             let _ = g.chat_template();
-            if let Ok(c) = g.model_config() {
+            if let Ok(c) = rml::model::config::from_gguf(&g) {
                 c.validate().unwrap();
             }
         });
@@ -420,7 +420,7 @@ fn gguf_small_file_cut_at_every_offset_and_every_bit_flipped() {
     let f = small_gguf();
     assert_eq!(gguf_round(&"whole", &f, true).unwrap(), 10);
     let g = Gguf::parse(&f).unwrap();
-    let c = g.model_config().unwrap();
+    let c = rml::model::config::from_gguf(&g).unwrap();
     assert_eq!((c.head_dim, c.kv_groups(), c.vocab_size), (4, 2, 8));
     for n in 0..f.len() {
         let e = gguf_round(&format_args!("cut at {n}"), &f[..n], true).unwrap_err();

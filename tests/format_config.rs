@@ -1,7 +1,7 @@
 //! Hugging Face `config.json`: the real files in all dialects and the edge cases, by value.
 
-use rml::format::hf_config::parse_config;
-use rml::model::config::{ModelConfig, RopeScaling};
+use rml::model::config::parse_config;
+use rml::model::config::{LayerKind, ModelConfig, RopeScaling};
 use rml::Code;
 
 fn read(rel: &str) -> String {
@@ -13,6 +13,12 @@ fn read(rel: &str) -> String {
 
 fn tiny(dtype: &str) -> ModelConfig {
     ModelConfig {
+        arch: &rml::model::arch::llama::SPEC,
+        layer_types: vec![LayerKind::Global; 2],
+        sliding_window: None,
+        local_rope_theta: None,
+        query_pre_attn_scalar: None,
+        final_logit_softcapping: None,
         vocab_size: 256,
         hidden_size: 64,
         intermediate_size: 176,
@@ -48,6 +54,12 @@ fn smollm2_config() {
     assert_eq!(
         c,
         ModelConfig {
+            arch: &rml::model::arch::llama::SPEC,
+            layer_types: vec![LayerKind::Global; 30],
+            sliding_window: None,
+            local_rope_theta: None,
+            query_pre_attn_scalar: None,
+            final_logit_softcapping: None,
             vocab_size: 49152,
             hidden_size: 576,
             intermediate_size: 1536,
@@ -116,8 +128,14 @@ fn gqa_kv_heads() {
             && e.message().contains("num_attention_heads 6"),
         "{e}"
     );
+    // 0 names both head counts, as a count that does not divide does.
     let e = parse_config(&v4(r#""num_key_value_heads": 0"#)).unwrap_err();
-    assert!(e.message().contains("num_key_value_heads is 0"), "{e}");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(
+        e.message().contains("num_key_value_heads 0")
+            && e.message().contains("num_attention_heads 6"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -248,10 +266,11 @@ fn duplicate_keys_refused() {
 }
 
 #[test]
-fn non_llama_architectures_unimplemented() {
-    let e = parse_config(&v4(r#""model_type": "qwen2""#)).unwrap_err();
+fn unsupported_architectures_unimplemented() {
+    let e = parse_config(&v4(r#""model_type": "phi3""#)).unwrap_err();
     assert_eq!(e.code(), Code::Unimplemented);
-    assert!(e.message().contains("\"qwen2\""));
+    assert!(e.message().contains("\"phi3\""));
+    assert!(e.message().contains("supported: llama, mistral, qwen2, qwen3, gemma3_text"), "{e}");
     let e = parse_config(&v4(r#""hidden_act": "gelu""#)).unwrap_err();
     assert_eq!(e.code(), Code::Unimplemented);
     let e = parse_config(&v4(r#""attention_bias": true"#)).unwrap_err();
@@ -261,7 +280,7 @@ fn non_llama_architectures_unimplemented() {
 
 #[test]
 fn oversized_config_refused() {
-    let big = format!("{{\"x\": \"{}\"}}", "a".repeat(rml::format::hf_config::MAX_CONFIG_BYTES));
+    let big = format!("{{\"x\": \"{}\"}}", "a".repeat(rml::model::config::MAX_CONFIG_BYTES));
     assert_eq!(parse_config(&big).unwrap_err().code(), Code::ResourceExhausted);
 }
 

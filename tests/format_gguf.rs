@@ -2,8 +2,8 @@
 //! malformed files by category, each built by hand.
 
 use rml::format::gguf::{Gguf, MetaType, MetaValue};
-use rml::format::hf_config::parse_config;
 use rml::format::{FileDType, TensorSource};
+use rml::model::config::parse_config;
 use rml::model::config::RopeScaling;
 use rml::{Code, DType};
 
@@ -482,7 +482,7 @@ fn model_config_from_llama_metadata() {
         .kv_str_array("tokenizer.ggml.tokens", &["a", "b", "c"])
         .tensor("output.weight", &[64, 3], 0, &[0; 768])
         .build();
-    let c = Gguf::parse(&f).unwrap().model_config().unwrap();
+    let c = rml::model::config::from_gguf(&Gguf::parse(&f).unwrap()).unwrap();
     assert_eq!((c.vocab_size, c.head_dim, c.num_key_value_heads), (3, 16, 2));
     assert_eq!(c.rope_theta, 10_000.0);
     assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 2.0 });
@@ -490,16 +490,16 @@ fn model_config_from_llama_metadata() {
     assert!(!c.tie_word_embeddings);
     assert_eq!((c.bos_token_id, c.eos_token_ids.len()), (None, 0));
 
-    let e = Gguf::parse(&Builder::new().kv_str("general.architecture", "gemma").build())
-        .unwrap()
-        .model_config()
-        .unwrap_err();
+    let e = rml::model::config::from_gguf(
+        &Gguf::parse(&Builder::new().kv_str("general.architecture", "gemma").build()).unwrap(),
+    )
+    .unwrap_err();
     assert_eq!(e.code(), Code::Unimplemented);
     assert!(e.message().contains("\"gemma\""));
-    let e = Gguf::parse(&Builder::new().kv_str("general.architecture", "llama").build())
-        .unwrap()
-        .model_config()
-        .unwrap_err();
+    let e = rml::model::config::from_gguf(
+        &Gguf::parse(&Builder::new().kv_str("general.architecture", "llama").build()).unwrap(),
+    )
+    .unwrap_err();
     assert!(e.message().contains("missing metadata \"llama.embedding_length\""), "{e}");
 }
 
@@ -515,7 +515,7 @@ fn model_config_refuses_hostile_llama_metadata() {
             .kv_u32("llama.context_length", 512)
             .kv_u32("llama.vocab_size", 3)
     };
-    let config = |b: Builder| Gguf::parse(&b.build()).unwrap().model_config();
+    let config = |b: Builder| rml::model::config::from_gguf(&Gguf::parse(&b.build()).unwrap());
     assert_eq!(config(base().kv_u32("llama.attention.head_count", 4)).unwrap().head_dim, 16);
     for (b, code, needle) in [
         (base().kv_u32("llama.attention.head_count", 0), Code::InvalidArgument, "head_count 0"),
@@ -525,7 +525,7 @@ fn model_config_refuses_hostile_llama_metadata() {
                 .kv_u32("llama.attention.head_count", 4)
                 .kv_u32("llama.attention.head_count_kv", 0),
             Code::InvalidArgument,
-            "num_key_value_heads is 0",
+            "num_key_value_heads 0 does not divide num_attention_heads 4",
         ),
         (
             base()
@@ -614,7 +614,7 @@ fn smollm2_tensors() {
     assert!(g.info("output.weight").is_none(), "SmolLM2 ties its embeddings");
     // Every name maps to a Hugging Face name.
     for t in infos {
-        assert!(rml::format::gguf::hf_tensor_name(&t.name).is_some(), "{}", t.name);
+        assert!(rml::model::arch::llama::hf_tensor_name(&t.name).is_some(), "{}", t.name);
     }
 }
 
@@ -668,7 +668,7 @@ fn smollm2_metadata_and_tokenizer() {
 fn smollm2_config_matches_config_json() {
     let Some(bytes) = smollm2() else { return };
     let g = Gguf::parse(&bytes).unwrap();
-    let from_gguf = g.model_config().unwrap();
+    let from_gguf = rml::model::config::from_gguf(&g).unwrap();
     let json = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/smollm2-135m/config.json"
@@ -704,4 +704,50 @@ fn smollm2_embedding_rows_match_reference() {
         row.dequantize_into(&mut out).unwrap();
         assert_eq!(out, want[p * 576..(p + 1) * 576], "token {id}");
     }
+}
+
+/// Keys live under the file's architecture prefix; a family's extra keys are read, and a key
+/// it needs but the file lacks is named; an unknown architecture lists the supported ones.
+#[test]
+fn model_config_per_architecture_prefix() {
+    let gemma = || {
+        Builder::new()
+            .kv_str("general.architecture", "gemma3")
+            .kv_u32("gemma3.embedding_length", 64)
+            .kv_u32("gemma3.feed_forward_length", 128)
+            .kv_u32("gemma3.block_count", 7)
+            .kv_u32("gemma3.attention.head_count", 2)
+            .kv_u32("gemma3.attention.head_count_kv", 1)
+            .kv_u32("gemma3.attention.key_length", 32)
+            .kv_f32("gemma3.attention.layer_norm_rms_epsilon", 1e-6)
+            .kv_u32("gemma3.context_length", 512)
+            .kv_u32("gemma3.vocab_size", 3)
+    };
+    let config = |b: Builder| rml::model::config::from_gguf(&Gguf::parse(&b.build()).unwrap());
+    let e = config(gemma()).unwrap_err();
+    assert_eq!(e.code(), Code::DataLoss);
+    assert!(e.message().contains("\"gemma3.attention.sliding_window\""), "{e}");
+    let c = config(gemma().kv_u32("gemma3.attention.sliding_window", 16)).unwrap();
+    use rml::model::config::LayerKind::{Global as G, Sliding as S};
+    assert_eq!(c.arch.name, "Gemma 3");
+    assert_eq!(c.layer_types, [S, S, S, S, S, G, S]);
+    assert_eq!((c.sliding_window, c.local_rope_theta), (Some(16), Some(10_000.0)));
+    assert_eq!(c.query_pre_attn_scalar, Some(32.0));
+    assert!(c.tie_word_embeddings, "no output.weight: tied");
+    let c = config(
+        gemma()
+            .kv_u32("gemma3.attention.sliding_window", 16)
+            .kv_f32("gemma3.rope.freq_base_swa", 5000.0),
+    )
+    .unwrap();
+    assert_eq!(c.local_rope_theta, Some(5000.0));
+
+    let e = config(Builder::new().kv_str("general.architecture", "phi3")).unwrap_err();
+    assert_eq!(e.code(), Code::Unimplemented);
+    assert!(
+        e.message().contains("\"phi3\"") && e.message().contains("llama, qwen2, qwen3, gemma3")
+    );
+    let qwen3 = Builder::new().kv_str("general.architecture", "qwen3");
+    let e = config(qwen3).unwrap_err();
+    assert!(e.message().contains("missing metadata \"qwen3.embedding_length\""), "{e}");
 }

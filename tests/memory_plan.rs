@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering::SeqCst};
 
 use decoder_common::{data, leak_aligned, Reference};
 use rml::format::gguf::Gguf;
-use rml::format::hf_config::parse_config;
 use rml::format::safetensors::SafeTensors;
 use rml::format::TensorSource;
+use rml::model::config::parse_config;
 use rml::model::config::ModelConfig;
 use rml::model::{DecoderLM, DecoderOptions, MemoryPlan, WeightFormat};
 use rml::ops::Activations;
@@ -106,7 +106,7 @@ fn cases() -> Vec<Case> {
     let r = Reference::open(&data("tiny-llama-gguf/reference_Q8_0.safetensors"));
     v.push(Case {
         name: "tiny-llama Q8_0 GGUF",
-        config: gguf.model_config().unwrap(),
+        config: rml::model::config::from_gguf(&gguf).unwrap(),
         src: Box::new(gguf),
         hf_floats: false,
         reference: r.tokens("generated"),

@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = g.scores();
     let _ = g.bos_token_id();
     let _ = g.eos_token_id();
-    let _ = g.model_config();
+    let _ = rml::model::config::from_gguf(&g);
     // Non-empty tensors never share a byte.
     let mut ranges: Vec<(usize, usize)> =
         g.infos().iter().filter(|t| t.bytes > 0).map(|t| (t.offset, t.offset + t.bytes)).collect();
@@ -44,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
             }
             FileDType::Unsupported(_) => assert!(g.tensor(&info.name).is_err()),
         }
-        let _ = rml::format::gguf::hf_tensor_name(&info.name);
+        let _ = rml::model::arch::llama::hf_tensor_name(&info.name);
     }
     let _ = g.tensor_names();
 });

@@ -78,7 +78,7 @@ pub(crate) unsafe fn clear_out<T>(out: *mut *mut T) -> Result<()> {
 
 fn open_gguf_bytes(bytes: &'static [u8], owned: Option<AlignedBlock>) -> Result<ModelInner> {
     let gguf = Gguf::parse(bytes)?;
-    let config = gguf.model_config()?;
+    let config = crate::model::config::from_gguf(&gguf)?;
     Ok(ModelInner { source: Source::Bytes { gguf, _bytes: owned }, config })
 }
 

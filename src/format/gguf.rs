@@ -27,15 +27,8 @@
 //! [`FileDType::Unsupported`], refused with [`crate::Code::Unimplemented`] when used. A type
 //! id ggml does not define is a [`crate::Code::DataLoss`] at parse time.
 //!
-//! # q/k row order
-//!
-//! llama.cpp's converter permutes the rows of every `attn_q` / `attn_k` weight so that RoPE
-//! can rotate adjacent pairs (interleaved) instead of Hugging Face's halves (rotate-half).
-//! Within each head of `head_dim` rows, Hugging Face row `j * head_dim/2 + i` (`j` in 0..2,
-//! `i` in 0..head_dim/2) is stored at GGUF row `2 * i + j`. [`qk_gguf_row`] gives that map
-//! and [`unpermute_qk_rows`] restores Hugging Face order (whole rows move, so it works on
-//! quantized rows as they are). Either un-permute once at load and use rotate-half RoPE, or
-//! keep the GGUF order and rotate interleaved pairs `(2i, 2i+1)` with frequency `i`.
+//! This module knows containers only: which model a file holds, and what its keys mean, is
+//! [`crate::model::config::from_gguf`]'s and [`crate::model::arch`]'s business.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -45,7 +38,6 @@ use hashbrown::HashMap;
 
 use super::{FileDType, TensorInfo, TensorSource, TensorView};
 use crate::error::{Error, Result};
-use crate::model::config::{ModelConfig, RopeScaling};
 use crate::tensor::Shape;
 
 /// The magic bytes at the start of every GGUF file.
@@ -987,128 +979,6 @@ impl<'a> Gguf<'a> {
     pub fn chat_template(&self) -> Result<Option<&'a str>> {
         self.get_str("tokenizer.chat_template")
     }
-
-    // ------------------------------------------------------------- llama.*
-
-    /// The [`ModelConfig`] of a `llama` architecture file, from `llama.*` metadata:
-    /// `embedding_length`, `feed_forward_length`, `block_count`, `attention.head_count`
-    /// (required), `attention.head_count_kv` (default: head count), `attention.key_length`
-    /// (default: embedding / heads), `attention.layer_norm_rms_epsilon` (required),
-    /// `rope.freq_base` (default 10000), `context_length` (required), `vocab_size` (default:
-    /// the number of `tokenizer.ggml.tokens`, else `token_embd.weight`'s rows),
-    /// `rope.scaling.type` / `rope.scaling.factor` (`none` or `linear`); tied embeddings when
-    /// `output.weight` is absent; BOS/EOS from `tokenizer.ggml.*`; `dtype` from
-    /// `general.file_type`.
-    ///
-    /// # Errors
-    ///
-    /// [`crate::Code::Unimplemented`] for another architecture, a rope scaling type other
-    /// than none/linear, a `rope_freqs.weight` tensor (precomputed frequency factors),
-    /// `rope.dimension_count` differing from the head width (partial rotary), or
-    /// `attention.value_length` differing from it;
-    /// [`crate::Code::DataLoss`] naming a missing or mistyped key; the errors of
-    /// [`ModelConfig::validate`].
-    pub fn model_config(&self) -> Result<ModelConfig> {
-        let arch = self.architecture()?;
-        if arch != "llama" {
-            return Err(Error::unimplemented(format_args!(
-                "GGUF: architecture {arch:?} is not supported (only \"llama\")"
-            )));
-        }
-        let req = |k: &str| self.require(self.get_usize(k), k);
-        let hidden_size = req("llama.embedding_length")?;
-        let num_attention_heads = req("llama.attention.head_count")?;
-        let num_key_value_heads =
-            self.get_usize("llama.attention.head_count_kv")?.unwrap_or(num_attention_heads);
-        let head_dim = match self.get_usize("llama.attention.key_length")? {
-            Some(h) => h,
-            None => {
-                if num_attention_heads == 0 || hidden_size % num_attention_heads != 0 {
-                    return Err(Error::invalid_argument(format_args!(
-                        "GGUF: llama.embedding_length {hidden_size} is not a multiple of \
-                         llama.attention.head_count {num_attention_heads}"
-                    )));
-                }
-                hidden_size / num_attention_heads
-            }
-        };
-        if let Some(v) = self.get_usize("llama.attention.value_length")? {
-            if v != head_dim {
-                return Err(Error::unimplemented(format_args!(
-                    "GGUF: llama.attention.value_length {v} differs from the key width {head_dim} \
-                     (rml's attention uses one head width)"
-                )));
-            }
-        }
-        if let Some(rot) = self.get_usize("llama.rope.dimension_count")? {
-            if rot != head_dim {
-                return Err(Error::unimplemented(format_args!(
-                    "GGUF: llama.rope.dimension_count {rot} differs from the head width \
-                     {head_dim} (partial rotary embeddings)"
-                )));
-            }
-        }
-        if self.info("rope_freqs.weight").is_some() {
-            return Err(Error::unimplemented(
-                "GGUF: rope_freqs.weight (precomputed RoPE frequency factors) is not supported",
-            ));
-        }
-        let rope_scaling = match self.get_str("llama.rope.scaling.type")? {
-            None | Some("none") => RopeScaling::None,
-            Some("linear") => RopeScaling::Linear {
-                factor: self.require(
-                    self.get_f64("llama.rope.scaling.factor"),
-                    "llama.rope.scaling.factor",
-                )?,
-            },
-            Some(other) => {
-                return Err(Error::unimplemented(format_args!(
-                    "GGUF: llama.rope.scaling.type {other:?} is not supported (none, linear are)"
-                )))
-            }
-        };
-        let vocab_size = match self.get_usize("llama.vocab_size")? {
-            Some(v) => v,
-            None => match self.get_array("tokenizer.ggml.tokens")? {
-                Some(a) => a.len(),
-                None => match self.info("token_embd.weight") {
-                    Some(t) => t.shape.dims().first().copied().unwrap_or(0),
-                    None => return Err(Error::data_loss("GGUF: no vocabulary size found")),
-                },
-            },
-        };
-        let dtype = self.get_usize("general.file_type")?.map(|ft| match ft {
-            0 => String::from("ALL_F32"),
-            1 => String::from("MOSTLY_F16"),
-            2 => String::from("MOSTLY_Q4_0"),
-            3 => String::from("MOSTLY_Q4_1"),
-            7 => String::from("MOSTLY_Q8_0"),
-            32 => String::from("MOSTLY_BF16"),
-            n => alloc::format!("file_type {n}"),
-        });
-        let cfg = ModelConfig {
-            vocab_size,
-            hidden_size,
-            intermediate_size: req("llama.feed_forward_length")?,
-            num_hidden_layers: req("llama.block_count")?,
-            num_attention_heads,
-            num_key_value_heads,
-            head_dim,
-            rms_norm_eps: self.require(
-                self.get_f64("llama.attention.layer_norm_rms_epsilon"),
-                "llama.attention.layer_norm_rms_epsilon",
-            )?,
-            rope_theta: self.get_f64("llama.rope.freq_base")?.unwrap_or(10_000.0),
-            rope_scaling,
-            max_position_embeddings: req("llama.context_length")?,
-            tie_word_embeddings: self.info("output.weight").is_none(),
-            bos_token_id: self.bos_token_id()?,
-            eos_token_ids: self.eos_token_id()?.into_iter().collect(),
-            dtype,
-        };
-        cfg.validate().map_err(|e| e.context("GGUF"))?;
-        Ok(cfg)
-    }
 }
 
 impl<'a> TensorSource<'a> for Gguf<'a> {
@@ -1118,131 +988,5 @@ impl<'a> TensorSource<'a> for Gguf<'a> {
 
     fn tensor_names(&self) -> Vec<&str> {
         self.tensors.iter().map(|t| t.name.as_str()).collect()
-    }
-}
-
-/// The Hugging Face name of a llama.cpp tensor name (`blk.3.attn_q.weight` →
-/// `model.layers.3.self_attn.q_proj.weight`, `token_embd.weight` →
-/// `model.embed_tokens.weight`, `output_norm.weight` → `model.norm.weight`, `output.weight`
-/// → `lm_head.weight`), or `None` for names outside the Llama set.
-pub fn hf_tensor_name(gguf_name: &str) -> Option<String> {
-    match gguf_name {
-        "token_embd.weight" => return Some(String::from("model.embed_tokens.weight")),
-        "output_norm.weight" => return Some(String::from("model.norm.weight")),
-        "output.weight" => return Some(String::from("lm_head.weight")),
-        _ => {}
-    }
-    let rest = gguf_name.strip_prefix("blk.")?;
-    let (layer, part) = rest.split_once('.')?;
-    if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let hf = match part {
-        "attn_norm.weight" => "input_layernorm.weight",
-        "ffn_norm.weight" => "post_attention_layernorm.weight",
-        "attn_q.weight" => "self_attn.q_proj.weight",
-        "attn_k.weight" => "self_attn.k_proj.weight",
-        "attn_v.weight" => "self_attn.v_proj.weight",
-        "attn_output.weight" => "self_attn.o_proj.weight",
-        "ffn_gate.weight" => "mlp.gate_proj.weight",
-        "ffn_up.weight" => "mlp.up_proj.weight",
-        "ffn_down.weight" => "mlp.down_proj.weight",
-        _ => return None,
-    };
-    Some(alloc::format!("model.layers.{layer}.{hf}"))
-}
-
-/// For a q or k projection with heads of `head_dim` rows: the GGUF row that holds Hugging
-/// Face row `hf_row` (see the module docs). Within a head, HF row `j * head_dim/2 + i` is
-/// GGUF row `2 * i + j`; heads stay in place.
-///
-/// # Panics
-///
-/// If `head_dim` is odd or zero.
-pub fn qk_gguf_row(hf_row: usize, head_dim: usize) -> usize {
-    assert!(head_dim > 0 && head_dim % 2 == 0, "head_dim {head_dim} must be even and non-zero");
-    let half = head_dim / 2;
-    let (head, r) = (hf_row / head_dim, hf_row % head_dim);
-    let (j, i) = (r / half, r % half);
-    head * head_dim + 2 * i + j
-}
-
-/// Copies a GGUF `attn_q` / `attn_k` weight (`src`: `rows` rows of `row_bytes` bytes each,
-/// any dtype — rows move whole) into `dst` in Hugging Face's rotate-half row order, for
-/// heads of `head_dim` rows ([`qk_gguf_row`]).
-///
-/// # Errors
-///
-/// [`crate::Code::InvalidArgument`] if `head_dim` is odd or zero or does not divide `rows`.
-///
-/// # Panics
-///
-/// If `src` or `dst` is not `rows * row_bytes` long.
-pub fn unpermute_qk_rows(
-    src: &[u8],
-    dst: &mut [u8],
-    rows: usize,
-    row_bytes: usize,
-    head_dim: usize,
-) -> Result<()> {
-    let total = rows.checked_mul(row_bytes);
-    assert!(
-        total == Some(src.len()) && total == Some(dst.len()),
-        "unpermute_qk_rows: src {} / dst {} bytes for {rows} rows of {row_bytes}",
-        src.len(),
-        dst.len()
-    );
-    if head_dim == 0 || head_dim % 2 != 0 || rows % head_dim != 0 {
-        return Err(Error::invalid_argument(format_args!(
-            "q/k un-permute: head_dim {head_dim} must be even, non-zero and divide {rows} rows"
-        )));
-    }
-    if row_bytes == 0 {
-        return Ok(());
-    }
-    for (hf_row, out) in dst.chunks_exact_mut(row_bytes).enumerate() {
-        let g = qk_gguf_row(hf_row, head_dim);
-        out.copy_from_slice(&src[g * row_bytes..(g + 1) * row_bytes]);
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn qk_row_map_inverts_llama_cpp_permute() {
-        // llama.cpp's converter: HF rows of one head [h0 .. h7] (two halves [0..4), [4..8))
-        // are stored interleaved: 0, 4, 1, 5, 2, 6, 3, 7.
-        let stored: Vec<usize> = (0..8).map(|g| (g % 2) * 4 + g / 2).collect();
-        assert_eq!(stored, [0, 4, 1, 5, 2, 6, 3, 7]);
-        for hf in 0..8 {
-            assert_eq!(stored[qk_gguf_row(hf, 8)], hf);
-        }
-        // Second head keeps its place.
-        assert_eq!(qk_gguf_row(8 + 4, 8), 8 + 1);
-    }
-
-    #[test]
-    fn unpermute_moves_whole_rows() {
-        let head_dim = 4;
-        // GGUF rows hold the HF row number in both bytes: stored order 0, 2, 1, 3.
-        let src = [0u8, 0, 2, 2, 1, 1, 3, 3];
-        let mut dst = [0u8; 8];
-        unpermute_qk_rows(&src, &mut dst, 4, 2, head_dim).unwrap();
-        assert_eq!(dst, [0, 0, 1, 1, 2, 2, 3, 3]);
-        assert!(unpermute_qk_rows(&src, &mut dst, 4, 2, 3).is_err());
-    }
-
-    #[test]
-    fn hf_names() {
-        assert_eq!(
-            hf_tensor_name("blk.12.attn_k.weight").as_deref(),
-            Some("model.layers.12.self_attn.k_proj.weight")
-        );
-        assert_eq!(hf_tensor_name("output.weight").as_deref(), Some("lm_head.weight"));
-        assert_eq!(hf_tensor_name("blk.x.attn_k.weight"), None);
-        assert_eq!(hf_tensor_name("rope_freqs.weight"), None);
     }
 }

@@ -1,13 +1,12 @@
-//! Model file formats parsed from untrusted bytes: safetensors, GGUF v3 and Hugging Face
-//! `config.json`.
+//! Model containers parsed from untrusted bytes: safetensors and GGUF v3. Containers only:
+//! tensors and metadata, no model. What a file's tensors and keys mean for a model family is
+//! [`crate::model::config`]'s and [`crate::model::arch`]'s.
 //!
 //! Every parser takes `&[u8]` / `&str` and never trusts it: lengths, offsets and counts are
 //! checked before use, and failures are [`crate::Error`]s naming the tensor or field.
 //!
 //! - [`safetensors::SafeTensors`]: a `.safetensors` file (header + data section).
 //! - [`gguf::Gguf`]: a GGUF v3 file (metadata, tensor infos, aligned data).
-//! - [`hf_config::parse_config`]: a Hugging Face `config.json` into a
-//!   [`crate::model::config::ModelConfig`].
 //!
 //! Both tensor files implement [`TensorSource`] (the decoder's view) and list their tensors as
 //! [`TensorInfo`]s (for `rml inspect`).
@@ -20,7 +19,6 @@ use crate::error::{Error, Result};
 use crate::tensor::{DType, Shape, Tensor};
 
 pub mod gguf;
-pub mod hf_config;
 pub mod safetensors;
 pub mod write;
 

@@ -1,11 +1,24 @@
-//! [`DecoderLM`]: the Llama-family forward pass with a KV cache (design.md §3 "Decoder").
+//! [`DecoderLM`]: the forward pass of every family with a KV cache (design.md §3 "Decoder").
 //!
-//! Hugging Face `LlamaForCausalLM` semantics, computed in f32: token embedding; per layer
-//! `x += o(attn(rope(q(n(x))), rope(k(n(x))), v(n(x))))` then
-//! `x += down(silu(gate(n(x))) * up(n(x)))` with RMSNorm `n`; a final RMSNorm and the output
-//! head (the embedding when tied). Attention is causal, scaled by `1/sqrt(head_dim)`, with
-//! grouped KV heads (KV head `j` serves query heads `j*g .. j*g+g`). RoPE rotates with
-//! `inv_freq = theta^(-2i/d)`, optionally rescaled (`linear`, `llama3`).
+//! Hugging Face semantics of the config's family ([`crate::model::arch`]), computed in f32:
+//! token embedding (× `sqrt(hidden)` for Gemma); per layer
+//! `x += P_a(o(attn(rope(N_q(q(n(x)))), rope(N_k(k(n(x)))), v(n(x)))))` then
+//! `x += P_m(down(act(gate(n'(x))) * up(n'(x))))` with RMSNorms `n`, `n'`, optional per-head
+//! q/k norms `N_q`, `N_k` (Qwen3, Gemma 3), optional q/k/v biases (Qwen2), optional post-norms
+//! `P_a`, `P_m` (Gemma 3; identity otherwise) and `act` SiLU or GELU-tanh; a final RMSNorm,
+//! the output head (the embedding when tied) and, when the config sets it, logit soft-capping
+//! `cap * tanh(z / cap)`. Attention is causal, scaled by `1/sqrt(head_dim)` (or
+//! `query_pre_attn_scalar^-1/2`), with grouped KV heads (KV head `j` serves query heads
+//! `j*g .. j*g+g`); sliding-window layers see the last `sliding_window` positions. RoPE
+//! rotates with `inv_freq = theta^(-2i/d)`, optionally rescaled (`linear`, `llama3`, or a
+//! GGUF's `rope_freqs.weight` divisors); sliding layers may have their own base.
+//!
+//! Sliding windows use the full-length cache and a window on the keys read: every layer
+//! keeps `context_len` positions and a sliding layer's query at position `i` reads keys
+//! `i + 1 - window ..= i`. A ring cache of `window` positions per sliding layer would save
+//! `(context_len - window) × kv_heads × head_dim × 8` bytes per sliding layer (Gemma 3 270M at
+//! 4096 positions, window 512: 15 of 18 layers × 3584 × 1 × 256 × 8 B = 110 MB of 151 MB); rml
+//! keeps one cache layout so that rewinding and chunked prefill need no special cases.
 //!
 //! Memory: the KV cache (f32, `[layer][kv_head][position][head_dim]`) and the logits are
 //! allocated once for the context length; every per-step buffer comes from an [`Arena`] sized
@@ -26,7 +39,8 @@ use crate::exec::{Executor, Schedule};
 use crate::format::TensorSource;
 use crate::mem::place::Place;
 use crate::mem::{AlignedBlock, Arena};
-use crate::model::config::{ModelConfig, RopeScaling};
+use crate::model::arch::Activation;
+use crate::model::config::{LayerKind, ModelConfig, RopeScaling};
 use crate::model::plan::MemoryPlan;
 use crate::model::weights::{plan_weights, LayerWeights, Linear, WeightFormat, Weights};
 use crate::ops::{self, Activations};
@@ -181,15 +195,24 @@ impl KvCache {
     }
 }
 
-/// RoPE inverse frequencies for `config` (`head_dim / 2` values), with its `rope_scaling`
-/// applied as transformers' `modeling_rope_utils.py` does.
+/// RoPE inverse frequencies of `config`'s global layers (`head_dim / 2` values), with its
+/// `rope_scaling` applied as transformers' `modeling_rope_utils.py` does.
 ///
 /// # Panics
 ///
 /// If `out.len() * 2 != config.head_dim`.
 pub fn rope_frequencies(config: &ModelConfig, out: &mut [f32]) {
-    ops::rope_inv_freq(config.rope_theta as f32, config.head_dim, out);
-    match config.rope_scaling {
+    rope_frequencies_for(config.rope_theta, config.rope_scaling, config.head_dim, out);
+}
+
+/// RoPE inverse frequencies for base `theta`, `scaling` and heads of `head_dim`.
+///
+/// # Panics
+///
+/// If `out.len() * 2 != head_dim`.
+pub fn rope_frequencies_for(theta: f64, scaling: RopeScaling, head_dim: usize, out: &mut [f32]) {
+    ops::rope_inv_freq(theta as f32, head_dim, out);
+    match scaling {
         RopeScaling::None => {}
         RopeScaling::Linear { factor } => {
             for f in out.iter_mut() {
@@ -238,7 +261,7 @@ const PAR_ATTENTION_WORK: usize = 1 << 15;
 /// has its own score row.
 const ATT_PARTS: usize = 4;
 
-/// A Llama-family decoder with its KV cache; see the module docs.
+/// A decoder of any supported family with its KV cache; see the module docs.
 pub struct DecoderLM<'a> {
     config: ModelConfig,
     weights: Weights<'a>,
@@ -280,6 +303,7 @@ fn arena_bytes(c: &ModelConfig, n: usize, ctx: usize, act: Activations) -> Optio
         n.checked_mul(i)?,                                                      // gate
         n.checked_mul(i)?,                                                      // up
         n.checked_mul(c.head_dim)?, // cos and sin (head_dim / 2 each)
+        n.checked_mul(c.head_dim)?, // the same for sliding layers
         c.num_attention_heads.checked_mul(ATT_PARTS.min(n))?.checked_mul(ctx)?, // scores
     ];
     let mut total = 0usize;
@@ -431,7 +455,9 @@ impl<'a> DecoderLM<'a> {
             plan.count(b)?;
         }
         let c = config;
-        let config_lists = c.eos_token_ids.len() * 4 + c.dtype.as_ref().map_or(0, |d| d.len());
+        let config_lists = c.eos_token_ids.len() * 4
+            + c.dtype.as_ref().map_or(0, |d| d.len())
+            + c.layer_types.len() * core::mem::size_of::<LayerKind>();
         let table = c.num_hidden_layers.checked_mul(core::mem::size_of::<LayerWeights<'_>>());
         MemoryPlan {
             context_len: own.context_len,
@@ -480,7 +506,8 @@ impl<'a> DecoderLM<'a> {
             kv_cache,
             scratch,
             logits,
-            rope: c.head_dim / 2 * 4,
+            // Global frequencies, then the sliding layers' own when they have a base.
+            rope: c.head_dim / 2 * 4 * if c.local_rope_theta.is_some() { 2 } else { 1 },
             ..MemoryPlan::default()
         })
     }
@@ -501,7 +528,23 @@ impl<'a> DecoderLM<'a> {
         let logits = place.block(own.logits, "logits")?;
         let arena = Arena::from_block(place.block(own.scratch, "scratch arena")?);
         let mut inv_freq = place.block(own.rope, "RoPE table")?;
-        rope_frequencies(config, cast_slice_mut(inv_freq.as_mut_slice()));
+        {
+            let half = c.head_dim / 2;
+            let f: &mut [f32] = cast_slice_mut(inv_freq.as_mut_slice());
+            let (global, local) = f.split_at_mut(half);
+            rope_frequencies(config, global);
+            if let Some(theta) = c.local_rope_theta {
+                rope_frequencies_for(theta, RopeScaling::None, c.head_dim, local);
+            }
+            // llama.cpp's `rope_freqs.weight`: each inverse frequency divided by its factor.
+            if let Some(div) = &weights.rope_freqs {
+                for part in f.chunks_exact_mut(half) {
+                    for (x, &d) in part.iter_mut().zip(div.as_slice()) {
+                        *x /= d;
+                    }
+                }
+            }
+        }
         Ok(DecoderLM {
             config: config.clone(),
             weights,
@@ -730,7 +773,8 @@ impl<'a> DecoderLM<'a> {
     ) -> Result<()> {
         let DecoderLM { config: c, weights: w, options, inv_freq, kv, logits, arena, pos, .. } =
             self;
-        let inv_freq: &[f32] = cast_slice(inv_freq.as_slice());
+        let freqs: &[f32] = cast_slice(inv_freq.as_slice());
+        let (inv_freq, inv_freq_local) = freqs.split_at(c.head_dim / 2);
         let (n, p0) = (tokens.len(), *pos);
         let (h, nh, nkv, hd) =
             (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
@@ -738,8 +782,9 @@ impl<'a> DecoderLM<'a> {
         let groups = nh / nkv;
         let eps = c.rms_norm_eps as f32;
         let (act, sched) = (options.activations, options.schedule);
-        let scale = 1.0 / libm::sqrtf(hd as f32);
+        let scale = c.attention_scale();
         let layout = w.rope_layout;
+        let act_fn = c.arch.activation;
 
         arena.reset();
         let arena: &Arena = arena;
@@ -753,6 +798,8 @@ impl<'a> DecoderLM<'a> {
         let up = arena.alloc_slice::<f32>(n * inter)?;
         let cos = arena.alloc_slice::<f32>(n * half)?;
         let sin = arena.alloc_slice::<f32>(n * half)?;
+        let cos_local = arena.alloc_slice::<f32>(n * half)?;
+        let sin_local = arena.alloc_slice::<f32>(n * half)?;
         let span = p0 + n;
         let parts = ATT_PARTS.min(n);
         let scores = arena.alloc_slice::<f32>(nh * parts * span)?;
@@ -763,6 +810,11 @@ impl<'a> DecoderLM<'a> {
         let emb = w.embedding.matrix()?;
         for (t, &tok) in tokens.iter().enumerate() {
             ops::dequantize_row(&emb, tok as usize, &mut x[t * h..(t + 1) * h]);
+        }
+        if c.arch.embed_scale_sqrt_hidden {
+            // transformers: `hidden * torch.tensor(hidden_size ** 0.5, dtype)`, in f32.
+            let s = libm::sqrt(h as f64) as f32;
+            x.iter_mut().for_each(|v| *v *= s);
         }
         let want_all = all_logits.is_some() || observer.is_some();
         let mut observe = |stage: Stage, data: &[f32]| {
@@ -775,6 +827,13 @@ impl<'a> DecoderLM<'a> {
             let (c_t, s_t) =
                 (&mut cos[t * half..(t + 1) * half], &mut sin[t * half..(t + 1) * half]);
             ops::rope_cos_sin(p0 + t, inv_freq, c_t, s_t);
+            if !inv_freq_local.is_empty() {
+                let (c_t, s_t) = (
+                    &mut cos_local[t * half..(t + 1) * half],
+                    &mut sin_local[t * half..(t + 1) * half],
+                );
+                ops::rope_cos_sin(p0 + t, inv_freq_local, c_t, s_t);
+            }
         }
 
         for (l, lw) in w.layers.iter().enumerate() {
@@ -786,8 +845,30 @@ impl<'a> DecoderLM<'a> {
             let qkv = [&lw.q.matrix()?, &lw.k.matrix()?, &lw.v.matrix()?];
             ops::gemm_fused(exec, sched, qkv, xn, n, [&mut *q, &mut *k, &mut *v], act, scratch)
                 .map_err(|e| nonfinite_input(e, xn, h, p0))?;
+            if let Some([bq, bk, bv]) = &lw.qkv_bias {
+                for t in 0..n {
+                    ops::add_assign(&mut q[t * qd..(t + 1) * qd], bq.as_slice());
+                    ops::add_assign(&mut k[t * kvd..(t + 1) * kvd], bk.as_slice());
+                    ops::add_assign(&mut v[t * kvd..(t + 1) * kvd], bv.as_slice());
+                }
+            }
+            if let Some([nq, nk]) = &lw.qk_norm {
+                for head in q.chunks_exact_mut(hd) {
+                    ops::rms_norm_in_place(head, nq.as_slice(), eps);
+                }
+                for head in k.chunks_exact_mut(hd) {
+                    ops::rms_norm_in_place(head, nk.as_slice(), eps);
+                }
+            }
+            let sliding = c.layer_types[l] == LayerKind::Sliding;
+            let (cos_l, sin_l): (&[f32], &[f32]) = if sliding && !inv_freq_local.is_empty() {
+                (&*cos_local, &*sin_local)
+            } else {
+                (&*cos, &*sin)
+            };
             for t in 0..n {
-                let (c_t, s_t) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
+                let (c_t, s_t) =
+                    (&cos_l[t * half..(t + 1) * half], &sin_l[t * half..(t + 1) * half]);
                 ops::rope(&mut q[t * qd..(t + 1) * qd], c_t, s_t, layout);
                 ops::rope(&mut k[t * kvd..(t + 1) * kvd], c_t, s_t, layout);
                 kv.store(l, p0 + t, &k[t * kvd..(t + 1) * kvd], &v[t * kvd..(t + 1) * kvd]);
@@ -795,6 +876,7 @@ impl<'a> DecoderLM<'a> {
             {
                 let kv: &KvCache = kv;
                 let q: &[f32] = q;
+                let c: &ModelConfig = c;
                 let out = SharedMut(att.as_mut_ptr());
                 let sc = SharedMut(scores.as_mut_ptr());
                 // Item `i` is head `i / parts`, query rows `t ≡ i % parts (mod parts)`.
@@ -813,7 +895,9 @@ impl<'a> DecoderLM<'a> {
                             // SAFETY: as above.
                             let o = unsafe { core::slice::from_raw_parts_mut(out.0.add(at), hd) };
                             let qv = &q[at..at + hd];
-                            ops::attention_head(qv, keys, values, p0 + t + 1, scale, s, o);
+                            let (qi, start) = (p0 + t, c.attention_start(l, p0 + t));
+                            let (ks, vs) = (&keys[start * hd..], &values[start * hd..]);
+                            ops::attention_head(qv, ks, vs, qi + 1 - start, scale, s, o);
                         }
                     }
                 };
@@ -826,6 +910,11 @@ impl<'a> DecoderLM<'a> {
             }
             matmul(exec, sched, &lw.o, att, n, xn, act, scratch)
                 .map_err(|e| nonfinite_input(e, att, qd, p0))?;
+            if let Some(pn) = &lw.post_attn_norm {
+                for row in xn.chunks_exact_mut(h) {
+                    ops::rms_norm_in_place(row, pn.as_slice(), eps);
+                }
+            }
             ops::add_assign(x, xn);
             // MLP block.
             for t in 0..n {
@@ -835,9 +924,17 @@ impl<'a> DecoderLM<'a> {
             let gate_up = [&lw.gate.matrix()?, &lw.up.matrix()?];
             ops::gemm_fused(exec, sched, gate_up, xn, n, [&mut *gate, &mut *up], act, scratch)
                 .map_err(|e| nonfinite_input(e, xn, h, p0))?;
-            ops::swiglu(gate, up);
+            match act_fn {
+                Activation::Silu => ops::swiglu(gate, up),
+                Activation::GeluTanh => ops::geglu_tanh(gate, up),
+            }
             matmul(exec, sched, &lw.down, gate, n, xn, act, scratch)
                 .map_err(|e| nonfinite_input(e, gate, inter, p0))?;
+            if let Some(pn) = &lw.post_ffn_norm {
+                for row in xn.chunks_exact_mut(h) {
+                    ops::rms_norm_in_place(row, pn.as_slice(), eps);
+                }
+            }
             ops::add_assign(x, xn);
             observe(Stage::Layer(l), x);
         }
@@ -856,15 +953,22 @@ impl<'a> DecoderLM<'a> {
         let head = w.output();
         let logits: &mut [f32] = cast_slice_mut(logits.as_mut_slice());
         let vocab = logits.len();
+        let cap = c.final_logit_softcapping.map(|c| c as f32);
         match all_logits {
             Some(out) => {
                 matmul(exec, sched, head, xn, n, out, act, scratch)
                     .map_err(|e| nonfinite_input(e, xn, h, p0))?;
+                if let Some(cap) = cap {
+                    ops::softcap(out, cap);
+                }
                 logits.copy_from_slice(&out[(n - 1) * vocab..]);
             }
             None => {
                 matmul(exec, sched, head, &xn[(n - 1) * h..], 1, logits, act, scratch)
                     .map_err(|e| nonfinite_input(e, &xn[(n - 1) * h..], h, p0 + n - 1))?;
+                if let Some(cap) = cap {
+                    ops::softcap(logits, cap);
+                }
             }
         }
         *pos = p0 + n;

@@ -1,5 +1,12 @@
-//! The Llama-family decoder: configuration, weights, the forward pass and sampling.
+//! Decoder-only language models: configuration, families, weights, the forward pass and
+//! sampling.
+//!
+//! - [`config`]: [`config::ModelConfig`] from `config.json` or GGUF metadata;
+//! - [`arch`]: the families as data (the only place that names one);
+//! - [`weights`], [`decoder`]: one forward pass for every family;
+//! - [`sample`]: greedy, temperature, top-k, top-p.
 
+pub mod arch;
 pub mod config;
 pub mod decoder;
 pub mod packed;

@@ -6,13 +6,12 @@
 //! rml reads them back as Q8_0 views in place ([`PackedSource`]), so the kernels use them
 //! without a copy.
 
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
-#[cfg(feature = "std")]
 use alloc::vec::Vec;
 
 use crate::error::{Error, Result};
-#[cfg(feature = "std")]
 use crate::format::TensorSource;
 use crate::format::TensorView;
 use crate::tensor::{DType, Shape};
@@ -61,30 +60,38 @@ pub fn unpack_view<'a>(
     Ok(TensorView { dtype, shape: Shape::new(&[rows, k])?, data: raw })
 }
 
-/// A [`TensorSource`] over opened model files that also understands packed tensors (std).
-#[cfg(feature = "std")]
+/// Gives a tensor's stored shape and raw bytes (whatever its dtype) by name.
+pub type StoredLookup<'r, 'm> = &'r dyn Fn(&str) -> Result<(Shape, &'m [u8])>;
+
+/// A [`TensorSource`] that also understands packed tensors: the packed ones are served as
+/// their block dtype, everything else by the wrapped source. `crate::load::Model` builds one
+/// with `PackedSource::new` (std); [`PackedSource::from_marks`] works on any source.
 pub struct PackedSource<'m> {
-    model: &'m crate::load::Container,
-    packed: Vec<(String, DType)>,
+    inner: Box<dyn TensorSource<'m> + 'm>,
+    packed: Vec<(String, TensorView<'m>)>,
 }
 
-#[cfg(feature = "std")]
 impl core::fmt::Debug for PackedSource<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("PackedSource").field("packed", &self.packed.len()).finish()
     }
 }
 
-#[cfg(feature = "std")]
 impl<'m> PackedSource<'m> {
-    /// Reads the packing marks of `model`'s `__metadata__` (none for GGUF).
+    /// Wraps `inner`, reading the packing marks of the safetensors `__metadata__` entries
+    /// `metadata`; `stored(name)` gives a marked tensor's stored shape and raw bytes.
     ///
     /// # Errors
     ///
-    /// [`crate::Code::Unimplemented`] naming the tensor for a mark with an unknown dtype.
-    pub fn new(model: &'m crate::load::Container) -> Result<Self> {
+    /// [`crate::Code::Unimplemented`] naming the tensor for a mark with an unknown dtype;
+    /// the errors of `stored` and [`unpack_view`].
+    pub fn from_marks(
+        inner: Box<dyn TensorSource<'m> + 'm>,
+        metadata: &[(String, String)],
+        stored: StoredLookup<'_, 'm>,
+    ) -> Result<Self> {
         let mut packed = Vec::new();
-        for (k, v) in model.safetensors_metadata() {
+        for (k, v) in metadata {
             if let Some(tensor) = k.strip_prefix(PACKED_DTYPE_KEY) {
                 let dt = packed_dtype(v).ok_or_else(|| {
                     Error::unimplemented(format_args!(
@@ -92,31 +99,24 @@ impl<'m> PackedSource<'m> {
                         crate::quant::quantized_names()
                     ))
                 })?;
-                packed.push((String::from(tensor), dt));
+                let (shape, raw) = stored(tensor)?;
+                packed.push((String::from(tensor), unpack_view(tensor, dt, shape.dims(), raw)?));
             }
         }
-        Ok(PackedSource { model, packed })
+        Ok(PackedSource { inner, packed })
     }
 }
 
-#[cfg(feature = "std")]
 impl<'m> TensorSource<'m> for PackedSource<'m> {
     fn tensor(&self, name: &str) -> Result<TensorView<'m>> {
         match self.packed.iter().find(|(n, _)| n == name) {
-            Some(&(_, dtype)) => {
-                let info =
-                    self.model.tensor_infos().iter().find(|t| t.name == name).ok_or_else(|| {
-                        Error::not_found(format_args!("tensor {name:?} is not in the model"))
-                    })?;
-                let raw = self.model.raw_bytes(name)?;
-                unpack_view(name, dtype, info.shape.dims(), raw)
-            }
-            None => self.model.tensor(name),
+            Some((_, view)) => Ok(*view),
+            None => self.inner.tensor(name),
         }
     }
 
     fn tensor_names(&self) -> Vec<&str> {
-        self.model.tensor_infos().iter().map(|t| t.name.as_str()).collect()
+        self.inner.tensor_names()
     }
 }
 

@@ -46,7 +46,9 @@ pub struct MemoryPlan {
     pub logits: usize,
     /// RoPE inverse frequencies: `head_dim / 2 × 4`.
     pub rope: usize,
-    /// f32 copies of the norm vectors (`2 × layers + 1` of `hidden_size × 4`).
+    /// f32 copies of the norm vectors (`2 × layers + 1` of `hidden_size × 4`) and of the
+    /// family's other vectors: q/k/v biases, per-head q/k norms, post-norms, a GGUF's
+    /// `rope_freqs.weight`.
     pub norms: usize,
     /// Matrices converted (→ Q8_0) or copied (misaligned f32) at load.
     pub converted: usize,
@@ -57,7 +59,7 @@ pub struct MemoryPlan {
     pub padding: usize,
     /// Heap bytes that are not buffers, taken from the global allocator by both builds: the
     /// layer table (`layers × size_of::<LayerWeights>()`) and the decoder's copy of the
-    /// config's lists (`eos_token_ids`, `dtype`).
+    /// config's lists (`eos_token_ids`, `dtype`, `layer_types`).
     pub tables: usize,
 }
 

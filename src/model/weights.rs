@@ -1,20 +1,26 @@
-//! [`Weights`]: a Llama-family model's tensors, looked up by name in a [`TensorSource`] and
-//! checked against the [`ModelConfig`], ready for the kernels.
+//! [`Weights`]: a model's tensors, looked up by name in a [`TensorSource`] and checked
+//! against the [`ModelConfig`], ready for the kernels.
 //!
-//! Both naming schemes are understood: Hugging Face (`model.layers.3.self_attn.q_proj.weight`)
+//! Both containers are understood, with the names and conventions of the config's family
+//! ([`crate::model::arch::ArchSpec`]): Hugging Face (`model.layers.3.self_attn.q_proj.weight`)
 //! and GGUF / llama.cpp (`blk.3.attn_q.weight`). Matrices stay where the file put them (mmap or
 //! `&'static [u8]`) when the kernels take their dtype as it is — aligned f32, f16, bf16, Q8_0,
 //! Q4_0, Q4_1; a misaligned f32 matrix is copied once into an aligned block. With
 //! [`WeightFormat::Q8_0`], f32 / f16 / bf16 matrices are quantized to Q8_0 at load instead.
-//! Norm vectors are small and always widened to f32.
+//! Norm vectors and biases are small and always widened to f32; norm weights get the family's
+//! offset (Gemma's `1 + w`) added at load, so the forward pass multiplies by them as they are.
 //!
 //! GGUF Llama files store the q/k projection rows permuted (llama.cpp's converter pairs RoPE
 //! dimensions `i` and `i + d/2` as adjacent rows). The weights are used as stored and RoPE is
 //! applied interleaved ([`RopeLayout::Interleaved`]), which gives the same attention scores as
-//! Hugging Face's rotate-half on un-permuted rows; [`crate::format::gguf::unpermute_qk_rows`]
-//! undoes the permutation for tools that write Hugging Face files.
+//! Hugging Face's rotate-half on un-permuted rows;
+//! [`crate::model::arch::llama::unpermute_qk_rows`] undoes the permutation for tools that write
+//! Hugging Face files.
+//!
+//! The output head: with `tie_word_embeddings` the embedding is the head and an `lm_head`
+//! in the file is ignored (transformers ties them the same way); without it the file's
+//! output matrix (`lm_head.weight` / `output.weight`) is required.
 
-use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::Write as _;
 
@@ -22,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::format::{TensorSource, TensorView};
 use crate::mem::place::Place;
 use crate::mem::AlignedBlock;
+use crate::model::arch::{ArchSpec, Container, Part, TensorNames};
 use crate::model::config::ModelConfig;
 use crate::ops::{Matrix, RopeLayout};
 use crate::quant::quantize_row_q8_0;
@@ -169,12 +176,16 @@ impl Vector {
         name: &str,
         view: &TensorView<'_>,
         len: usize,
+        offset: f32,
         place: &mut Place<'_>,
     ) -> Result<Self> {
         check_shape(name, view, &[len])?;
         let mut block = place.block(len * 4, name)?;
-        view.dequantize_into(crate::tensor::cast_slice_mut(block.as_mut_slice()))
-            .map_err(|e| e.context(format_args!("tensor {name:?}")))?;
+        let v: &mut [f32] = crate::tensor::cast_slice_mut(block.as_mut_slice());
+        view.dequantize_into(v).map_err(|e| e.context(format_args!("tensor {name:?}")))?;
+        if offset != 0.0 {
+            v.iter_mut().for_each(|x| *x += offset);
+        }
         Ok(Vector { block })
     }
 
@@ -184,7 +195,8 @@ impl Vector {
     }
 }
 
-/// One decoder layer's weights.
+/// One decoder layer's weights. Which optional tensors are present is the family's
+/// ([`ArchSpec::qkv_bias`], [`ArchSpec::qk_norm`], [`ArchSpec::sandwich_norms`]).
 #[derive(Debug)]
 pub struct LayerWeights<'a> {
     /// RMSNorm before attention (`input_layernorm` / `attn_norm`), `[hidden]`.
@@ -197,8 +209,17 @@ pub struct LayerWeights<'a> {
     pub v: Linear<'a>,
     /// `o_proj` / `attn_output`, `[hidden, heads * head_dim]`.
     pub o: Linear<'a>,
-    /// RMSNorm before the MLP (`post_attention_layernorm` / `ffn_norm`), `[hidden]`.
+    /// q/k/v biases `[heads * head_dim]`, `[kv_heads * head_dim]` × 2 (Qwen2).
+    pub qkv_bias: Option<[Vector; 3]>,
+    /// Per-head RMSNorm weights of q and k, `[head_dim]` each (Qwen3, Gemma 3).
+    pub qk_norm: Option<[Vector; 2]>,
+    /// RMSNorm of the attention output before the residual add, `[hidden]` (Gemma 3).
+    pub post_attn_norm: Option<Vector>,
+    /// RMSNorm before the MLP (`post_attention_layernorm` in Llama, `pre_feedforward_layernorm`
+    /// in Gemma 3; `ffn_norm`), `[hidden]`.
     pub ffn_norm: Vector,
+    /// RMSNorm of the MLP output before the residual add, `[hidden]` (Gemma 3).
+    pub post_ffn_norm: Option<Vector>,
     /// `gate_proj` / `ffn_gate`, `[intermediate, hidden]`.
     pub gate: Linear<'a>,
     /// `up_proj` / `ffn_up`, `[intermediate, hidden]`.
@@ -207,140 +228,46 @@ pub struct LayerWeights<'a> {
     pub down: Linear<'a>,
 }
 
-/// Which file convention the tensor names follow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Naming {
-    /// Hugging Face `LlamaForCausalLM` names (`model.embed_tokens.weight`, ...).
-    HuggingFace,
-    /// GGUF / llama.cpp names (`token_embd.weight`, `blk.N.attn_q.weight`, ...); q/k rows
-    /// permuted for interleaved RoPE.
-    Gguf,
-}
+/// Which container's tensor names a file uses.
+pub type Naming = Container;
 
-impl Naming {
-    /// Detects the convention from the embedding's name.
-    ///
-    /// # Errors
-    ///
-    /// [`crate::Code::NotFound`] if neither `model.embed_tokens.weight` nor
-    /// `token_embd.weight` exists.
-    pub fn detect<'a>(src: &dyn TensorSource<'a>) -> Result<Self> {
-        if src.tensor("model.embed_tokens.weight").is_ok() {
-            Ok(Naming::HuggingFace)
-        } else if src.tensor("token_embd.weight").is_ok() {
-            Ok(Naming::Gguf)
-        } else {
-            Err(Error::not_found(
-                "no token embedding: neither \"model.embed_tokens.weight\" (Hugging Face) nor \
-                 \"token_embd.weight\" (GGUF) is in the file",
-            ))
-        }
-    }
-
-    /// The name of the token embedding.
-    pub fn embedding(self) -> &'static str {
-        match self {
-            Naming::HuggingFace => "model.embed_tokens.weight",
-            Naming::Gguf => "token_embd.weight",
-        }
-    }
-
-    /// The name of the final norm.
-    pub fn final_norm(self) -> &'static str {
-        match self {
-            Naming::HuggingFace => "model.norm.weight",
-            Naming::Gguf => "output_norm.weight",
-        }
-    }
-
-    /// The name of the output head (absent when tied).
-    pub fn lm_head(self) -> &'static str {
-        match self {
-            Naming::HuggingFace => "lm_head.weight",
-            Naming::Gguf => "output.weight",
-        }
-    }
-
-    /// The name of `part` of layer `l`.
-    pub fn layer(self, l: usize, part: Part) -> String {
-        String::from(self.layer_name(l, part).as_str())
-    }
-
-    /// The name of `part` of layer `l`, without touching the heap.
-    pub fn layer_name(self, l: usize, part: Part) -> TensorName {
-        let mut n = TensorName::new("");
-        let _ = match self {
-            Naming::HuggingFace => write!(n, "model.layers.{l}.{}.weight", part.hf()),
-            Naming::Gguf => write!(n, "blk.{l}.{}.weight", part.gguf()),
-        };
-        n
+/// Detects the container from the embedding's name under `arch`'s naming.
+///
+/// # Errors
+///
+/// [`crate::Code::NotFound`] if neither container's embedding name exists.
+pub fn detect_container<'a>(arch: &ArchSpec, src: &dyn TensorSource<'a>) -> Result<Container> {
+    let (hf, gguf) = (arch.hf_names.embedding, arch.gguf_names.embedding);
+    if src.tensor(hf).is_ok() {
+        Ok(Container::HuggingFace)
+    } else if src.tensor(gguf).is_ok() {
+        Ok(Container::Gguf)
+    } else {
+        Err(Error::not_found(format_args!(
+            "no token embedding: neither {hf:?} (Hugging Face) nor {gguf:?} (GGUF) is in the file"
+        )))
     }
 }
 
-/// The tensors of one layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Part {
-    /// RMSNorm before attention.
-    AttnNorm,
-    /// Query projection.
-    Q,
-    /// Key projection.
-    K,
-    /// Value projection.
-    V,
-    /// Attention output projection.
-    O,
-    /// RMSNorm before the MLP.
-    FfnNorm,
-    /// MLP gate projection.
-    Gate,
-    /// MLP up projection.
-    Up,
-    /// MLP down projection.
-    Down,
-}
-
-impl Part {
-    /// Every part, in file order.
-    pub const ALL: [Part; 9] = [
-        Part::AttnNorm,
-        Part::Q,
-        Part::K,
-        Part::V,
-        Part::O,
-        Part::FfnNorm,
-        Part::Gate,
-        Part::Up,
-        Part::Down,
-    ];
-
-    fn hf(self) -> &'static str {
-        match self {
-            Part::AttnNorm => "input_layernorm",
-            Part::Q => "self_attn.q_proj",
-            Part::K => "self_attn.k_proj",
-            Part::V => "self_attn.v_proj",
-            Part::O => "self_attn.o_proj",
-            Part::FfnNorm => "post_attention_layernorm",
-            Part::Gate => "mlp.gate_proj",
-            Part::Up => "mlp.up_proj",
-            Part::Down => "mlp.down_proj",
-        }
-    }
-
-    fn gguf(self) -> &'static str {
-        match self {
-            Part::AttnNorm => "attn_norm",
-            Part::Q => "attn_q",
-            Part::K => "attn_k",
-            Part::V => "attn_v",
-            Part::O => "attn_output",
-            Part::FfnNorm => "ffn_norm",
-            Part::Gate => "ffn_gate",
-            Part::Up => "ffn_up",
-            Part::Down => "ffn_down",
-        }
-    }
+/// The f32 vectors of layer `l` beyond its two norms, in load order: (part, length, norm
+/// offset). [`Weights::load_placed`] and [`plan_weights`] both walk this list.
+fn layer_vectors(
+    c: &ModelConfig,
+    container: Container,
+) -> impl Iterator<Item = (Part, usize, f32)> {
+    let arch = c.arch;
+    let (h, hd) = (c.hidden_size, c.head_dim);
+    let (q_rows, kv_rows) = (c.num_attention_heads * hd, c.num_key_value_heads * hd);
+    let off = arch.norm_offset(container);
+    let bias =
+        [(Part::QBias, q_rows, 0.0), (Part::KBias, kv_rows, 0.0), (Part::VBias, kv_rows, 0.0)];
+    let qk = [(Part::QNorm, hd, off), (Part::KNorm, hd, off)];
+    let post = [(Part::PostAttnNorm, h, off), (Part::PostFfnNorm, h, off)];
+    let take = |on: bool, n: usize| if on { n } else { 0 };
+    bias.into_iter()
+        .take(take(arch.qkv_bias, 3))
+        .chain(qk.into_iter().take(take(arch.qk_norm, 2)))
+        .chain(post.into_iter().take(take(arch.sandwich_norms, 2)))
 }
 
 /// All of a model's weights.
@@ -354,10 +281,13 @@ pub struct Weights<'a> {
     pub final_norm: Vector,
     /// The output head `[vocab, hidden]`; `None` when tied to the embedding.
     pub lm_head: Option<Linear<'a>>,
-    /// The naming convention found in the file.
+    /// The container whose names the file uses.
     pub naming: Naming,
     /// How RoPE pairs dimensions for these q/k weights.
     pub rope_layout: RopeLayout,
+    /// Divisors of the RoPE inverse frequencies, `[head_dim / 2]` (a Llama 3.x GGUF's
+    /// `rope_freqs.weight`, llama.cpp's form of the `llama3` scaling), if the file has them.
+    pub rope_freqs: Option<Vector>,
 }
 
 fn check_shape(name: &str, view: &TensorView<'_>, want: &[usize]) -> Result<()> {
@@ -471,17 +401,20 @@ impl<'a> Weights<'a> {
         place: &mut Place<'a>,
     ) -> Result<Self> {
         config.validate()?;
-        let naming = Naming::detect(src)?;
         let c = config;
+        let arch = c.arch;
+        let naming = detect_container(arch, src)?;
+        let names: &TensorNames = arch.names(naming);
+        let offset = arch.norm_offset(naming);
         let (h, q_rows, kv_rows) =
             (c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim);
-        let embedding = linear(src, naming.embedding(), c.vocab_size, h, format, place)?;
+        let embedding = linear(src, names.embedding, c.vocab_size, h, format, place)?;
         let mut layers = Vec::new();
         layers
             .try_reserve_exact(c.num_hidden_layers)
             .map_err(|_| Error::resource_exhausted("layer table"))?;
         for l in 0..c.num_hidden_layers {
-            let name = |p| naming.layer_name(l, p);
+            let name = |p| names.layer(l, p);
             let mut lin = |p, rows, k| linear(src, name(p).as_str(), rows, k, format, place);
             let (q, k, v, o) = (
                 lin(Part::Q, q_rows, h)?,
@@ -494,25 +427,52 @@ impl<'a> Weights<'a> {
                 lin(Part::Up, c.intermediate_size, h)?,
                 lin(Part::Down, h, c.intermediate_size)?,
             );
-            let mut vec = |p| {
+            let mut vec = |p, len, off| {
                 let n = name(p);
-                Vector::from_view(n.as_str(), &src.tensor(n.as_str())?, h, place)
+                Vector::from_view(n.as_str(), &src.tensor(n.as_str())?, len, off, place)
             };
-            let (attn_norm, ffn_norm) = (vec(Part::AttnNorm)?, vec(Part::FfnNorm)?);
-            layers.push(LayerWeights { attn_norm, q, k, v, o, ffn_norm, gate, up, down });
+            let (attn_norm, ffn_norm) =
+                (vec(Part::AttnNorm, h, offset)?, vec(Part::FfnNorm, h, offset)?);
+            let mut extra: [Option<Vector>; 7] = Default::default();
+            for (slot, (p, len, off)) in extra.iter_mut().zip(layer_vectors(c, naming)) {
+                *slot = Some(vec(p, len, off)?);
+            }
+            let mut extra = extra.into_iter().flatten();
+            let mut next = || extra.next().ok_or_else(|| Error::internal("layer vector list"));
+            let qkv_bias = if arch.qkv_bias { Some([next()?, next()?, next()?]) } else { None };
+            let qk_norm = if arch.qk_norm { Some([next()?, next()?]) } else { None };
+            let (post_attn_norm, post_ffn_norm) =
+                if arch.sandwich_norms { (Some(next()?), Some(next()?)) } else { (None, None) };
+            layers.push(LayerWeights {
+                attn_norm,
+                q,
+                k,
+                v,
+                o,
+                qkv_bias,
+                qk_norm,
+                post_attn_norm,
+                ffn_norm,
+                post_ffn_norm,
+                gate,
+                up,
+                down,
+            });
         }
-        let final_norm =
-            Vector::from_view(naming.final_norm(), &src.tensor(naming.final_norm())?, h, place)?;
-        let lm_head = if has_lm_head(c, naming, src) {
-            Some(linear(src, naming.lm_head(), c.vocab_size, h, format, place)?)
-        } else {
+        let fnorm = names.final_norm;
+        let final_norm = Vector::from_view(fnorm, &src.tensor(fnorm)?, h, offset, place)?;
+        let lm_head = if c.tie_word_embeddings {
             None
+        } else {
+            output_view(names, src)?;
+            Some(linear(src, names.output, c.vocab_size, h, format, place)?)
         };
-        let rope_layout = match naming {
-            Naming::HuggingFace => RopeLayout::RotateHalf,
-            Naming::Gguf => RopeLayout::Interleaved,
+        let rope_freqs = match rope_freqs_view(names, src)? {
+            Some((n, view)) => Some(Vector::from_view(n, &view, c.head_dim / 2, 0.0, place)?),
+            None => None,
         };
-        Ok(Weights { embedding, layers, final_norm, lm_head, naming, rope_layout })
+        let rope_layout = arch.rope_layout(naming);
+        Ok(Weights { embedding, layers, final_norm, lm_head, naming, rope_layout, rope_freqs })
     }
 
     /// The output head: `lm_head`, or the embedding when tied.
@@ -548,22 +508,59 @@ impl<'a> Weights<'a> {
         layers + self.output().size_bytes() + e.size_bytes() / e.rows().max(1)
     }
 
-    /// Bytes the weights occupy (borrowed or owned), norms included.
+    /// Bytes the weights occupy (borrowed or owned), norms and biases included.
     pub fn size_bytes(&self) -> usize {
-        let norms = self.final_norm.as_slice().len() * 4
+        let vec_bytes = |v: &Vector| v.as_slice().len() * 4;
+        let norms = vec_bytes(&self.final_norm)
+            + self.rope_freqs.as_ref().map_or(0, vec_bytes)
             + self
                 .layers
                 .iter()
-                .map(|l| (l.attn_norm.as_slice().len() + l.ffn_norm.as_slice().len()) * 4)
+                .map(|l| {
+                    [&l.attn_norm, &l.ffn_norm].into_iter().map(vec_bytes).sum::<usize>()
+                        + l.qkv_bias.iter().flatten().map(vec_bytes).sum::<usize>()
+                        + l.qk_norm.iter().flatten().map(vec_bytes).sum::<usize>()
+                        + [&l.post_attn_norm, &l.post_ffn_norm]
+                            .into_iter()
+                            .flatten()
+                            .map(vec_bytes)
+                            .sum::<usize>()
+                })
                 .sum::<usize>();
         self.matrices().map(|m| m.size_bytes()).sum::<usize>() + norms
     }
 }
 
-/// `true` when the output head is its own matrix: the config does not tie it and the file has
-/// it (an untied config without the tensor falls back to the embedding).
-fn has_lm_head<'a>(c: &ModelConfig, naming: Naming, src: &dyn TensorSource<'a>) -> bool {
-    !c.tie_word_embeddings && src.tensor(naming.lm_head()).is_ok()
+/// Checks that an untied model's output matrix is in the file.
+///
+/// # Errors
+///
+/// [`crate::Code::NotFound`] naming the tensor (and why it is needed) when it is absent.
+fn output_view<'a>(names: &TensorNames, src: &dyn TensorSource<'a>) -> Result<TensorView<'a>> {
+    src.tensor(names.output).map_err(|e| {
+        if e.code() == crate::Code::NotFound {
+            Error::not_found(format_args!(
+                "tensor {:?} is not in the file, and tie_word_embeddings is false (the output \
+                 head is not the embedding)",
+                names.output
+            ))
+        } else {
+            e
+        }
+    })
+}
+
+/// The container's `rope_freqs.weight`, if it has one.
+fn rope_freqs_view<'a>(
+    names: &TensorNames,
+    src: &dyn TensorSource<'a>,
+) -> Result<Option<(&'static str, TensorView<'a>)>> {
+    let Some(n) = names.rope_freqs else { return Ok(None) };
+    match src.tensor(n) {
+        Ok(view) => Ok(Some((n, view))),
+        Err(e) if e.code() == crate::Code::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The buffers [`Weights::load_placed`] makes, in its order: norm vectors (f32 copies) and
@@ -595,9 +592,10 @@ pub(crate) fn plan_weights<'a>(
     config.validate()?;
     let c = config;
     let naming = match src {
-        Some(s) => Naming::detect(s)?,
+        Some(s) => detect_container(c.arch, s)?,
         None => Naming::HuggingFace,
     };
+    let names = c.arch.names(naming);
     let (h, q_rows, kv_rows, i) = (
         c.hidden_size,
         c.num_attention_heads * c.head_dim,
@@ -624,7 +622,7 @@ pub(crate) fn plan_weights<'a>(
         }
         Ok(())
     };
-    add(&mut out.converted, matrix(naming.embedding(), c.vocab_size, h)?)?;
+    add(&mut out.converted, matrix(names.embedding, c.vocab_size, h)?)?;
     let norm = h.checked_mul(4).ok_or_else(overflow)?;
     for l in 0..c.num_hidden_layers {
         for (p, rows, k) in [
@@ -636,18 +634,25 @@ pub(crate) fn plan_weights<'a>(
             (Part::Up, i, h),
             (Part::Down, h, i),
         ] {
-            add(&mut out.converted, matrix(naming.layer_name(l, p).as_str(), rows, k)?)?;
+            add(&mut out.converted, matrix(names.layer(l, p).as_str(), rows, k)?)?;
         }
         add(&mut out.norms, norm)?;
         add(&mut out.norms, norm)?;
+        for (_, len, _) in layer_vectors(c, naming) {
+            add(&mut out.norms, len.checked_mul(4).ok_or_else(overflow)?)?;
+        }
     }
     add(&mut out.norms, norm)?;
-    let head = match src {
-        Some(s) => has_lm_head(c, naming, s),
-        None => !c.tie_word_embeddings,
-    };
-    if head {
-        add(&mut out.converted, matrix(naming.lm_head(), c.vocab_size, h)?)?;
+    if !c.tie_word_embeddings {
+        if let Some(s) = src {
+            output_view(names, s)?;
+        }
+        add(&mut out.converted, matrix(names.output, c.vocab_size, h)?)?;
+    }
+    if let Some(s) = src {
+        if rope_freqs_view(names, s)?.is_some() {
+            add(&mut out.norms, c.head_dim / 2 * 4)?;
+        }
     }
     Ok(out)
 }

@@ -31,7 +31,7 @@ use cortex_m_rt::entry;
 use cortex_m_semihosting::{debug, hprintln};
 use linked_list_allocator::LockedHeap;
 use rml::format::gguf::Gguf;
-use rml::format::hf_config::parse_config;
+use rml::model::config::parse_config;
 use rml::format::safetensors::SafeTensors;
 use rml::format::TensorSource;
 use rml::model::config::ModelConfig;
@@ -510,7 +510,7 @@ fn main() -> ! {
         let f32_config = parse_config(F32_CONFIG)?;
         let f32_ref = SafeTensors::parse(&F32_REFERENCE.0)?;
         let q8_file = Gguf::parse(&Q8_MODEL.0)?;
-        let q8_config = q8_file.model_config()?;
+        let q8_config = rml::model::config::from_gguf(&q8_file)?;
         let q8_ref = SafeTensors::parse(&Q8_REFERENCE.0)?;
         let (mut all, mut largest) = (conformance, 0);
         for (r, q8) in &runs {

@@ -72,7 +72,8 @@ const PROMPT: [u32; 16] = [1, 17, 42, 99, 3, 250, 128, 7, 64, 200, 13, 77, 5, 31
 const GREEDY: [u32; 9] = [103, 134, 245, 181, 8, 149, 139, 99, 67];
 
 fn run_tiny_llama() -> bool {
-    use rml::format::{hf_config::parse_config, safetensors::SafeTensors};
+    use rml::format::safetensors::SafeTensors;
+    use rml::model::config::parse_config;
     use rml::model::decoder::{DecoderLM, DecoderOptions};
     use rml::model::sample::{Sampler, SamplerConfig};
 

@@ -21,7 +21,7 @@
 //!
 //! Tensor names and q/k row order follow the container: Hugging Face names and rotate-half
 //! rows in safetensors, llama.cpp names and interleaved rows in GGUF
-//! ([`rml::format::gguf::unpermute_qk_rows`] and its inverse).
+//! ([`rml::model::arch::llama::unpermute_qk_rows`] and its inverse).
 //!
 //! The output is atomic: it is written under a hidden temporary name beside OUT and renamed to
 //! OUT at the end; on an error or Ctrl-C the temporary is removed and OUT does not appear.
@@ -36,11 +36,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::ValueEnum;
-use rml::format::gguf::{hf_tensor_name, qk_gguf_row, unpermute_qk_rows};
 use rml::format::write::{safetensors_header, GgufWriter, SafetensorsEntry, Value};
 use rml::format::TensorSource;
 use rml::load::{Container, ModelFormat};
 use rml::mem::BufferPool;
+use rml::model::arch::llama::{hf_tensor_name, qk_gguf_row, unpermute_qk_rows};
 use rml::model::config::{ModelConfig, RopeScaling};
 use rml::model::packed::{self, PackedSource};
 use rml::{DType, Error, Result};

@@ -1,19 +1,26 @@
-//! Hugging Face `config.json` for Llama-family models → [`ModelConfig`].
+//! Hugging Face `config.json` → [`ModelConfig`], for every family in
+//! [`crate::model::arch::FAMILIES`] (chosen by `model_type`; absent means `"llama"`).
 //!
 //! Three dialects are read (as transformers writes them):
 //! - transformers 5: `"rope_parameters": {"rope_theta": .., "rope_type": "default" | "linear"
-//!   | "llama3", ..scaling fields}` and `"dtype"`;
-//! - transformers 4: top-level `"rope_theta"`, `"rope_scaling": null | {"rope_type" (or
-//!   `"type"`): .., ..}` and `"dtype"`;
+//!   | "llama3", ..scaling fields}` (Gemma 3: one such object per layer type,
+//!   `"full_attention"` and `"sliding_attention"`) and `"dtype"`;
+//! - transformers 4: top-level `"rope_theta"` (Gemma 3 also `"rope_local_base_freq"`),
+//!   `"rope_scaling": null | {"rope_type" (or `"type"`): .., ..}` and `"dtype"`;
 //! - older files: as transformers 4 but `"torch_dtype"`.
 //!
-//! Absent optional keys take `LlamaConfig`'s defaults: `num_key_value_heads` =
-//! `num_attention_heads`, `head_dim` = `hidden_size / num_attention_heads`, `rms_norm_eps`
-//! 1e-6, `rope_theta` 10000, `max_position_embeddings` 2048, `tie_word_embeddings` false.
-//! `null` counts as absent. Unknown keys are ignored; a key given twice at the top level is an
-//! error. `model_type` other than `"llama"`, `hidden_act` other than `"silu"`, and
-//! `attention_bias` / `mlp_bias` set to true are [`crate::Code::Unimplemented`]: the decoder
-//! would compute something else.
+//! Absent optional keys take the family's transformers defaults
+//! ([`crate::model::arch::HfDefaults`]): `num_key_value_heads` = `num_attention_heads`,
+//! `head_dim` (Llama, Mistral, Qwen2: `hidden_size / num_attention_heads`; Qwen3 128; Gemma 3
+//! 256), `rms_norm_eps`, `rope_theta`, `max_position_embeddings`, `tie_word_embeddings`
+//! (false for Llama, Mistral, Qwen2, Qwen3; true for Gemma 3), `sliding_window`,
+//! `query_pre_attn_scalar`. `null` counts as absent. Which layers slide: `layer_types` when
+//! given, else the family's rule ([`crate::model::arch::SlidingRule`]).
+//! Unknown keys are ignored; a key given twice at the top level is an error. An unknown
+//! `model_type`, an activation other than the family's, `attention_bias` / `mlp_bias` set
+//! where the family has none, Gemma's `attn_logit_softcapping` and
+//! `use_bidirectional_attention` are [`crate::Code::Unimplemented`]: the decoder would compute
+//! something else.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -23,7 +30,8 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::model::config::{ModelConfig, RopeScaling};
+use crate::model::arch::{ArchSpec, SlidingRule};
+use crate::model::config::{LayerKind, ModelConfig, RopeScaling};
 
 /// The largest `config.json` accepted, in bytes (real ones are about 1 KB).
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;
@@ -35,11 +43,12 @@ pub const MAX_CONFIG_BYTES: usize = 1 << 20;
 /// - [`crate::Code::DataLoss`]: not a JSON object, a key given twice, a required key
 ///   (`vocab_size`, `hidden_size`, `intermediate_size`, `num_hidden_layers`,
 ///   `num_attention_heads`) missing, or a value of the wrong type (the key is named);
-/// - [`crate::Code::Unimplemented`]: a `rope_type` other than default/linear/llama3 (named),
-///   or a non-Llama architecture as described in the module docs;
+/// - [`crate::Code::Unimplemented`]: a `model_type` rml does not run (named, with the
+///   supported ones), a `rope_type` other than default/linear/llama3 (named), or a setting
+///   described in the module docs;
 /// - [`crate::Code::InvalidArgument`]: values that do not fit together (KV heads not dividing
-///   query heads — both named —, an odd or underived `head_dim`, zero sizes; see
-///   [`ModelConfig::validate`]);
+///   query heads — both named —, an odd or underived `head_dim`, zero sizes, a
+///   `layer_types` entry that is not a layer type; see [`ModelConfig::validate`]);
 /// - [`crate::Code::ResourceExhausted`]: text longer than [`MAX_CONFIG_BYTES`].
 pub fn parse_config(text: &str) -> Result<ModelConfig> {
     parse_config_inner(text).map_err(|e| e.context("config.json"))
@@ -63,30 +72,38 @@ fn parse_config_inner(text: &str) -> Result<ModelConfig> {
         })?;
     let c = Obj { map: &obj, path: "" };
 
-    if let Some(t) = c.opt_str("model_type")? {
-        if t != "llama" {
+    let arch: &'static ArchSpec =
+        ArchSpec::from_hf_model_type(c.opt_str("model_type")?.unwrap_or("llama"))?;
+    let d = &arch.hf_defaults;
+    let want_act = arch.activation.hf_name();
+    if let Some(act) = c.opt_str(arch.hf_activation_key)? {
+        if act != want_act {
             return Err(Error::unimplemented(format_args!(
-                "model_type {t:?} is not supported (only \"llama\")"
-            )));
-        }
-    }
-    if let Some(act) = c.opt_str("hidden_act")? {
-        if act != "silu" {
-            return Err(Error::unimplemented(format_args!(
-                "hidden_act {act:?} is not supported (only \"silu\")"
+                "{} {act:?} is not supported for {} (only {want_act:?})",
+                arch.hf_activation_key, arch.name
             )));
         }
     }
     for key in ["attention_bias", "mlp_bias"] {
         if c.opt_bool(key)? == Some(true) {
-            return Err(Error::unimplemented(format_args!("{key} = true is not supported")));
+            return Err(Error::unimplemented(format_args!(
+                "{key} = true is not supported for {}",
+                arch.name
+            )));
         }
+    }
+    if c.get("attn_logit_softcapping").is_some() {
+        return Err(Error::unimplemented("attn_logit_softcapping is not supported"));
+    }
+    if c.opt_bool("use_bidirectional_attention")? == Some(true) {
+        return Err(Error::unimplemented("use_bidirectional_attention = true is not supported"));
     }
 
     let hidden_size = c.req_uint("hidden_size")?;
     let num_attention_heads = c.req_uint("num_attention_heads")?;
+    let num_hidden_layers = c.req_uint("num_hidden_layers")?;
     let num_key_value_heads = c.opt_uint("num_key_value_heads")?.unwrap_or(num_attention_heads);
-    let head_dim = match c.opt_uint("head_dim")? {
+    let head_dim = match c.opt_uint("head_dim")?.or(d.head_dim) {
         Some(h) => h,
         None => {
             if num_attention_heads == 0 || hidden_size % num_attention_heads != 0 {
@@ -99,15 +116,39 @@ fn parse_config_inner(text: &str) -> Result<ModelConfig> {
         }
     };
 
-    // RoPE: transformers 5 nests everything in `rope_parameters`; older files keep
-    // `rope_theta` at the top level and the scaling in `rope_scaling`.
+    // RoPE: transformers 5 nests everything in `rope_parameters` (per layer type for
+    // Gemma 3); older files keep `rope_theta` at the top level and the scaling in
+    // `rope_scaling`.
+    let mut local_rope_theta = d.local_rope_theta;
     let (rope_theta, rope_scaling) = match c.opt_obj("rope_parameters")? {
-        Some(rp) => {
-            let theta = rp.opt_f64("rope_theta")?.unwrap_or(10_000.0);
-            (theta, rope_scaling(&rp, false)?)
-        }
+        Some(rp) => match rp.opt_obj("full_attention")? {
+            Some(full) => {
+                if let Some(local) = rp.opt_obj("sliding_attention")? {
+                    if rope_scaling(&local, false)? != RopeScaling::None {
+                        return Err(Error::unimplemented(
+                            "rope_parameters.sliding_attention: rope scaling on sliding layers \
+                             is not supported",
+                        ));
+                    }
+                    if let Some(t) = local.opt_f64("rope_theta")? {
+                        local_rope_theta = Some(t);
+                    }
+                }
+                let theta = full.opt_f64("rope_theta")?.unwrap_or(d.rope_theta);
+                (theta, rope_scaling(&full, false)?)
+            }
+            None => {
+                let theta = rp.opt_f64("rope_theta")?.unwrap_or(d.rope_theta);
+                (theta, rope_scaling(&rp, false)?)
+            }
+        },
         None => {
-            let theta = c.opt_f64("rope_theta")?.unwrap_or(10_000.0);
+            let theta = c.opt_f64("rope_theta")?.unwrap_or(d.rope_theta);
+            if local_rope_theta.is_some() {
+                if let Some(t) = c.opt_f64("rope_local_base_freq")? {
+                    local_rope_theta = Some(t);
+                }
+            }
             let scaling = match c.opt_obj("rope_scaling")? {
                 Some(rs) => rope_scaling(&rs, true)?,
                 None => RopeScaling::None,
@@ -115,6 +156,62 @@ fn parse_config_inner(text: &str) -> Result<ModelConfig> {
             (theta, scaling)
         }
     };
+
+    // Which layers slide, and how far.
+    let window_key = c.opt_uint("sliding_window")?;
+    let window = if c.map.contains_key("sliding_window") { window_key } else { d.sliding_window };
+    let layer_types = match c.get("layer_types") {
+        Some(Value::Array(items)) => {
+            let mut kinds = Vec::with_capacity(items.len().min(num_hidden_layers));
+            for (i, v) in items.iter().enumerate() {
+                kinds.push(match v.as_str() {
+                    Some("full_attention") => LayerKind::Global,
+                    Some("sliding_attention") => LayerKind::Sliding,
+                    _ => {
+                        return Err(Error::invalid_argument(format_args!(
+                            "\"layer_types\"[{i}]: expected \"full_attention\" or \
+                             \"sliding_attention\""
+                        )))
+                    }
+                });
+                if kinds.len() > num_hidden_layers {
+                    break;
+                }
+            }
+            kinds
+        }
+        Some(v) => return Err(c.wrong("layer_types", "a list of layer types", v)),
+        None => {
+            let slide = |l: usize| match arch.sliding_rule {
+                SlidingRule::None => Ok(false),
+                SlidingRule::AllLayers => Ok(window.is_some()),
+                SlidingRule::FromMaxWindowLayers => {
+                    let on = c.opt_bool("use_sliding_window")?.unwrap_or(false);
+                    let from = c.opt_uint("max_window_layers")?.unwrap_or(d.max_window_layers);
+                    Ok(on && window.is_some() && l >= from)
+                }
+                SlidingRule::Pattern => {
+                    let p =
+                        c.opt_uint("sliding_window_pattern")?.unwrap_or(d.sliding_window_pattern);
+                    if p == 0 {
+                        return Err(Error::invalid_argument("sliding_window_pattern is 0"));
+                    }
+                    Ok((l + 1) % p != 0)
+                }
+            };
+            let mut kinds = Vec::with_capacity(num_hidden_layers.min(1 << 16));
+            for l in 0..num_hidden_layers {
+                kinds.push(if slide(l)? { LayerKind::Sliding } else { LayerKind::Global });
+            }
+            kinds
+        }
+    };
+    let any_sliding = layer_types.contains(&LayerKind::Sliding);
+    if any_sliding && window.is_none() {
+        return Err(Error::invalid_argument(
+            "\"layer_types\" has sliding_attention layers but \"sliding_window\" is null",
+        ));
+    }
 
     let eos_token_ids = match c.get("eos_token_id") {
         None => Vec::new(),
@@ -150,23 +247,37 @@ fn parse_config_inner(text: &str) -> Result<ModelConfig> {
         Some(d) => Some(String::from(d)),
         None => c.opt_str("torch_dtype")?.map(String::from),
     };
+    let query_pre_attn_scalar = match d.query_pre_attn_scalar {
+        Some(default) => Some(c.opt_f64("query_pre_attn_scalar")?.unwrap_or(default)),
+        None => None,
+    };
+    let final_logit_softcapping =
+        if arch.sandwich_norms { c.opt_f64("final_logit_softcapping")? } else { None };
 
     let cfg = ModelConfig {
+        arch,
         vocab_size: c.req_uint("vocab_size")?,
         hidden_size,
         intermediate_size: c.req_uint("intermediate_size")?,
-        num_hidden_layers: c.req_uint("num_hidden_layers")?,
+        num_hidden_layers,
         num_attention_heads,
         num_key_value_heads,
         head_dim,
-        rms_norm_eps: c.opt_f64("rms_norm_eps")?.unwrap_or(1e-6),
+        rms_norm_eps: c.opt_f64("rms_norm_eps")?.unwrap_or(d.rms_norm_eps),
         rope_theta,
         rope_scaling,
-        max_position_embeddings: c.opt_uint("max_position_embeddings")?.unwrap_or(2048),
-        tie_word_embeddings: c.opt_bool("tie_word_embeddings")?.unwrap_or(false),
+        max_position_embeddings: c
+            .opt_uint("max_position_embeddings")?
+            .unwrap_or(d.max_position_embeddings),
+        tie_word_embeddings: c.opt_bool("tie_word_embeddings")?.unwrap_or(d.tie_word_embeddings),
         bos_token_id,
         eos_token_ids,
         dtype,
+        sliding_window: if any_sliding { window } else { None },
+        local_rope_theta: if any_sliding { local_rope_theta } else { None },
+        layer_types,
+        query_pre_attn_scalar,
+        final_logit_softcapping,
     };
     cfg.validate()?;
     Ok(cfg)
@@ -341,6 +452,9 @@ mod tests {
     #[test]
     fn minimal_takes_llama_defaults() {
         let c = parse_config(&alloc::format!("{MIN}}}")).unwrap();
+        assert_eq!(c.arch.name, "Llama");
+        assert_eq!(c.layer_types, [LayerKind::Global; 2]);
+        assert_eq!(c.sliding_window, None);
         assert_eq!(c.num_key_value_heads, 4);
         assert_eq!(c.head_dim, 16);
         assert_eq!(c.rms_norm_eps, 1e-6);

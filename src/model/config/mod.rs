@@ -1,11 +1,30 @@
-//! [`ModelConfig`]: the hyper-parameters of a Llama-family decoder, whichever file they came
-//! from (Hugging Face `config.json` via [`crate::format::hf_config::parse_config`], or GGUF
-//! `llama.*` metadata via `crate::format::gguf::Gguf::model_config`).
+//! [`ModelConfig`]: the hyper-parameters of a decoder, whichever file they came from:
+//! Hugging Face `config.json` ([`parse_config`], module [`hf`]) or GGUF metadata under the
+//! architecture's key prefix ([`from_gguf`], module [`gguf`]). The family
+//! ([`ModelConfig::arch`]) says what the numbers mean.
 
 use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::error::{Error, Result};
+use crate::model::arch::ArchSpec;
+
+pub mod gguf;
+pub mod hf;
+
+pub use gguf::from_gguf;
+pub use hf::{parse_config, MAX_CONFIG_BYTES};
+
+/// How a layer attends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LayerKind {
+    /// Causal attention over every cached position (`"full_attention"`).
+    Global,
+    /// Causal attention over the last [`ModelConfig::sliding_window`] positions, the query's
+    /// own included (`"sliding_attention"`: key `j` visible from query `i` iff
+    /// `i - window < j <= i`).
+    Sliding,
+}
 
 /// RoPE frequency scaling (Hugging Face's `rope_scaling` / `rope_parameters.rope_type`).
 ///
@@ -36,9 +55,11 @@ pub enum RopeScaling {
     },
 }
 
-/// Hyper-parameters of a Llama-family decoder (Hugging Face `LlamaConfig` semantics).
+/// Hyper-parameters of a decoder (Hugging Face config semantics of its family).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
+    /// The model family.
+    pub arch: &'static ArchSpec,
     /// Rows of the token embedding and of the output head.
     pub vocab_size: usize,
     /// Width of the residual stream.
@@ -63,7 +84,8 @@ pub struct ModelConfig {
     pub rope_scaling: RopeScaling,
     /// The longest context the model supports.
     pub max_position_embeddings: usize,
-    /// `true` when the output head reuses the token embedding (no `lm_head.weight`).
+    /// `true` when the output head is the token embedding. Then a `lm_head.weight` in the file
+    /// is ignored, as transformers' weight tying does; when `false` the file must hold one.
     pub tie_word_embeddings: bool,
     /// Beginning-of-sequence token id, if the file names one.
     pub bos_token_id: Option<u32>,
@@ -72,6 +94,20 @@ pub struct ModelConfig {
     /// The weights' dtype as the file names it (`"float32"`, `"bfloat16"`; GGUF: the
     /// `general.file_type` name such as `"MOSTLY_Q4_1"`), if any. Informational.
     pub dtype: Option<String>,
+    /// How each layer attends (`num_hidden_layers` entries).
+    pub layer_types: Vec<LayerKind>,
+    /// Positions a [`LayerKind::Sliding`] layer sees (its own included); `None` when no layer
+    /// slides.
+    pub sliding_window: Option<usize>,
+    /// RoPE base of sliding layers (Gemma 3's local base); `None`: the same RoPE as global
+    /// layers (`rope_theta` and `rope_scaling`). Local layers are never rescaled.
+    pub local_rope_theta: Option<f64>,
+    /// Attention scores are scaled by `query_pre_attn_scalar^-1/2` (Gemma); `None`:
+    /// `head_dim^-1/2`.
+    pub query_pre_attn_scalar: Option<f64>,
+    /// Logits become `cap * tanh(logits / cap)` when set (Gemma's
+    /// `final_logit_softcapping`).
+    pub final_logit_softcapping: Option<f64>,
 }
 
 impl ModelConfig {
@@ -84,15 +120,37 @@ impl ModelConfig {
         self.num_attention_heads / self.num_key_value_heads
     }
 
+    /// The scale of attention scores: `query_pre_attn_scalar^-1/2`, else `head_dim^-1/2`.
+    pub fn attention_scale(&self) -> f32 {
+        let d = self.query_pre_attn_scalar.unwrap_or(self.head_dim as f64);
+        (1.0 / libm::sqrt(d)) as f32
+    }
+
+    /// The keys query position `i` of layer `l` attends to: `start..=i`.
+    pub fn attention_start(&self, l: usize, i: usize) -> usize {
+        match (self.layer_types.get(l), self.sliding_window) {
+            (Some(LayerKind::Sliding), Some(w)) => (i + 1).saturating_sub(w),
+            _ => 0,
+        }
+    }
+
     /// Checks the invariants the decoder relies on: every size non-zero, every weight matrix
     /// (embedding, q/k/v/o, MLP) small enough that its f32 byte size fits `isize`, KV heads
     /// dividing query heads, an even head width, finite positive `rms_norm_eps` and
-    /// `rope_theta`, and positive finite scaling factors.
+    /// `rope_theta`, and positive finite scaling factors; one layer kind per layer, a non-zero
+    /// window when a layer slides, positive finite `local_rope_theta`,
+    /// `query_pre_attn_scalar` and `final_logit_softcapping` when given.
     ///
     /// # Errors
     ///
     /// [`crate::Code::InvalidArgument`] naming the field(s) and values.
     pub fn validate(&self) -> Result<()> {
+        if self.num_key_value_heads == 0 {
+            return Err(Error::invalid_argument(format_args!(
+                "num_key_value_heads 0 does not divide num_attention_heads {}",
+                self.num_attention_heads
+            )));
+        }
         for (name, v) in [
             ("vocab_size", self.vocab_size),
             ("hidden_size", self.hidden_size),
@@ -189,6 +247,34 @@ impl ModelConfig {
                     "rope scaling high_freq_factor {high_freq_factor} is not above \
                      low_freq_factor {low_freq_factor}"
                 )));
+            }
+        }
+        if self.layer_types.len() != self.num_hidden_layers {
+            return Err(Error::invalid_argument(format_args!(
+                "{} layer types for num_hidden_layers {}",
+                self.layer_types.len(),
+                self.num_hidden_layers
+            )));
+        }
+        if self.layer_types.contains(&LayerKind::Sliding)
+            && self.sliding_window.is_none_or(|w| w == 0)
+        {
+            return Err(Error::invalid_argument(format_args!(
+                "sliding-window layers with sliding_window {:?}",
+                self.sliding_window
+            )));
+        }
+        for (name, v) in [
+            ("local rope_theta", self.local_rope_theta),
+            ("query_pre_attn_scalar", self.query_pre_attn_scalar),
+            ("final_logit_softcapping", self.final_logit_softcapping),
+        ] {
+            if let Some(v) = v {
+                if !(v.is_finite() && v > 0.0) {
+                    return Err(Error::invalid_argument(format_args!(
+                        "{name} {v} is not a positive finite number"
+                    )));
+                }
             }
         }
         Ok(())
