@@ -10,7 +10,7 @@ mod decoder_common;
 use std::collections::HashMap;
 
 use decoder_common::{data, leak_aligned};
-use rml::format::hf_config::parse_config;
+use rml::model::config::parse_config;
 use rml::format::safetensors::SafeTensors;
 use rml::format::{TensorSource, TensorView};
 use rml::model::{DecoderLM, DecoderOptions};

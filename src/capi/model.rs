@@ -1,6 +1,7 @@
 //! `RmlModel`: a model opened from a path (a GGUF file or a Hugging Face folder) or from the
 //! bytes of a GGUF file in memory.
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::ffi::c_char;
 
@@ -24,7 +25,7 @@ pub struct RmlModel {
 /// Where a model's bytes live.
 pub(crate) enum Source {
     /// Files mapped from disk.
-    File(Model),
+    File(Box<Model>),
     /// A GGUF file in memory. `gguf` borrows `bytes` (declared first, so dropped first).
     Bytes { gguf: Gguf<'static>, _bytes: Option<AlignedBlock> },
 }
@@ -118,7 +119,7 @@ pub unsafe extern "C" fn rml_model_open(path: *const c_char, out: *mut *mut RmlM
         }
         let model = Model::open(path)?;
         let config = model.config().clone();
-        model_handle(ModelInner { source: Source::File(model), config }, out)
+        model_handle(ModelInner { source: Source::File(Box::new(model)), config }, out)
     })
 }
 
