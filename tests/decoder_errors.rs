@@ -10,9 +10,9 @@ mod decoder_common;
 use std::collections::HashMap;
 
 use decoder_common::{data, leak_aligned};
-use rml::model::config::parse_config;
 use rml::format::safetensors::SafeTensors;
 use rml::format::{TensorSource, TensorView};
+use rml::model::config::parse_config;
 use rml::model::{DecoderLM, DecoderOptions};
 use rml::ops::Activations;
 use rml::{Code, DType, InlineExecutor, Shape};
