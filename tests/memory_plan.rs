@@ -2,7 +2,8 @@
 //! (every heap byte, not only rml's counters) watches `DecoderLM::new` and `DecoderLM::new_in`
 //! for every activation mode and weight-conversion case of the tiny Llama fixtures (f32, bf16,
 //! f16 safetensors; llama.cpp's Q8_0 GGUF; an f32 file at an odd address, so every matrix is
-//! copied), and a caller region one byte too small is refused naming the need.
+//! copied) and of every other family's tiny fixture (Qwen2, Qwen3, Gemma 3, Llama 3, Mistral),
+//! and a caller region one byte too small is refused naming the need.
 //! `harness = false`: libtest allocates on other threads, which would pollute the count.
 
 mod decoder_common;
@@ -93,6 +94,12 @@ fn cases() -> Vec<Case> {
         hf_case("tiny-llama f32", "tiny-llama/f32"),
         hf_case("tiny-llama bf16", "tiny-llama/bf16"),
         hf_case("tiny-llama f16", "tiny-llama/f16"),
+        // Every other family (biases, q/k norms, post-norms, windows, rope_freqs-free llama3).
+        hf_case("tiny-qwen2 f32", "tiny-qwen2"),
+        hf_case("tiny-qwen3 f32", "tiny-qwen3"),
+        hf_case("tiny-gemma3 f32", "tiny-gemma3"),
+        hf_case("tiny-llama3 bf16", "tiny-llama3"),
+        hf_case("tiny-mistral bf16", "tiny-mistral"),
     ];
     // The f32 file one byte past an aligned address: every f32 matrix is copied at load.
     let aligned = leak_aligned(&data("tiny-llama/f32/model.safetensors"));
