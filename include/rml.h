@@ -192,14 +192,14 @@ typedef uint32_t RmlWeightFormat;
 #endif // __cplusplus
 
 /**
+ * A model family: everything the decoder and the config readers need to know about it.
+ */
+typedef struct ArchSpec ArchSpec;
+
+/**
  * An instruction-set choice for the kernels.
  */
 typedef struct Isa Isa;
-
-/**
- * The tensors of one layer.
- */
-typedef struct Part Part;
 
 /**
  * A decoder (opaque): a model's forward pass with a KV cache and a thread pool. Made by
