@@ -85,11 +85,18 @@ fn every_schedule_and_thread_count_gives_identical_bits() {
         let Ok(kern) = table(isa) else {
             // Straight to stderr (libtest captures `println!`): a skip must show.
             use std::io::Write;
+            let how = match isa {
+                Isa::Neon | Isa::NeonDotprod => {
+                    "run them on aarch64 with `cargo test --features std --target \
+                     aarch64-unknown-linux-gnu --test kernels_threads` (qemu-aarch64 runner, see \
+                     .ci/run)"
+                }
+                Isa::ArmDsp => "they run inside the features/mcu firmware under qemu-system-arm",
+                _ => "run them on an x86_64 CPU with that extension",
+            };
             let _ = writeln!(
                 std::io::stderr(),
-                "SKIPPED {isa} thread checks: not available on this CPU; run them on aarch64 \
-                 with `cargo test --features std --target aarch64-unknown-linux-gnu --test \
-                 kernels_threads` (qemu-aarch64 runner, see .ci/run)"
+                "SKIPPED {isa} thread checks: not available on this CPU; {how}"
             );
             continue;
         };
