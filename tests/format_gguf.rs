@@ -595,7 +595,7 @@ fn smollm2() -> Option<Vec<u8>> {
 
 #[test]
 fn smollm2_tensors() {
-    let Some(bytes) = smollm2() else { return };
+    let Some(bytes) = smollm2() else { unreachable!("the finder fetches the model or panics") };
     let g = Gguf::parse(&bytes).unwrap();
     assert_eq!(g.version(), 3);
     assert_eq!(g.alignment(), 32);
@@ -620,7 +620,7 @@ fn smollm2_tensors() {
 
 #[test]
 fn smollm2_metadata_and_tokenizer() {
-    let Some(bytes) = smollm2() else { return };
+    let Some(bytes) = smollm2() else { unreachable!("the finder fetches the model or panics") };
     let g = Gguf::parse(&bytes).unwrap();
     assert_eq!(g.architecture().unwrap(), "llama");
     assert_eq!(g.metadata().len(), 33);
@@ -666,7 +666,7 @@ fn smollm2_metadata_and_tokenizer() {
 
 #[test]
 fn smollm2_config_matches_config_json() {
-    let Some(bytes) = smollm2() else { return };
+    let Some(bytes) = smollm2() else { unreachable!("the finder fetches the model or panics") };
     let g = Gguf::parse(&bytes).unwrap();
     let from_gguf = rml::model::config::from_gguf(&g).unwrap();
     let json = std::fs::read_to_string(concat!(
@@ -682,7 +682,7 @@ fn smollm2_config_matches_config_json() {
 
 #[test]
 fn smollm2_embedding_rows_match_reference() {
-    let Some(bytes) = smollm2() else { return };
+    let Some(bytes) = smollm2() else { unreachable!("the finder fetches the model or panics") };
     let g = Gguf::parse(&bytes).unwrap();
     let emb = g.tensor("token_embd.weight").unwrap();
     let refs = std::fs::read(concat!(

@@ -188,7 +188,7 @@ fn smollm2_path() -> Option<PathBuf> {
 
 #[test]
 fn gguf_file_mapped_in_place() {
-    let Some(p) = smollm2_path() else { return };
+    let Some(p) = smollm2_path() else { unreachable!("the finder fetches the model or panics") };
     let m = Model::open(&p).unwrap();
     assert_eq!(m.format(), ModelFormat::Gguf);
     assert_eq!(m.config().num_hidden_layers, 30);
@@ -210,7 +210,7 @@ fn gguf_file_mapped_in_place() {
 
 #[test]
 fn truncated_gguf_fails_at_open() {
-    let Some(p) = smollm2_path() else { return };
+    let Some(p) = smollm2_path() else { unreachable!("the finder fetches the model or panics") };
     let t = TempDir::new();
     // Keep the header but cut the data: the last tensors run past the end.
     let f = std::fs::File::open(&p).unwrap();
