@@ -2,19 +2,59 @@
 //! weights the `gguf` package dequantizes (`reference_<TYPE>.safetensors`, see
 //! tests/data/README.md), teacher-forced over the prompt and the reference's own decode
 //! tokens (the random models' top-2 margins are small, so free-running tokens are never
-//! compared):
+//! compared). Files: tiny-llama-gguf (F32, Q8_0, Q4_0-pure, Q4_K_M = Q5_0 + Q8_0 + F16, and a
+//! BF16 file written by `make_bf16.py`), tiny-qwen3/gguf (every type `--pure`, plus the Q2_K,
+//! Q3_K_M, Q4_K_M and Q5_K_M mixes), tiny-qwen2/gguf (Q8_0, Q4_K_M), tiny-gemma3/gguf (Q4_K_M).
 //!
 //! - f32 activations: max abs logit diff <= 1e-4 and the argmax equal at every position;
-//! - int8 activations: within 1.5x of llama.cpp's own int8 path on the same file
-//!   (`MANIFEST.json`: `llamacpp_max_abs_diff_prefill_logits` for the prefill; the larger of
-//!   it and `llamacpp_max_abs_diff_decode_logits_while_agreeing` for decode steps). Measured
-//!   (prefill / decode, rml vs llama.cpp): Q8_0 0.140 / 0.131 vs 0.145 / 0.116; Q4_0-pure
-//!   0.135 / 0.219 vs 0.124 / 0.210; Q4_K_M (Q5_0 + Q8_0 + F16) 0.129 / 0.122 vs 0.103 /
-//!   0.100. Both quantize activations to 8 bits per 32 values; what remains is which values
-//!   round which way (rml keeps f32 activation scales and rounds `x / d`, ggml stores f16
-//!   scales and rounds `x · (1/d)`), so the two errors are of one size, not one value.
+//! - int8 activations: against llama.cpp's own int8 path on the same file, teacher-forced the
+//!   same way ([`LLAMACPP`], made by tests/data/tools/llamacpp_teacher_forced.py; the
+//!   MANIFEST's decode figure only covers the steps before llama.cpp's greedy path leaves the
+//!   reference's): the prefill within [`PREFILL_FACTOR`] x llama.cpp's, every decode step
+//!   within [`STEP_FACTOR`] x llama.cpp's at that step, the worst step within
+//!   [`DECODE_FACTOR`] x llama.cpp's worst.
 //!
-//! Every matrix is used in place (no copy), whatever its type.
+//! Measured (max abs logit diff; rml / llama.cpp: prefill, worst decode step, worst per-step
+//! ratio):
+//!
+//! | file | prefill | decode | step ratio |
+//! |---|---|---|---|
+//! | tiny-llama F32 | 0 / 0 | 0 / 0 | - |
+//! | tiny-llama Q8_0 (+F16) | 0.1399 / 0.1447 (0.97) | 0.1306 / 0.1160 (1.13) | 1.15 |
+//! | tiny-llama Q4_0-pure (+F16) | 0.1348 / 0.1239 (1.09) | 0.2189 / 0.2098 (1.04) | 1.23 |
+//! | tiny-llama Q4_K_M (Q5_0, Q8_0, F16) | 0.1286 / 0.1027 (1.25) | 0.1222 / 0.0999 (1.22) | 1.37 |
+//! | tiny-qwen3 Q8_0 | 0.0920 / 0.0934 (0.99) | 0.1456 / 0.1378 (1.06) | 1.51 |
+//! | tiny-qwen3 Q6_K | 0.1209 / 0.1209 (1.00) | 0.2398 / 0.2398 (1.00) | 1.00 |
+//! | tiny-qwen3 Q5_1-pure | 0.0911 / 0.0749 (1.22) | 0.1212 / 0.1137 (1.07) | 1.35 |
+//! | tiny-qwen3 Q5_0-pure | 0.0834 / 0.0833 (1.00) | 0.1000 / 0.1018 (0.98) | 1.24 |
+//! | tiny-qwen3 Q4_1-pure | 0.1029 / 0.0957 (1.08) | 0.1070 / 0.1004 (1.07) | 1.20 |
+//! | tiny-qwen3 Q4_0-pure | 0.0939 / 0.0874 (1.07) | 0.0790 / 0.1146 (0.69) | 1.25 |
+//! | tiny-qwen3 IQ4_NL-pure | 0.0889 / 0.1070 (0.83) | 0.1553 / 0.1769 (0.88) | 1.53 |
+//! | tiny-qwen3 Q5_K-pure | 0.1263 / 0.1263 (1.00) | 0.1697 / 0.1697 (1.00) | 1.00 |
+//! | tiny-qwen3 Q4_K-pure | 0.1298 / 0.1298 (1.00) | 0.1510 / 0.1510 (1.00) | 1.00 |
+//! | tiny-qwen3 Q3_K-pure | 0.1510 / 0.1510 (1.00) | 0.1535 / 0.1535 (1.00) | 1.00 |
+//! | tiny-qwen3 Q2_K-pure | 0.1471 / 0.1450 (1.01) | 0.1716 / 0.1678 (1.02) | 1.15 |
+//! | tiny-qwen3 Q5_K_M | 0.1126 / 0.1126 (1.00) | 0.1558 / 0.1558 (1.00) | 1.04 |
+//! | tiny-qwen3 Q4_K_M | 0.1292 / 0.1292 (1.00) | 0.1415 / 0.1415 (1.00) | 1.00 |
+//! | tiny-qwen3 Q3_K_M | 0.1101 / 0.1101 (1.00) | 0.1491 / 0.1491 (1.00) | 1.00 |
+//! | tiny-qwen3 Q2_K | 0.1468 / 0.1468 (1.00) | 0.1653 / 0.1653 (1.00) | 1.00 |
+//! | tiny-qwen2 Q8_0 | 0.1057 / 0.0866 (1.22) | 0.1344 / 0.0964 (1.39) | 1.39 |
+//! | tiny-qwen2 Q4_K_M | 0.1500 / 0.1500 (1.00) | 0.1450 / 0.1450 (1.00) | 1.00 |
+//! | tiny-gemma3 Q4_K_M | 0.1944 / 0.1961 (0.99) | 0.1322 / 0.1354 (0.98) | 1.36 |
+//!
+//! The K-quants pair with Q8_K activations (f32 scale per 256 values), which rml rounds as
+//! ggml does: their files give llama.cpp's figures to four digits at every step (Q2_K-pure
+//! differs only as much as llama.cpp itself does between ISAs; Q5_K_M's last steps and
+//! Gemma 3, whose GELU ggml reads from an f16 table, by a little). The 32-value types
+//! (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, and the F16 `ffn_down` beside them) pair with
+//! 32-value int8 blocks: rml keeps an f32 scale and rounds `x / d`, ggml stores an f16 scale
+//! and rounds `x · (1/d)`, so the two errors are of one size, not one value: rml is further
+//! than llama.cpp on some files and steps and nearer on others. The 1.0x the issue asks for
+//! holds for the K-quant files, not for the 32-value ones (worst 1.25x at the prefill,
+//! 1.39x at the worst step, 1.53x at a single step).
+//!
+//! Every matrix is used in place: the very bytes of the mapped file (same address), whatever
+//! its type.
 #![cfg(feature = "std")]
 
 mod decoder_common;
@@ -25,36 +65,58 @@ use rml::model::{DecoderLM, DecoderOptions};
 use rml::ops::Activations;
 use rml::InlineExecutor;
 
+/// rml's int8 error may be at most this many times llama.cpp's on the same file, teacher-forced
+/// (see the module docs for the measured figures these were set from): over the prompt, at
+/// each decode step, and the worst decode step against llama.cpp's worst.
+const PREFILL_FACTOR: f32 = 1.26;
+/// See [`PREFILL_FACTOR`].
+const STEP_FACTOR: f32 = 1.55;
+/// See [`PREFILL_FACTOR`].
+const DECODE_FACTOR: f32 = 1.40;
+
 /// The MANIFEST entry of `file` in `dir`.
 fn manifest(dir: &str, file: &str) -> serde_json::Value {
     let p = data(&format!("{dir}/MANIFEST.json"));
     let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-    m[file].clone()
+    let e = m[file].clone();
+    assert!(e.is_object(), "{file} is not in {}", p.display());
+    e
 }
 
 struct Diffs {
     prefill: f32,
+    /// The largest over the teacher-forced decode steps.
     decode: f32,
+    /// Each decode step's.
+    steps: Vec<f32>,
     argmax_agree: usize,
     positions: usize,
 }
 
-/// Teacher-forced logits of `dir/file` against its reference under `act`.
-fn run(dir: &str, file: &str, act: Activations) -> Diffs {
-    let entry = manifest(dir, file);
-    let model = Model::open(data(&format!("{dir}/{file}"))).unwrap();
+/// Teacher-forced logits of the GGUF at `tests/data/<path>` against the reference at
+/// `tests/data/<reference>` under `act`. Checks first that every matrix has the type `want_type`
+/// gives for its name and is the file's own bytes (the very address of the mapped tensor, not
+/// a copy).
+fn run(path: &str, reference: &str, want_type: &dyn Fn(&str) -> String, act: Activations) -> Diffs {
+    let model = Model::open(data(path)).unwrap();
     let opts = DecoderOptions { activations: act, ..DecoderOptions::default() };
     let mut m = DecoderLM::new(model.config(), &&model, &InlineExecutor, opts).unwrap();
     let mut typed = 0;
     for l in m.weights().matrices() {
-        assert!(l.is_borrowed(), "{file}: {} ({}) was copied", l.name(), l.dtype());
-        let want = entry["tensor_types"][l.name()].as_str();
-        let want = want.unwrap_or_else(|| panic!("{file}: {} is not in the MANIFEST", l.name()));
-        assert_eq!(l.dtype().name(), want, "{file}: {}", l.name());
+        assert!(l.is_borrowed(), "{path}: {} ({}) was copied", l.name(), l.dtype());
+        let mapped = model.container().raw_bytes(l.name()).unwrap();
+        let used = l.matrix().unwrap().data();
+        assert!(
+            core::ptr::eq(used, mapped),
+            "{path}: {} ({}) is not the file's bytes",
+            l.name(),
+            l.dtype()
+        );
+        assert_eq!(l.dtype().name(), want_type(l.name()), "{path}: {}", l.name());
         typed += 1;
     }
-    assert!(typed >= 15, "{file}: only {typed} matrices");
-    let r = Reference::open(&data(&format!("{dir}/{}", entry["reference"].as_str().unwrap())));
+    assert!(typed >= 15, "{path}: only {typed} matrices");
+    let r = Reference::open(&data(reference));
     let (prompt, generated) = (r.tokens("prompt"), r.tokens("generated"));
     let vocab = m.config().vocab_size;
     let want = r.f32s("prefill_logits");
@@ -66,18 +128,34 @@ fn run(dir: &str, file: &str, act: Activations) -> Diffs {
         agree += usize::from(argmax(row) == argmax(&want[t * vocab..(t + 1) * vocab]));
     }
     let dec = r.f32s("decode_logits");
-    let mut decode = 0f32;
+    let mut steps = Vec::new();
     for (i, &tok) in generated[..generated.len() - 1].iter().enumerate() {
         let got = m.decode(tok).unwrap();
         let w = &dec[i * vocab..(i + 1) * vocab];
-        decode = decode.max(max_abs_diff(got, w));
+        steps.push(max_abs_diff(got, w));
         agree += usize::from(argmax(got) == argmax(w));
     }
-    Diffs { prefill, decode, argmax_agree: agree, positions: prompt.len() + generated.len() - 1 }
+    let decode = steps.iter().copied().fold(0.0, f32::max);
+    let positions = prompt.len() + generated.len() - 1;
+    Diffs { prefill, decode, steps, argmax_agree: agree, positions }
+}
+
+/// The MANIFEST's type of every matrix of `dir/file`, and its reference's path.
+fn manifest_case(dir: &str, file: &str) -> (String, String, impl Fn(&str) -> String) {
+    let entry = manifest(dir, file);
+    let reference = format!("{dir}/{}", entry["reference"].as_str().unwrap());
+    let path = format!("{dir}/{file}");
+    let what = path.clone();
+    let types = move |name: &str| {
+        let t = entry["tensor_types"][name].as_str();
+        t.unwrap_or_else(|| panic!("{what}: {name} is not in the MANIFEST")).to_string()
+    };
+    (path, reference, types)
 }
 
 fn check(dir: &str, file: &str) {
-    let f = run(dir, file, Activations::F32);
+    let (path, reference, types) = manifest_case(dir, file);
+    let f = run(&path, &reference, &types, Activations::F32);
     eprintln!(
         "{file}, f32 activations: max abs logit diff prefill {:.2e}, decode {:.2e}, argmax \
          {}/{}",
@@ -85,38 +163,247 @@ fn check(dir: &str, file: &str) {
     );
     assert!(f.prefill <= 1e-4 && f.decode <= 1e-4, "{file} f32: {} / {}", f.prefill, f.decode);
     assert_eq!(f.argmax_agree, f.positions, "{file} f32: argmax");
-    let entry = manifest(dir, file);
-    let lp = entry["llamacpp_max_abs_diff_prefill_logits"].as_f64().unwrap() as f32;
-    let ld = entry["llamacpp_max_abs_diff_decode_logits_while_agreeing"].as_f64().unwrap() as f32;
-    let q = run(dir, file, Activations::Int8);
-    eprintln!(
-        "{file}, int8 activations: prefill {:.3} (llama.cpp {lp:.3}), decode {:.3} (llama.cpp \
-         {ld:.3}), argmax {}/{}",
-        q.prefill, q.decode, q.argmax_agree, q.positions
-    );
+    let (lp, lsteps) = llamacpp(file);
+    let q = run(&path, &reference, &types, Activations::Int8);
     // The F32 file has no quantized matrix: int8 is f32 there, and llama.cpp's 4e-6 is its
     // own f32 rounding.
-    let (bp, bd) = (1.5 * lp.max(1e-4), 1.5 * lp.max(ld).max(1e-4));
-    assert!(q.prefill <= bp, "{file} int8 prefill {} > 1.5 x llama.cpp's {lp}", q.prefill);
-    assert!(q.decode <= bd, "{file} int8 decode {} > 1.5 x llama.cpp's {}", q.decode, lp.max(ld));
+    let floor = |x: f32| x.max(1e-4);
+    let lmax = lsteps.iter().copied().fold(0.0, f32::max);
+    let step_ratio = q.steps.iter().zip(&lsteps).map(|(r, l)| r / floor(*l)).fold(0.0, f32::max);
+    eprintln!(
+        "{file}, int8 activations: prefill {:.4} (llama.cpp {lp:.4}, x{:.2}), decode {:.4} \
+         (llama.cpp {lmax:.4}, x{:.2}; worst step x{step_ratio:.2}), argmax {}/{}",
+        q.prefill,
+        q.prefill / floor(lp),
+        q.decode,
+        q.decode / floor(lmax),
+        q.argmax_agree,
+        q.positions
+    );
+    eprintln!("  rml steps {:.4?}\n  llama.cpp {lsteps:.4?}", q.steps);
+    assert!(
+        q.prefill <= PREFILL_FACTOR * floor(lp),
+        "{file} int8 prefill {} > {PREFILL_FACTOR} x llama.cpp's {lp}",
+        q.prefill
+    );
+    for (i, (r, l)) in q.steps.iter().zip(&lsteps).enumerate() {
+        assert!(
+            *r <= STEP_FACTOR * floor(*l),
+            "{file} int8 decode step {i}: {r} > {STEP_FACTOR} x llama.cpp's {l}"
+        );
+    }
+    assert!(
+        q.decode <= DECODE_FACTOR * floor(lmax),
+        "{file} int8 decode {} > {DECODE_FACTOR} x llama.cpp's {lmax}",
+        q.decode
+    );
 }
 
-#[test]
-fn tiny_llama_f32() {
-    check("tiny-llama-gguf", "tiny-llama-F32.gguf");
+/// llama.cpp's int8 error on each file, teacher-forced exactly as rml's here: (file, max abs
+/// logit diff over the prompt, the same for each of the 8 decode steps). Made by
+/// `tests/data/tools/llamacpp_teacher_forced.py` (llama.cpp 0c1e570, the peers' build: CPU,
+/// 1 thread, F32 KV cache, flash attention off, no weight repacking). The prefill figures
+/// equal MANIFEST.json's `llamacpp_max_abs_diff_prefill_logits` except Q2_K-pure's (0.1450
+/// here, 0.1471 in the MANIFEST: ggml's kernels add in another order on another ISA). The
+/// MANIFEST's decode figure covers only the steps before llama.cpp's greedy path leaves the
+/// reference's (1 of 8 for Q4_1-pure and Q4_K-pure); these cover all 8.
+const LLAMACPP: &[(&str, f32, [f32; 8])] = &[
+    (
+        "tiny-llama-F32.gguf",
+        0.0000,
+        [0.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
+    ),
+    (
+        "tiny-llama-Q4_0-pure.gguf",
+        0.1239,
+        [0.0662, 0.0546, 0.2098, 0.0564, 0.0723, 0.0509, 0.0356, 0.0395],
+    ),
+    (
+        "tiny-llama-Q4_K_M.gguf",
+        0.1027,
+        [0.0522, 0.0574, 0.0595, 0.0681, 0.0637, 0.0891, 0.0999, 0.0975],
+    ),
+    (
+        "tiny-llama-Q8_0.gguf",
+        0.1447,
+        [0.0530, 0.0579, 0.0869, 0.1160, 0.0854, 0.0920, 0.0892, 0.0462],
+    ),
+    (
+        "tiny-qwen3-IQ4_NL-pure.gguf",
+        0.1070,
+        [0.0834, 0.0737, 0.0686, 0.0932, 0.0783, 0.0883, 0.1769, 0.1033],
+    ),
+    (
+        "tiny-qwen3-Q2_K-pure.gguf",
+        0.1450,
+        [0.1288, 0.1162, 0.1003, 0.0944, 0.1630, 0.1678, 0.1185, 0.0967],
+    ),
+    (
+        "tiny-qwen3-Q2_K.gguf",
+        0.1468,
+        [0.1398, 0.1037, 0.0893, 0.1213, 0.1653, 0.0885, 0.1309, 0.1376],
+    ),
+    (
+        "tiny-qwen3-Q3_K-pure.gguf",
+        0.1510,
+        [0.1058, 0.1535, 0.1299, 0.0998, 0.0647, 0.1428, 0.1353, 0.1460],
+    ),
+    (
+        "tiny-qwen3-Q3_K_M.gguf",
+        0.1101,
+        [0.1125, 0.0897, 0.1051, 0.1226, 0.1023, 0.1491, 0.0932, 0.0881],
+    ),
+    (
+        "tiny-qwen3-Q4_0-pure.gguf",
+        0.0874,
+        [0.0686, 0.0594, 0.0934, 0.0775, 0.0817, 0.0629, 0.0770, 0.1146],
+    ),
+    (
+        "tiny-qwen3-Q4_1-pure.gguf",
+        0.0957,
+        [0.0968, 0.0895, 0.0603, 0.0859, 0.1004, 0.0896, 0.0795, 0.0880],
+    ),
+    (
+        "tiny-qwen3-Q4_K-pure.gguf",
+        0.1298,
+        [0.0920, 0.1013, 0.0950, 0.0858, 0.1017, 0.1510, 0.1204, 0.1343],
+    ),
+    (
+        "tiny-qwen3-Q4_K_M.gguf",
+        0.1292,
+        [0.0976, 0.0897, 0.1042, 0.0972, 0.1415, 0.0950, 0.0988, 0.0939],
+    ),
+    (
+        "tiny-qwen3-Q5_0-pure.gguf",
+        0.0833,
+        [0.0813, 0.0650, 0.0418, 0.0839, 0.0707, 0.0787, 0.0895, 0.1018],
+    ),
+    (
+        "tiny-qwen3-Q5_1-pure.gguf",
+        0.0749,
+        [0.0969, 0.0732, 0.0934, 0.0570, 0.0873, 0.1137, 0.0787, 0.0758],
+    ),
+    (
+        "tiny-qwen3-Q5_K-pure.gguf",
+        0.1263,
+        [0.0877, 0.1013, 0.1697, 0.1148, 0.0976, 0.1134, 0.1045, 0.1274],
+    ),
+    (
+        "tiny-qwen3-Q5_K_M.gguf",
+        0.1126,
+        [0.1029, 0.1558, 0.0857, 0.1480, 0.1309, 0.1057, 0.1423, 0.1436],
+    ),
+    (
+        "tiny-qwen3-Q6_K.gguf",
+        0.1209,
+        [0.1055, 0.1226, 0.1197, 0.1050, 0.0841, 0.1132, 0.1107, 0.2398],
+    ),
+    (
+        "tiny-qwen3-Q8_0.gguf",
+        0.0934,
+        [0.0679, 0.0573, 0.0908, 0.0844, 0.0701, 0.1378, 0.0971, 0.0934],
+    ),
+    (
+        "tiny-qwen2-Q4_K_M.gguf",
+        0.1500,
+        [0.1160, 0.0629, 0.1366, 0.0662, 0.0790, 0.0827, 0.1450, 0.1035],
+    ),
+    (
+        "tiny-qwen2-Q8_0.gguf",
+        0.0866,
+        [0.0518, 0.0522, 0.0891, 0.0613, 0.0964, 0.0689, 0.0601, 0.0750],
+    ),
+    (
+        "tiny-gemma3-Q4_K_M.gguf",
+        0.1961,
+        [0.1354, 0.1302, 0.1285, 0.1270, 0.0814, 0.1339, 0.1064, 0.0775],
+    ),
+];
+
+fn llamacpp(file: &str) -> (f32, [f32; 8]) {
+    let row = LLAMACPP.iter().find(|r| r.0 == file);
+    let row = row.unwrap_or_else(|| panic!("{file}: no llama.cpp figures"));
+    (row.1, row.2)
 }
 
+/// A BF16 GGUF (`tiny-llama-gguf/make_bf16.py`: tiny-llama/bf16's weights as llama.cpp's
+/// converter writes them with `--outtype bf16`, q/k rows permuted, norms F32) against the f32
+/// reference of those weights (`tiny-llama/bf16/reference.safetensors`): every matrix BF16,
+/// used in place, in both activation modes (int8 applies to block-quantized matrices only, so
+/// both are the f32 computation).
 #[test]
-fn tiny_llama_q8_0() {
-    check("tiny-llama-gguf", "tiny-llama-Q8_0.gguf");
+fn tiny_llama_bf16() {
+    let path = "tiny-llama-gguf/tiny-llama-BF16.gguf";
+    let reference = "tiny-llama/bf16/reference.safetensors";
+    let bf16 = |_: &str| "BF16".to_string();
+    for act in [Activations::F32, Activations::Int8] {
+        let f = run(path, reference, &bf16, act);
+        eprintln!(
+            "tiny-llama-BF16.gguf, {act:?} activations: max abs logit diff prefill {:.2e}, \
+             decode {:.2e}, argmax {}/{}",
+            f.prefill, f.decode, f.argmax_agree, f.positions
+        );
+        assert!(f.prefill <= 1e-4 && f.decode <= 1e-4, "{act:?}: {} / {}", f.prefill, f.decode);
+        assert_eq!(f.argmax_agree, f.positions, "{act:?}: argmax");
+    }
 }
 
-#[test]
-fn tiny_llama_q4_0_pure() {
-    check("tiny-llama-gguf", "tiny-llama-Q4_0-pure.gguf");
+/// One test per file: `name => (folder under tests/data, file)`.
+macro_rules! files {
+    ($($name:ident => ($dir:literal, $file:literal);)*) => {
+        $(
+            #[test]
+            fn $name() {
+                check($dir, $file);
+            }
+        )*
+
+        /// Every file the test list names is in its MANIFEST, and every MANIFEST entry of
+        /// these folders has a test.
+        #[test]
+        fn every_manifest_file_is_tested() {
+            let listed: &[(&str, &str)] = &[$(($dir, $file)),*];
+            let mut dirs: Vec<&str> = listed.iter().map(|(d, _)| *d).collect();
+            dirs.sort_unstable();
+            dirs.dedup();
+            for dir in dirs {
+                let p = data(&format!("{dir}/MANIFEST.json"));
+                let m: serde_json::Value =
+                    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+                for file in m.as_object().unwrap().keys() {
+                    if data(&format!("{dir}/{file}")).exists() {
+                        assert!(
+                            listed.contains(&(dir, file.as_str())),
+                            "{dir}/{file} has no test here"
+                        );
+                    }
+                }
+            }
+        }
+    };
 }
 
-#[test]
-fn tiny_llama_q4_k_m_falls_back_to_q5_0_q8_0_f16() {
-    check("tiny-llama-gguf", "tiny-llama-Q4_K_M.gguf");
+files! {
+    tiny_llama_f32 => ("tiny-llama-gguf", "tiny-llama-F32.gguf");
+    tiny_llama_q8_0 => ("tiny-llama-gguf", "tiny-llama-Q8_0.gguf");
+    tiny_llama_q4_0_pure => ("tiny-llama-gguf", "tiny-llama-Q4_0-pure.gguf");
+    tiny_llama_q4_k_m_falls_back_to_q5_0_q8_0_f16 => ("tiny-llama-gguf", "tiny-llama-Q4_K_M.gguf");
+    tiny_qwen3_q8_0 => ("tiny-qwen3/gguf", "tiny-qwen3-Q8_0.gguf");
+    tiny_qwen3_q6_k => ("tiny-qwen3/gguf", "tiny-qwen3-Q6_K.gguf");
+    tiny_qwen3_q5_1_pure => ("tiny-qwen3/gguf", "tiny-qwen3-Q5_1-pure.gguf");
+    tiny_qwen3_q5_0_pure => ("tiny-qwen3/gguf", "tiny-qwen3-Q5_0-pure.gguf");
+    tiny_qwen3_q4_1_pure => ("tiny-qwen3/gguf", "tiny-qwen3-Q4_1-pure.gguf");
+    tiny_qwen3_q4_0_pure => ("tiny-qwen3/gguf", "tiny-qwen3-Q4_0-pure.gguf");
+    tiny_qwen3_iq4_nl_pure => ("tiny-qwen3/gguf", "tiny-qwen3-IQ4_NL-pure.gguf");
+    tiny_qwen3_q5_k_pure => ("tiny-qwen3/gguf", "tiny-qwen3-Q5_K-pure.gguf");
+    tiny_qwen3_q4_k_pure => ("tiny-qwen3/gguf", "tiny-qwen3-Q4_K-pure.gguf");
+    tiny_qwen3_q3_k_pure => ("tiny-qwen3/gguf", "tiny-qwen3-Q3_K-pure.gguf");
+    tiny_qwen3_q2_k_pure => ("tiny-qwen3/gguf", "tiny-qwen3-Q2_K-pure.gguf");
+    tiny_qwen3_q5_k_m => ("tiny-qwen3/gguf", "tiny-qwen3-Q5_K_M.gguf");
+    tiny_qwen3_q4_k_m => ("tiny-qwen3/gguf", "tiny-qwen3-Q4_K_M.gguf");
+    tiny_qwen3_q3_k_m => ("tiny-qwen3/gguf", "tiny-qwen3-Q3_K_M.gguf");
+    tiny_qwen3_q2_k => ("tiny-qwen3/gguf", "tiny-qwen3-Q2_K.gguf");
+    tiny_qwen2_q8_0 => ("tiny-qwen2/gguf", "tiny-qwen2-Q8_0.gguf");
+    tiny_qwen2_q4_k_m => ("tiny-qwen2/gguf", "tiny-qwen2-Q4_K_M.gguf");
+    tiny_gemma3_q4_k_m => ("tiny-gemma3/gguf", "tiny-gemma3-Q4_K_M.gguf");
 }
