@@ -1,6 +1,8 @@
 //! Zero heap allocations per decode step after warm-up: a counting global allocator watches
-//! 16 decode steps (plus sampling) of the tiny model and of SmolLM2, with the inline executor
-//! and with a thread pool, in both activation modes.
+//! 16 decode steps (plus sampling) of the tiny model, of every family's tiny fixture, of
+//! K-quant GGUFs (tiny-qwen3 Q4_K_M: Q4_K and Q6_K matrices, Q8_K activations in int8 mode;
+//! tiny-gemma3 Q4_K_M) and of SmolLM2, with the inline executor and with a thread pool, in both
+//! activation modes.
 //!
 //! One test function: the counter is process-wide, so nothing may run beside it.
 #![cfg(feature = "std")]
@@ -95,11 +97,23 @@ fn decode_steps_allocate_nothing() {
     let cfg = parse_config(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
     let st = SafeTensors::parse(leak_aligned(&dir.join("model.safetensors"))).unwrap();
     let smol = Some(Model::open(smollm2_gguf()).unwrap());
-    let families: Vec<(&str, Model)> =
-        ["tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-mistral"]
-            .into_iter()
-            .map(|d| (d, Model::open(data(d)).unwrap()))
-            .collect();
+    let families: Vec<(&str, Model)> = [
+        "tiny-qwen2",
+        "tiny-qwen3",
+        "tiny-gemma3",
+        "tiny-llama3",
+        "tiny-mistral",
+        "tiny-qwen3/gguf/tiny-qwen3-Q4_K_M.gguf",
+        "tiny-gemma3/gguf/tiny-gemma3-Q4_K_M.gguf",
+    ]
+    .into_iter()
+    .map(|d| (d, Model::open(data(d)).unwrap()))
+    .collect();
+    // The K-quant files really hold K-quant matrices.
+    for (dir, model) in &families[5..] {
+        let k = model.tensor_infos().iter().filter(|t| t.dtype.name() == "Q4_K").count();
+        assert!(k >= 10, "{dir}: {k} Q4_K tensors");
+    }
     for (name, exec) in executors() {
         for act in [Activations::F32, Activations::Int8] {
             count_steps(&format!("tiny f32, {name}, {act:?}"), &cfg, &st, &*exec, act);
