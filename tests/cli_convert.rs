@@ -1,7 +1,9 @@
-//! `rml convert`: GGUF or safetensors in, a Hugging Face safetensors folder out. The tiny
-//! model converted f32 → bf16 is byte-identical to transformers' own bf16 save; SmolLM2's GGUF
-//! converted to f32 safetensors (q/k rows un-permuted) passes the same teacher-forced checks
-//! against transformers as the GGUF itself.
+//! `rml convert`: GGUF or safetensors in, a Hugging Face safetensors folder or a GGUF file out.
+//! The tiny model converted f32 → bf16 is byte-identical to transformers' own bf16 save;
+//! SmolLM2's GGUF converted to f32 safetensors (q/k rows un-permuted) passes the same
+//! teacher-forced checks against transformers as the GGUF itself; every `--dtype` in both
+//! containers runs, holds ggml's reference blocks, and is read back by convert itself (to f32,
+//! and to the same dtype in the other container).
 #![cfg(feature = "cli")]
 
 mod decoder_common;
@@ -167,7 +169,23 @@ fn named_like(dir: &Path, prefix: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-const DTYPES: [&str; 6] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"];
+const DTYPES: [&str; 8] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"];
+
+/// llama.cpp's `general.file_type` (`LLAMA_FTYPE_MOSTLY_*`) and the matrices' dtype for each
+/// `--dtype`.
+fn expected(dtype: &str) -> (u32, rml::DType) {
+    match dtype {
+        "f32" => (0, rml::DType::F32),
+        "f16" => (1, rml::DType::F16),
+        "q4_0" => (2, rml::DType::Q4_0),
+        "q4_1" => (3, rml::DType::Q4_1),
+        "q8_0" => (7, rml::DType::Q8_0),
+        "q5_0" => (8, rml::DType::Q5_0),
+        "q5_1" => (9, rml::DType::Q5_1),
+        "bf16" => (32, rml::DType::BF16),
+        _ => panic!("{dtype}"),
+    }
+}
 
 #[test]
 fn every_dtype_in_both_containers_reads_back_and_runs() {
@@ -176,6 +194,8 @@ fn every_dtype_in_both_containers_reads_back_and_runs() {
     let want = r.f32s("prefill_logits");
     let vocab = 256;
     let last = &want[(prompt.len() - 1) * vocab..];
+    let source =
+        SafeTensors::parse(leak_aligned(&data("tiny-llama/f32/model.safetensors"))).unwrap();
     for dtype in DTYPES {
         for ext in ["", ".gguf"] {
             let out = fresh(&format!("convert-all-{dtype}{ext}"));
@@ -186,14 +206,45 @@ fn every_dtype_in_both_containers_reads_back_and_runs() {
             let mut m =
                 DecoderLM::new(model.config(), &src, &InlineExecutor, DecoderOptions::default())
                     .unwrap();
-            let logits = m.prefill(&prompt).unwrap();
-            let d = max_abs_diff(logits, last);
-            // Measured on this random model: f32 2e-6, f16 2.5e-3, bf16 3.4e-2, q8_0 5.6e-2, q4_0
-            // 0.74, q4_1 1.19 (4-bit weights; the read-back check below is exact).
+            // Every matrix has the dtype asked for where its rows split into blocks (the
+            // down projections' rows of 176 do not: f32), used in place.
+            let (file_type, want_dtype) = expected(dtype);
+            for l in m.weights().matrices() {
+                assert!(l.is_borrowed(), "{dtype}{ext}: {} was copied", l.name());
+                let blocks = l.k() % want_dtype.block_size() == 0;
+                let want = if blocks { want_dtype } else { rml::DType::F32 };
+                assert_eq!(l.dtype(), want, "{dtype}{ext}: {}", l.name());
+                // The blocks are ggml's reference quantizer's (the table's, checked against
+                // the gguf package's bytes in tests/quant_vectors.rs) on the source rows
+                // (safetensors keeps the source's row order).
+                if let (true, "", Some(quantize)) =
+                    (blocks, ext, rml::quant::info(want_dtype).quantize)
+                {
+                    let view = source.tensor(l.name()).unwrap();
+                    let mut rows = vec![0f32; view.shape.numel()];
+                    view.dequantize_into(&mut rows).unwrap();
+                    let rb = want_dtype.row_bytes(l.k()).unwrap();
+                    let mut q = vec![0u8; l.rows() * rb];
+                    for (x, b) in rows.chunks_exact(l.k()).zip(q.chunks_exact_mut(rb)) {
+                        quantize(x, b).unwrap();
+                    }
+                    assert!(l.matrix().unwrap().data() == q, "{dtype}: {} blocks", l.name());
+                }
+            }
+            if ext == ".gguf" {
+                let g = model.gguf().unwrap().unwrap();
+                assert_eq!(g.get_u32("general.file_type").unwrap(), Some(file_type), "{dtype}");
+            }
+            let logits = m.prefill(&prompt).unwrap().to_vec();
+            let d = max_abs_diff(&logits, last);
+            // Measured on this random model: f32 2e-6, f16 2.5e-3, bf16 3.4e-2, q8_0 5.6e-2,
+            // q5_0 0.40, q5_1 0.47, q4_0 0.74, q4_1 1.19 (4- and 5-bit weights; the blocks
+            // themselves are checked above, the read-backs below).
             let tol = match dtype {
                 "f32" => 1e-4,
                 "f16" => 1e-2,
                 "bf16" | "q8_0" => 0.1,
+                "q5_0" | "q5_1" => 0.5,
                 _ => 2.0,
             };
             eprintln!("tiny {dtype}{ext}: max abs logit diff {d:.2e}");
@@ -215,20 +266,33 @@ fn every_dtype_in_both_containers_reads_back_and_runs() {
             )
             .unwrap();
             let again = m2.prefill(&prompt).unwrap().to_vec();
-            let logits = m.reset_and_prefill(&prompt);
             assert!(max_abs_diff(&again, &logits) <= 1e-4, "{dtype}{ext}: read back differs");
+            // ... and into the other container in the same dtype: the blocks are carried over
+            // as they are (rows moved, not requantized), so the numbers are the same but for
+            // the order of RoPE's float operations (interleaved pairs in GGUF).
+            let other = if ext.is_empty() { ".gguf" } else { "" };
+            let across = fresh(&format!("convert-all-{dtype}{ext}-across{other}"));
+            let o = convert_with(&out, &across, dtype, &[]);
+            assert!(
+                o.status.success(),
+                "{dtype}{ext} -> {other}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let model3 = Model::open(&across).unwrap();
+            let src3 = rml::model::packed::PackedSource::new(&model3).unwrap();
+            let mut m3 =
+                DecoderLM::new(model3.config(), &src3, &InlineExecutor, DecoderOptions::default())
+                    .unwrap();
+            for (a, b) in m.weights().matrices().zip(m3.weights().matrices()) {
+                assert_eq!(a.dtype(), b.dtype(), "{dtype}{ext} -> {other}: {}", a.name());
+            }
+            let d3 = max_abs_diff(m3.prefill(&prompt).unwrap(), &logits);
+            eprintln!("tiny {dtype}{ext} -> {dtype}{other}: max abs logit diff {d3:.2e}");
+            // f16/bf16 from GGUF to safetensors round the f32 norms GGUF keeps (measured
+            // 1.9e-3 / 1.7e-2): the dtype's own tolerance.
+            let tol = if ext == ".gguf" && dtype.contains("16") { tol } else { 1e-4 };
+            assert!(d3 <= tol, "{dtype}{ext} -> {dtype}{other}: logits differ by {d3}");
         }
-    }
-}
-
-trait Again {
-    fn reset_and_prefill(&mut self, prompt: &[u32]) -> Vec<f32>;
-}
-
-impl Again for DecoderLM<'_> {
-    fn reset_and_prefill(&mut self, prompt: &[u32]) -> Vec<f32> {
-        self.reset();
-        self.prefill(prompt).unwrap().to_vec()
     }
 }
 

@@ -7,10 +7,12 @@
 //! - `f16`: IEEE binary16, rounded to nearest even (GGUF: 1-D tensors stay f32, as llama.cpp
 //!   writes them).
 //! - `bf16`: bfloat16, rounded to nearest even (GGUF: 1-D tensors stay f32).
-//! - `q8_0`, `q4_0`, `q4_1`: ggml's blocks of 32 (`block_q8_0`, `block_q4_0`, `block_q4_1`)
-//!   for every matrix whose rows split into 32-blocks, quantized by ggml's reference
-//!   arithmetic (the quantizers of [`rml::quant`]'s table); other tensors f32. A source tensor already in the target type
-//!   is copied as it is (rows moved, not requantized).
+//! - `q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1`: ggml's blocks of 32 (`block_q8_0`, `block_q4_0`,
+//!   `block_q4_1`, `block_q5_0`, `block_q5_1`) for every matrix whose rows split into
+//!   32-blocks, quantized by ggml's reference arithmetic (`quantize_row_*_ref`: the quantizers
+//!   of [`rml::quant`]'s table, which write the bytes the `gguf` Python package writes); other
+//!   tensors f32. A source tensor already in the target type is copied as it is (rows moved,
+//!   not requantized).
 //!
 //! In safetensors, which has no block dtypes, a quantized matrix `[rows, k]` is stored packed
 //! ([`rml::model::packed`]: a `U8` tensor `[rows, row_bytes]` marked in `__metadata__`). In
@@ -65,6 +67,12 @@ pub enum OutDType {
     /// ggml Q4_1 blocks for matrices (rows a multiple of 32), f32 for the rest.
     #[value(name = "q4_1")]
     Q4_1,
+    /// ggml Q5_0 blocks for matrices (rows a multiple of 32), f32 for the rest.
+    #[value(name = "q5_0")]
+    Q5_0,
+    /// ggml Q5_1 blocks for matrices (rows a multiple of 32), f32 for the rest.
+    #[value(name = "q5_1")]
+    Q5_1,
 }
 
 impl OutDType {
@@ -76,6 +84,8 @@ impl OutDType {
             OutDType::Q8_0 => DType::Q8_0,
             OutDType::Q4_0 => DType::Q4_0,
             OutDType::Q4_1 => DType::Q4_1,
+            OutDType::Q5_0 => DType::Q5_0,
+            OutDType::Q5_1 => DType::Q5_1,
         }
     }
 
@@ -87,6 +97,8 @@ impl OutDType {
             OutDType::Q4_0 => 2,
             OutDType::Q4_1 => 3,
             OutDType::Q8_0 => 7,
+            OutDType::Q5_0 => 8,
+            OutDType::Q5_1 => 9,
             OutDType::Bf16 => 32,
         }
     }

@@ -8,7 +8,7 @@
 //! rml inspect PATH
 //! rml tune [-m PATH]
 //! rml bench [-m PATH]
-//! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1 [--format safetensors|gguf]
+//! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [--format safetensors|gguf]
 //! rml fetch
 //! ```
 //!
