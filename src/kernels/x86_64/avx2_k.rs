@@ -103,6 +103,11 @@ unsafe fn bit_to(v: __m256i, i: i32, to: i32) -> __m256i {
     }
 }
 
+/// The `pshufb` control word that picks i16 lane `j < 8` (bytes `2 j`, `2 j + 1`).
+const fn word_ctl(j: usize) -> i16 {
+    (((2 * j + 1) << 8) | (2 * j)) as i16
+}
+
 /// The i16 scale vector of the 32 elements `128 h + 32 g ..` of a 16-element-sub-block type:
 /// sub-block `8 h + 2 g` in the low 128-bit lane, `8 h + 2 g + 1` in the high one, from the
 /// 16 i16 scales `sc` (sub-blocks 0..8 in the low lane, 8..16 in the high).
@@ -119,8 +124,8 @@ unsafe fn scale_pair(sc: __m256i, h: usize, g: usize) -> __m256i {
         } else {
             _mm256_permute2x128_si256::<0x11>(sc, sc)
         };
-        let w = |j: usize| ((2 * j + 1) << 8 | 2 * j) as i16;
-        let ctl = _mm256_set_m128i(_mm_set1_epi16(w(2 * g + 1)), _mm_set1_epi16(w(2 * g)));
+        let ctl =
+            _mm256_set_m128i(_mm_set1_epi16(word_ctl(2 * g + 1)), _mm_set1_epi16(word_ctl(2 * g)));
         _mm256_shuffle_epi8(bc, ctl)
     }
 }
@@ -134,8 +139,8 @@ unsafe fn scale_pair(sc: __m256i, h: usize, g: usize) -> __m256i {
 unsafe fn scale_one(sc: __m256i, j: usize) -> __m256i {
     // SAFETY: register-only AVX2 intrinsics.
     unsafe {
-        let w = ((2 * j + 1) << 8 | 2 * j) as i16;
-        _mm256_shuffle_epi8(_mm256_permute2x128_si256::<0x00>(sc, sc), _mm256_set1_epi16(w))
+        let ctl = _mm256_set1_epi16(word_ctl(j));
+        _mm256_shuffle_epi8(_mm256_permute2x128_si256::<0x00>(sc, sc), ctl)
     }
 }
 
