@@ -7,10 +7,11 @@
 //! - `gemv_quant/<dtype>`: Q8_0 / Q4_1 GEMV, int8 activations vs f32 activations vs the scalar
 //!   table (throughput in bytes of weights).
 //!
-//! - `gemv_types/<rows>x<k>`: int8 GEMV (best ISA) of every quantized type on SmolLM2's
-//!   shapes (576 × 1536, 1536 × 576; the K-quants only where `k` is whole super-blocks) and
-//!   on a 8192 × 8192 matrix, with Q4_1 in the same group (throughput in bytes of weights;
-//!   time per weight = time / (rows · k)).
+//! - `gemv_types/<rows>x<k>`: int8 GEMV of every quantized type on every x86 tier the CPU has
+//!   (AVX2, AVX-VNNI, AVX-512; elsewhere the best ISA) on SmolLM2's shapes (576 × 1536,
+//!   1536 × 576; the K-quants only where `k` is whole super-blocks) and on a 8192 × 8192
+//!   matrix, with Q4_1 in the same group (throughput in bytes of weights; time per weight =
+//!   time / (rows · k)).
 //!
 //! `cargo bench --bench kernels -- --warm-up-time 1 --measurement-time 2`
 
@@ -255,8 +256,22 @@ fn type_weights(dtype: DType, rows: usize, k: usize) -> AlignedBlock {
     AlignedBlock::try_from_slice(&bytes).unwrap()
 }
 
+/// The int8 tiers to compare in `gemv_types`: every x86 tier the CPU has (AVX2, AVX-VNNI,
+/// AVX-512), else the best ISA alone.
+fn int8_tiers() -> Vec<&'static Kernels> {
+    let x86: Vec<_> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512]
+        .into_iter()
+        .filter_map(|isa| kernels::table(isa).ok())
+        .collect();
+    if x86.is_empty() {
+        vec![best()]
+    } else {
+        x86
+    }
+}
+
 fn gemv_types(c: &mut Criterion) {
-    let best = best();
+    let tiers = int8_tiers();
     let types: Vec<DType> =
         rml::quant::TYPES.iter().filter(|t| t.act.is_some()).map(|t| t.dtype).collect();
     for (rows, k) in [(576, 1536), (1536, 576), (8192, 8192)] {
@@ -274,9 +289,13 @@ fn gemv_types(c: &mut Criterion) {
             let data = type_weights(dtype, rows, k);
             let w = Matrix::new(dtype, rows, k, data.as_slice()).unwrap();
             g.throughput(Throughput::Bytes(data.as_slice().len() as u64));
-            g.bench_function(BenchmarkId::new(format!("int8-{}", best.isa()), dtype), |b| {
-                b.iter(|| rml_gemm(best, &w, black_box(&x), 1, &mut y, Activations::Int8, &mut s))
-            });
+            for &kern in &tiers {
+                g.bench_function(BenchmarkId::new(format!("int8-{}", kern.isa()), dtype), |b| {
+                    b.iter(|| {
+                        rml_gemm(kern, &w, black_box(&x), 1, &mut y, Activations::Int8, &mut s)
+                    })
+                });
+            }
         }
         g.finish();
     }

@@ -11,7 +11,10 @@
 //! - The newer types (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K): random blocks (random bits with sane
 //!   f16 scales), rows 0..=21, activation rows 1..=9, K up to 4 super-blocks; f32 activations
 //!   within the same bound of the scalar table, int8 activations bit-identical to it (whose
-//!   own arithmetic `tests/quant_vectors.rs` checks against a float64 dot).
+//!   own arithmetic `tests/quant_vectors.rs` checks against a float64 dot), also at the
+//!   extremes of their integer ranges.
+//! - Coverage: every quantized type has its own f32 and int8 body (not the scalar entry) on
+//!   every x86 tier, so the checks above exercise SIMD code for each ISA × type × mode.
 //!
 //! An ISA the host lacks is skipped with a printed message. `RML_EXPECT_ISAS=neon,...` makes
 //! a missing ISA a failure instead (CI sets it under qemu so a skip cannot pass silently).
@@ -550,6 +553,36 @@ fn int8_extremes(kern: &Kernels) {
     assert_eq!(&xq.qs()[..2], &[-127, 127]);
 }
 
+/// The newer types at the extremes of their integer ranges: every weight byte all-ones,
+/// all-zeros or alternating (largest unsigned values, Q3_K's scale -32 and high bits, Q6_K's
+/// 63) against activations of ±127: the int8 path must give the scalar table's bits (no
+/// `maddubs` saturation, no overflow); rows straddle the four-row groups.
+fn new_type_extremes(kern: &Kernels) {
+    let scalar = table(Isa::Scalar).unwrap();
+    for dtype in NEW_TYPES {
+        let info = rml::quant::info(dtype);
+        let (rows, k) = (5, if info.block_elems == 256 { 512 } else { 288 });
+        for fill in [0xFFu8, 0x00, 0xAA, 0x55, 0x0F, 0xF0] {
+            let mut bytes = vec![fill; rows * dtype.row_bytes(k).unwrap()];
+            for blk in bytes.chunks_exact_mut(info.block_bytes) {
+                for &o in f16_fields(dtype) {
+                    blk[o..o + 2].copy_from_slice(&f16::from_f32(1.0).to_le_bytes());
+                }
+            }
+            let data = AlignedBlock::try_from_slice(&bytes).unwrap();
+            let w = Matrix::new(dtype, rows, k, data.as_slice()).unwrap();
+            let acts: [&dyn Fn(usize) -> f32; 3] =
+                [&|_| 1.0, &|_| -1.0, &|i| if i % 3 == 0 { -1.0 } else { 1.0 }];
+            for a in acts {
+                let x: Vec<f32> = (0..2 * k).map(a).collect();
+                let got = run(kern, &w, &x, 2, Activations::Int8).unwrap();
+                let want = run(scalar, &w, &x, 2, Activations::Int8).unwrap();
+                assert_eq!(bits(&got), bits(&want), "{} {dtype} fill {fill:#x}", kern.isa());
+            }
+        }
+    }
+}
+
 macro_rules! suite {
     ($($m:ident => $isa:expr),* $(,)?) => { $(
         mod $m {
@@ -659,6 +692,11 @@ macro_rules! suite {
             fn int8_extremes_are_exact() {
                 if let Some(k) = kernels(ISA) { int8_extremes(k); }
             }
+
+            #[test]
+            fn new_types_int8_extremes_match_scalar() {
+                if let Some(k) = kernels(ISA) { new_type_extremes(k); }
+            }
         }
     )* };
 }
@@ -671,4 +709,26 @@ suite! {
     neon => Isa::Neon,
     neon_dotprod => Isa::NeonDotprod,
     arm_dsp => Isa::ArmDsp,
+}
+
+/// Every x86 tier the host has overrides both entries of every quantized type (so each
+/// ISA × type × activation mode above runs SIMD code, not the scalar fallback), and the VNNI
+/// tiers have int8 bodies of their own (not AVX2's).
+#[test]
+fn x86_tiers_have_a_body_for_every_type_and_mode() {
+    let scalar = table(Isa::Scalar).unwrap();
+    let avx2 = kernels(Isa::Avx2);
+    for isa in [Isa::Avx2, Isa::AvxVnni, Isa::Avx512] {
+        let Some(k) = kernels(isa) else { continue };
+        for t in rml::quant::TYPES.iter().filter(|t| t.act.is_some()) {
+            let f32_entry = k.matmul_f32(t.dtype).unwrap() as usize;
+            assert_ne!(f32_entry, scalar.matmul_f32(t.dtype).unwrap() as usize, "{isa} {}", t.name);
+            let int8_entry = k.matmul_q8(t.dtype).unwrap() as usize;
+            assert_ne!(int8_entry, scalar.matmul_q8(t.dtype).unwrap() as usize, "{isa} {}", t.name);
+            if let (Some(a), true) = (avx2, isa != Isa::Avx2) {
+                let avx2_entry = a.matmul_q8(t.dtype).unwrap() as usize;
+                assert_ne!(int8_entry, avx2_entry, "{isa} {}: AVX2's int8 body", t.name);
+            }
+        }
+    }
 }

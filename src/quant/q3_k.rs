@@ -43,14 +43,31 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     matmul_q8: Some(matmul_q8),
 };
 
-/// The 16 signed sub-block scales (-32..=31) from the 12 packed bytes.
+/// The 16 signed sub-block scales (-32..=31) from the 12 packed bytes: sub-block `i` has the
+/// nibble `i / 8` of byte `i % 8` as its low 4 bits and bits `2 (i / 4)` of byte `8 + i % 4`
+/// above them, stored `+ 32`. Word-parallel (three little-endian u32); the scalar oracle and
+/// the SIMD kernels share it.
+///
+/// # Panics
+///
+/// If `s.len() < 12`.
 #[inline(always)]
-pub(crate) fn scales_q3(s: &[u8]) -> [i8; 16] {
+pub fn scales_q3(s: &[u8]) -> [i8; 16] {
+    let word = |i: usize| u32::from_le_bytes([s[i], s[i + 1], s[i + 2], s[i + 3]]);
+    let (a, b, c) = (word(0), word(4), word(8));
+    const NIB: u32 = 0x0F0F_0F0F;
+    const TWO: u32 = 0x0303_0303;
+    let words = [
+        (a & NIB) | ((c & TWO) << 4),
+        (b & NIB) | (((c >> 2) & TWO) << 4),
+        ((a >> 4) & NIB) | (((c >> 4) & TWO) << 4),
+        ((b >> 4) & NIB) | (((c >> 6) & TWO) << 4),
+    ];
     let mut out = [0i8; 16];
-    for (i, o) in out.iter_mut().enumerate() {
-        let lo = (s[i % 8] >> (4 * (i / 8))) & 0x0F;
-        let hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
-        *o = (lo | (hi << 4)) as i8 - 32;
+    for (o, w) in out.chunks_exact_mut(4).zip(words) {
+        for (o, v) in o.iter_mut().zip(w.to_le_bytes()) {
+            *o = v as i8 - 32;
+        }
     }
     out
 }

@@ -42,16 +42,42 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     matmul_q8: Some(matmul_q8),
 };
 
+/// The 8 sub-block scales (bytes `0..8`) and 8 mins (bytes `8..16`), each 6 bits, of a
+/// Q4_K/Q5_K super-block from its 12 packed bytes (ggml's `get_scale_min_k4` for every `j` at
+/// once): sub-block `j < 4` takes the low 6 bits of bytes `j` (scale) and `j + 4` (min);
+/// `j >= 4` the nibbles of byte `j + 4` with the top two bits of bytes `j - 4` (scale) and `j`
+/// (min) above them. Word-parallel (three little-endian u32), so the scalar oracle and the
+/// SIMD kernels share one unpacking.
+///
+/// # Panics
+///
+/// If `s.len() < 12`.
+#[inline(always)]
+pub fn scales_mins_k4(s: &[u8]) -> [u8; 16] {
+    let word = |i: usize| u32::from_le_bytes([s[i], s[i + 1], s[i + 2], s[i + 3]]);
+    let (a, b, c) = (word(0), word(4), word(8));
+    const LOW6: u32 = 0x3F3F_3F3F;
+    const NIB: u32 = 0x0F0F_0F0F;
+    const TOP2: u32 = 0x3030_3030;
+    let words =
+        [a & LOW6, (c & NIB) | ((a >> 2) & TOP2), b & LOW6, ((c >> 4) & NIB) | ((b >> 2) & TOP2)];
+    let mut out = [0u8; 16];
+    for (o, w) in out.chunks_exact_mut(4).zip(words) {
+        o.copy_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
 /// Scale and min of sub-block `j < 8` from the 12 packed bytes (ggml's `get_scale_min_k4`):
-/// `j < 4`: the low 6 bits of bytes `j` and `j + 4`; otherwise the nibbles of byte `j + 4`
-/// with the top two bits of bytes `j - 4` and `j` above them.
+/// entry `j` of [`scales_mins_k4`].
+///
+/// # Panics
+///
+/// If `j >= 8` or `s.len() < 12`.
 #[inline(always)]
 pub fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
-    if j < 4 {
-        (s[j] & 63, s[j + 4] & 63)
-    } else {
-        ((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
-    }
+    let sm = scales_mins_k4(s);
+    (sm[j], sm[8 + j])
 }
 
 /// The 256 unsigned 4-bit values of a Q4_K/Q5_K `qs` (128 bytes), in element order.
@@ -77,9 +103,9 @@ pub fn dequantize_block_q4_k(block: &[u8], out: &mut [f32]) {
     assert!(block.len() == BYTES && out.len() == QK_K);
     let (d, dmin) = (f16_at(block), f16_at(&block[2..]));
     let q = nibbles_k(&block[16..]);
+    let sm = scales_mins_k4(&block[4..16]);
     for j in 0..8 {
-        let (sc, m) = scale_min_k4(j, &block[4..16]);
-        let (dl, ml) = (d * sc as f32, dmin * m as f32);
+        let (dl, ml) = (d * sm[j] as f32, dmin * sm[8 + j] as f32);
         for l in 0..32 {
             out[32 * j + l] = dl * q[32 * j + l] as f32 - ml;
         }
@@ -104,8 +130,9 @@ pub fn dot_q4_k_f32(w: &[u8], x: &[f32]) -> f32 {
 #[inline(always)]
 pub(crate) fn isums_k(scales: &[u8], q: &[u8; QK_K], x: &[i8], bsums: &[i32]) -> (i32, i32) {
     let (mut is, mut ms) = (0i32, 0i32);
+    let sm = scales_mins_k4(scales);
     for j in 0..8 {
-        let (sc, m) = scale_min_k4(j, scales);
+        let (sc, m) = (sm[j], sm[8 + j]);
         let mut s = 0i32;
         for l in 32 * j..32 * j + 32 {
             s += q[l] as i32 * x[l] as i32;

@@ -4,7 +4,7 @@
 //! value = `(d · sc_j) · q - (dmin · m_j)` with `q` in 0..=31. 176 bytes. The int8 path pairs
 //! with [`ActFormat::Q8K`].
 
-use super::q4_k::{isums_k, nibbles_k, scale_min_k4};
+use super::q4_k::{isums_k, nibbles_k, scales_mins_k4};
 use super::q8::Q8Row;
 use super::{f16_at, ActFormat, TypeInfo, QK_K};
 use crate::kernels::scalar::{accumulate8, dot_blocks};
@@ -64,9 +64,9 @@ pub fn dequantize_block_q5_k(block: &[u8], out: &mut [f32]) {
     assert!(block.len() == BYTES && out.len() == QK_K);
     let (d, dmin) = (f16_at(block), f16_at(&block[2..]));
     let q = values(block);
+    let sm = scales_mins_k4(&block[4..16]);
     for j in 0..8 {
-        let (sc, m) = scale_min_k4(j, &block[4..16]);
-        let (dl, ml) = (d * sc as f32, dmin * m as f32);
+        let (dl, ml) = (d * sm[j] as f32, dmin * sm[8 + j] as f32);
         for l in 0..32 {
             out[32 * j + l] = dl * q[32 * j + l] as f32 - ml;
         }

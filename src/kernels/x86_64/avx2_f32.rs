@@ -1,5 +1,6 @@
 //! AVX2 + FMA matmul with f32 activations, for f32, f16, bf16 weights (widened on the fly)
-//! and Q8_0 / Q4_0 / Q4_1 weights (dequantized on the fly).
+//! and every quantized type (dequantized on the fly: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by
+//! block; the K-quants by runs of 32 inside their super-blocks).
 //!
 //! Both operands are contiguous along K (`W` is `rows × k` row-major, `X` is `n × k`), so
 //! the micro-kernel is a register tile of `R` weight rows × `N` activation rows, each output
@@ -15,31 +16,45 @@ use core::arch::x86_64::*;
 use super::mask;
 
 /// A weight encoding: how 8 consecutive elements of a row become 8 f32 lanes. Elements are
-/// addressed in units of 32 (a quantization block) and 8-element chunks inside them.
+/// addressed in units of 32 (a quantization block, or a run of 32 inside a K-quant
+/// super-block) and 8-element chunks inside them. An encoding implements [`Weights::chunk`]
+/// or [`Weights::block`] (each defaults to the other).
 trait Weights {
     /// Whether rows may end with a partial unit (f32/f16/bf16: any `k`; quantized: `k % 32
     /// == 0`).
-    const TAIL: bool;
+    const TAIL: bool = false;
     /// Bytes per element for the unblocked encodings (tail addressing).
-    const ELEM_BYTES: usize;
+    const ELEM_BYTES: usize = 0;
+    /// Decoding a unit costs more than its four chunks' loads (the K-quants' scales, Q5's
+    /// fifth bits): tiles with several activation rows decode each unit once per weight row
+    /// ([`Weights::block`]) instead of chunk by chunk. The FMAs per output are the same.
+    const DECODE_ONCE: bool = false;
 
     /// Elements `32 b + 8 c .. + 8` of the row at `row` (`c < 4`).
     ///
     /// # Safety
     ///
     /// Those elements are in bounds; AVX2, FMA and F16C are available.
-    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256;
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
+        // SAFETY: forwarded caller contract.
+        unsafe { Self::block(row, b)[c] }
+    }
 
-    /// `len < 8` elements starting at element `i` (unblocked encodings only), the other lanes
-    /// zero.
+    /// `len < 8` elements starting at element `i` (unblocked encodings only, called only
+    /// when [`Weights::TAIL`]), the other lanes zero.
     ///
     /// # Safety
     ///
     /// As [`Weights::chunk`].
-    unsafe fn tail(row: *const u8, i: usize, len: usize) -> __m256;
+    #[inline(always)]
+    unsafe fn tail(_row: *const u8, _i: usize, _len: usize) -> __m256 {
+        // SAFETY: register-only.
+        unsafe { _mm256_setzero_ps() }
+    }
 
-    /// The four chunks of block `b` at once (the same values as [`Weights::chunk`]; the
-    /// quantized encodings override it to decode the block's bytes once).
+    /// The four chunks of unit `b` at once (the same values as [`Weights::chunk`]; the
+    /// quantized encodings override it to decode the unit's bytes once).
     ///
     /// # Safety
     ///
@@ -191,9 +206,6 @@ unsafe fn nibbles_block(qs: *const u8) -> [__m256; 4] {
 }
 
 impl Weights for Q8_0W {
-    const TAIL: bool = false;
-    const ELEM_BYTES: usize = 0;
-
     #[inline(always)]
     unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
         // SAFETY: block `b` is in bounds (caller contract). `d * q` is exact in f32 (11 + 8
@@ -204,18 +216,9 @@ impl Weights for Q8_0W {
             _mm256_mul_ps(_mm256_cvtepi32_ps(q), f16_splat(blk))
         }
     }
-
-    #[inline(always)]
-    unsafe fn tail(_: *const u8, _: usize, _: usize) -> __m256 {
-        // SAFETY: register-only; never called (`TAIL` is false).
-        unsafe { _mm256_setzero_ps() }
-    }
 }
 
 impl Weights for Q4_0W {
-    const TAIL: bool = false;
-    const ELEM_BYTES: usize = 0;
-
     #[inline(always)]
     unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
         // SAFETY: block `b` is in bounds (caller contract); `(q - 8) * d` is exact.
@@ -237,18 +240,9 @@ impl Weights for Q4_0W {
             [f(q[0]), f(q[1]), f(q[2]), f(q[3])]
         }
     }
-
-    #[inline(always)]
-    unsafe fn tail(_: *const u8, _: usize, _: usize) -> __m256 {
-        // SAFETY: register-only; never called (`TAIL` is false).
-        unsafe { _mm256_setzero_ps() }
-    }
 }
 
 impl Weights for Q4_1W {
-    const TAIL: bool = false;
-    const ELEM_BYTES: usize = 0;
-
     #[inline(always)]
     unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
         // SAFETY: block `b` is in bounds (caller contract). `d * q` is exact, so the fused
@@ -278,11 +272,284 @@ impl Weights for Q4_1W {
             ]
         }
     }
+}
+
+/// 32 bytes (element order) as four vectors of 8 f32, read as unsigned or signed.
+///
+/// # Safety
+///
+/// AVX2 available.
+#[inline(always)]
+unsafe fn bytes_f32<const SIGNED: bool>(v: __m256i) -> [__m256; 4] {
+    // SAFETY: register-only AVX2 intrinsics.
+    unsafe {
+        let (lo, hi) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let f = |q: __m128i| {
+            let i = if SIGNED { _mm256_cvtepi8_epi32(q) } else { _mm256_cvtepu8_epi32(q) };
+            _mm256_cvtepi32_ps(i)
+        };
+        [f(lo), f(_mm_srli_si128::<8>(lo)), f(hi), f(_mm_srli_si128::<8>(hi))]
+    }
+}
+
+/// `[v0 · s, v1 · s, v2 · s, v3 · s]`.
+///
+/// # Safety
+///
+/// AVX available.
+#[inline(always)]
+unsafe fn scale4(v: [__m256; 4], s: [__m256; 2]) -> [__m256; 4] {
+    // SAFETY: register-only AVX intrinsics.
+    unsafe {
+        [
+            _mm256_mul_ps(v[0], s[0]),
+            _mm256_mul_ps(v[1], s[0]),
+            _mm256_mul_ps(v[2], s[1]),
+            _mm256_mul_ps(v[3], s[1]),
+        ]
+    }
+}
+
+/// `v · dl - ml` per lane (fused: one rounding), chunks 0–1 with `(dl, ml)[0]`, 2–3 with
+/// `[1]` (the two 16-element sub-blocks of a unit; the same pair twice for 32-element ones).
+///
+/// # Safety
+///
+/// FMA available.
+#[inline(always)]
+unsafe fn scale_min4(v: [__m256; 4], dl: [__m256; 2], ml: [__m256; 2]) -> [__m256; 4] {
+    // SAFETY: register-only FMA intrinsics.
+    unsafe {
+        [
+            _mm256_fmsub_ps(v[0], dl[0], ml[0]),
+            _mm256_fmsub_ps(v[1], dl[0], ml[0]),
+            _mm256_fmsub_ps(v[2], dl[1], ml[1]),
+            _mm256_fmsub_ps(v[3], dl[1], ml[1]),
+        ]
+    }
+}
+
+struct Q5_0W;
+struct Q5_1W;
+struct Iq4NlW;
+struct Q2KW;
+struct Q3KW;
+struct Q4KW;
+struct Q5KW;
+struct Q6KW;
+
+impl Weights for Q5_0W {
+    const DECODE_ONCE: bool = true;
 
     #[inline(always)]
-    unsafe fn tail(_: *const u8, _: usize, _: usize) -> __m256 {
-        // SAFETY: register-only; never called (`TAIL` is false).
-        unsafe { _mm256_setzero_ps() }
+    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: block `b` is in bounds (caller contract); `d · (q - 16)` as the oracle.
+        unsafe {
+            let blk = row.add(b * crate::quant::q5_0::BYTES);
+            let q = _mm256_or_si256(super::nibbles32(blk.add(6)), super::fifth_bits(blk.add(2)));
+            let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+            let d = f16_splat(blk);
+            scale4(bytes_f32::<true>(q), [d, d])
+        }
+    }
+}
+
+impl Weights for Q5_1W {
+    const DECODE_ONCE: bool = true;
+
+    #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: block `b` is in bounds (caller contract). `d · q` is exact, so the fused
+        // `d · q + m` rounds once, like the oracle's.
+        unsafe {
+            let blk = row.add(b * crate::quant::q5_1::BYTES);
+            let q = _mm256_or_si256(super::nibbles32(blk.add(8)), super::fifth_bits(blk.add(4)));
+            let (d, m) = (f16_splat(blk), f16_splat(blk.add(2)));
+            bytes_f32::<false>(q).map(|v| _mm256_fmadd_ps(v, d, m))
+        }
+    }
+}
+
+impl Weights for Iq4NlW {
+    const DECODE_ONCE: bool = true;
+
+    #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: block `b` is in bounds (caller contract); `d · value` as the oracle.
+        unsafe {
+            let blk = row.add(b * crate::quant::iq4_nl::BYTES);
+            let d = f16_splat(blk);
+            scale4(bytes_f32::<true>(super::iq4_values32(blk.add(2))), [d, d])
+        }
+    }
+}
+
+/// The super-block of unit `b` (8 units of 32 per super-block) and the unit's index in it.
+#[inline(always)]
+fn unit(b: usize) -> (usize, usize) {
+    (b / 8, b % 8)
+}
+
+/// The f16 at `p` as f32 (scalar lane).
+///
+/// # Safety
+///
+/// 2 readable bytes; F16C available.
+#[inline(always)]
+unsafe fn f16_scalar(p: *const u8) -> f32 {
+    // SAFETY: forwarded caller contract.
+    unsafe { super::f16_at(p) }
+}
+
+/// The 32 values `q` (0..=3) of unit `u` of a Q2_K/Q3_K super-block's 64 low-bit bytes at
+/// `qs`: bits `2 (u % 4)` of bytes `32 (u / 4) ..`.
+///
+/// # Safety
+///
+/// 64 readable bytes at `qs`; AVX2 available.
+#[inline(always)]
+unsafe fn q2_unit(qs: *const u8, u: usize) -> __m256i {
+    // SAFETY: 32 bytes at `qs + 32 (u / 4)` (caller contract).
+    unsafe {
+        let q = _mm256_loadu_si256(qs.add(32 * (u / 4)).cast());
+        let sh = _mm_cvtsi32_si128(2 * (u % 4) as i32);
+        _mm256_and_si256(_mm256_srl_epi16(q, sh), _mm256_set1_epi8(3))
+    }
+}
+
+impl Weights for Q2KW {
+    const DECODE_ONCE: bool = true;
+
+    #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: super-block `b / 8` is in bounds (caller contract). Sub-blocks 2u, 2u + 1:
+        // `(d · sc) · q - dmin · m` with the oracle's `d · sc`, `dmin · m`.
+        unsafe {
+            let (sb, u) = unit(b);
+            let blk = row.add(sb * crate::quant::q2_k::BYTES);
+            let (d, dmin) = (f16_scalar(blk.add(80)), f16_scalar(blk.add(82)));
+            let q = bytes_f32::<false>(q2_unit(blk.add(16), u));
+            let s = |j: usize| {
+                let sc = *blk.add(j);
+                (_mm256_set1_ps(d * (sc & 0x0F) as f32), _mm256_set1_ps(dmin * (sc >> 4) as f32))
+            };
+            let (s0, s1) = (s(2 * u), s(2 * u + 1));
+            scale_min4(q, [s0.0, s1.0], [s0.1, s1.1])
+        }
+    }
+}
+
+impl Weights for Q3KW {
+    const DECODE_ONCE: bool = true;
+
+    #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: super-block `b / 8` is in bounds (caller contract). Value
+        // `(d · sc) · (low + 4 high - 4)` with the oracle's `d · sc`.
+        unsafe {
+            let (sb, u) = unit(b);
+            let blk = row.add(sb * crate::quant::q3_k::BYTES);
+            let sc = crate::quant::q3_k::scales_q3(core::slice::from_raw_parts(blk.add(96), 12));
+            let d = f16_scalar(blk.add(108));
+            let hm = _mm256_loadu_si256(blk.cast());
+            let bit = _mm256_set1_epi8((1u8 << u) as i8);
+            let high = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+            let high = _mm256_and_si256(high, _mm256_set1_epi8(4));
+            let q = _mm256_sub_epi8(
+                _mm256_or_si256(q2_unit(blk.add(32), u), high),
+                _mm256_set1_epi8(4),
+            );
+            let dl = |j: usize| _mm256_set1_ps(d * sc[j] as f32);
+            scale4(bytes_f32::<true>(q), [dl(2 * u), dl(2 * u + 1)])
+        }
+    }
+}
+
+/// The Q4_K/Q5_K unit `u` (sub-block `u`): nibbles of the 32 bytes `qs + 32 (u / 2)` (low for
+/// even `u`, high for odd), `extra` or'ed in, then `(d · sc_u) · q - dmin · m_u`.
+///
+/// # Safety
+///
+/// `blk` is a whole super-block with `d`, `dmin` at 0, scales at 4..16; 32 readable bytes at
+/// `qs + 32 (u / 2)`; AVX2, FMA and F16C available.
+#[inline(always)]
+unsafe fn k4_unit(blk: *const u8, qs: *const u8, u: usize, extra: __m256i) -> [__m256; 4] {
+    // SAFETY: the reads are in bounds (caller contract).
+    unsafe {
+        let sm = crate::quant::q4_k::scales_mins_k4(core::slice::from_raw_parts(blk.add(4), 12));
+        let (d, dmin) = (f16_scalar(blk), f16_scalar(blk.add(2)));
+        let q = _mm256_loadu_si256(qs.add(32 * (u / 2)).cast());
+        let q = if u % 2 == 0 { q } else { _mm256_srli_epi16::<4>(q) };
+        let q = _mm256_or_si256(_mm256_and_si256(q, _mm256_set1_epi8(0x0F)), extra);
+        let dl = _mm256_set1_ps(d * sm[u] as f32);
+        let ml = _mm256_set1_ps(dmin * sm[8 + u] as f32);
+        scale_min4(bytes_f32::<false>(q), [dl, dl], [ml, ml])
+    }
+}
+
+impl Weights for Q4KW {
+    const DECODE_ONCE: bool = true;
+
+    #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: super-block `b / 8` is in bounds (caller contract).
+        unsafe {
+            let (sb, u) = unit(b);
+            let blk = row.add(sb * crate::quant::q4_k::BYTES);
+            k4_unit(blk, blk.add(16), u, _mm256_setzero_si256())
+        }
+    }
+}
+
+impl Weights for Q5KW {
+    const DECODE_ONCE: bool = true;
+
+    #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: super-block `b / 8` is in bounds (caller contract); sub-block `u` takes bit
+        // `u` of the 32 bytes at 16.
+        unsafe {
+            let (sb, u) = unit(b);
+            let blk = row.add(sb * crate::quant::q5_k::BYTES);
+            let qh = _mm256_loadu_si256(blk.add(16).cast());
+            let bit = _mm256_set1_epi8((1u8 << u) as i8);
+            let high = _mm256_and_si256(
+                _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
+                _mm256_set1_epi8(0x10),
+            );
+            k4_unit(blk, blk.add(48), u, high)
+        }
+    }
+}
+
+impl Weights for Q6KW {
+    const DECODE_ONCE: bool = true;
+
+    #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: super-block `b / 8` is in bounds (caller contract). Unit u = 4 h + g:
+        // nibble g / 2 of ql[64 h + 32 (g % 2) ..], bits 2 g of qh[32 h ..]; value
+        // `(d · sc) · (q - 32)` with the oracle's `d · sc`.
+        unsafe {
+            let (sb, u) = unit(b);
+            let blk = row.add(sb * crate::quant::q6_k::BYTES);
+            let (h, g) = (u / 4, u % 4);
+            let l = _mm256_loadu_si256(blk.add(64 * h + 32 * (g % 2)).cast());
+            let l = if g < 2 { l } else { _mm256_srli_epi16::<4>(l) };
+            let qh = _mm256_loadu_si256(blk.add(128 + 32 * h).cast());
+            let hb = _mm256_and_si256(
+                _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32)),
+                _mm256_set1_epi8(3),
+            );
+            let q = _mm256_or_si256(
+                _mm256_and_si256(l, _mm256_set1_epi8(0x0F)),
+                _mm256_slli_epi16::<4>(hb),
+            );
+            let q = _mm256_sub_epi8(q, _mm256_set1_epi8(32));
+            let d = f16_scalar(blk.add(208));
+            let dl = |j: usize| _mm256_set1_ps(d * (*blk.add(192 + j) as i8) as f32);
+            scale4(bytes_f32::<true>(q), [dl(2 * u), dl(2 * u + 1)])
+        }
     }
 }
 
@@ -344,7 +611,18 @@ unsafe fn accumulate<W: Weights, const R: usize, const N: usize>(
                 }
             }
         }
-        for b in (k0 / 32..k1 / 32).filter(|_| N != 1) {
+        for b in (k0 / 32..k1 / 32).filter(|_| N != 1 && W::DECODE_ONCE) {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let wv = W::block(w.add(r * rb), b);
+                for (c, wv) in wv.iter().enumerate() {
+                    for (t, a) in acc.iter_mut().enumerate() {
+                        let xv = _mm256_loadu_ps(x.add(t * k + b * 32 + c * 8));
+                        *a = _mm256_fmadd_ps(*wv, xv, *a);
+                    }
+                }
+            }
+        }
+        for b in (k0 / 32..k1 / 32).filter(|_| N != 1 && !W::DECODE_ONCE) {
             for c in 0..4 {
                 let mut xv = [_mm256_setzero_ps(); N];
                 for (t, xv) in xv.iter_mut().enumerate() {
@@ -651,3 +929,11 @@ entry!(matmul_bf16, Bf16W);
 entry!(matmul_q8_0, Q8_0W);
 entry!(matmul_q4_0, Q4_0W);
 entry!(matmul_q4_1, Q4_1W);
+entry!(matmul_q5_0, Q5_0W);
+entry!(matmul_q5_1, Q5_1W);
+entry!(matmul_iq4_nl, Iq4NlW);
+entry!(matmul_q2_k, Q2KW);
+entry!(matmul_q3_k, Q3KW);
+entry!(matmul_q4_k, Q4KW);
+entry!(matmul_q5_k, Q5KW);
+entry!(matmul_q6_k, Q6KW);

@@ -1,239 +1,467 @@
-//! AVX2 int8 kernels for the K-quants (Q4_K, Q5_K, Q6_K) × Q8_K activations
-//! ([`crate::quant::ActFormat::Q8K`]).
+//! int8 kernels for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) × Q8_K activations
+//! ([`crate::quant::ActFormat::Q8K`]): the per-type 256-bit super-block sums (AVX2 and
+//! AVX-VNNI, through [`Dot256`]) and the one row loop every x86 tier shares ([`matmul`],
+//! which `avx512_k.rs` drives with its 512-bit sums).
 //!
-//! Per super-block the two exact integer sums of the scalar oracle (`crate::quant::q4_k` etc.)
+//! Per super-block the exact integer sums of the scalar oracle (`crate::quant::q4_k` etc.)
 //! come from `maddubs` (unsigned weight values × signed activations into i16 pairs, never
-//! saturating: at most `2 · 63 · 127`) and `madd` against the broadcast sub-block scale (i16
-//! pairs into i32); the mins and the `- 32` of Q6_K use the activations' per-16 sums. The f32
-//! part is the oracle's, term for term: super-block `b` into lane `b % 8`
+//! saturating: at most `2 · 63 · 127`) and a multiply-accumulate of those pairs by the
+//! sub-block scale in i16 ([`Dot256::madd_acc`]: `madd` + add, or VNNI's `vpdpwssd`). Signed
+//! values are made unsigned by an offset (Q3_K `+ 4`, Q6_K `+ 32`) taken back with the
+//! activations' per-16 sums, which also give the mins of Q2_K/Q4_K/Q5_K. The f32 part is the
+//! oracle's, term for term: super-block `b` into lane `b % 8`
 //! ([`crate::kernels::scalar::accumulate8`]'s order), then [`hsum8`], so the results are
 //! bit-identical to the scalar table.
 
 use core::arch::x86_64::*;
+use core::marker::PhantomData;
 
+use super::{hsum_epi32, Avx2Ops, Dot256, VexOps};
 use crate::kernels::scalar::hsum8;
-use crate::quant::q4_k::scale_min_k4;
-use crate::quant::{f16_at, Q8Acts, QK_K};
+use crate::quant::q3_k::scales_q3;
+use crate::quant::q4_k::scales_mins_k4;
+use crate::quant::{Q8Acts, QK_K};
 
-/// The total of one vector's 8 i32 lanes.
-///
-/// # Safety
-///
-/// AVX2 available.
-#[inline(always)]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    // SAFETY: register-only intrinsics.
-    unsafe {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
-    }
-}
-
-/// `Σ_pairs u · s · scale` as 8 i32 lanes (u8 × i8 → i16 pairs, then × the i16 scale).
-///
-/// # Safety
-///
-/// AVX2 available.
-#[inline(always)]
-unsafe fn dot_scaled(u: __m256i, s: __m256i, scale: __m256i) -> __m256i {
-    // SAFETY: register-only AVX2 intrinsics.
-    unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale) }
-}
-
-/// A K-quant super-block as the int8 kernel sees it.
-trait KBlock {
+/// A K-quant super-block as the int8 kernels see it.
+pub(super) trait KBlock {
     /// Bytes per super-block.
     const BYTES: usize;
+    /// Byte offset of the f16 `d` (followed by the f16 `dmin` when [`KBlock::MINS`]).
+    const D_AT: usize;
+    /// Whether the term subtracts `(dmin · dx) · msum`.
+    const MINS: bool;
 
     /// `(isum, msum)` of the super-block at `blk` against the 256 activations at `x` with
-    /// per-16 sums `bsums`; the f32 term is `(d · dx) · isum - (dmin · dx) · msum`.
+    /// per-16 sums `bsums`; the f32 term is `(d · dx) · isum [- (dmin · dx) · msum]`.
     ///
     /// # Safety
     ///
-    /// `blk` is a whole super-block, `x` 256 values, `bsums` 16 sums; AVX2 available.
-    unsafe fn isums(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32);
-
-    /// `(d, dmin)` of the super-block (`dmin` 0 for types without mins).
-    ///
-    /// # Safety
-    ///
-    /// `blk` is a whole super-block.
-    unsafe fn scales(blk: *const u8) -> (f32, f32);
+    /// `blk` is a whole super-block, `x` 256 values, `bsums` 16 sums; AVX2 and `D`'s
+    /// features available.
+    unsafe fn isums<D: Dot256>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32);
 }
 
-struct Q4K;
-struct Q5K;
-struct Q6K;
+pub(super) struct Q2K;
+pub(super) struct Q3K;
+pub(super) struct Q4K;
+pub(super) struct Q5K;
+pub(super) struct Q6K;
 
-/// The 8 (scale, min) pairs of a Q4_K/Q5_K super-block's 12 packed bytes at `p`.
+/// `Σ_i w_i · bsums_i` over 16 weights (the bytes of `w`, signed or unsigned) and 16 i32 sums.
 ///
 /// # Safety
 ///
-/// 12 readable bytes at `p`.
+/// 16 readable sums at `bsums`; AVX2 available.
 #[inline(always)]
-unsafe fn scales_mins(p: *const u8) -> ([i16; 8], [i32; 8]) {
-    // SAFETY: 12 bytes readable (caller contract).
-    let s = unsafe { core::slice::from_raw_parts(p, 12) };
-    let (mut sc, mut m) = ([0i16; 8], [0i32; 8]);
-    for j in 0..8 {
-        let (a, b) = scale_min_k4(j, s);
-        sc[j] = a as i16;
-        m[j] = b as i32;
+pub(super) unsafe fn dot16<const SIGNED: bool>(w: __m128i, bsums: *const i32) -> i32 {
+    // SAFETY: 16 sums readable (caller contract); the rest is register-only.
+    unsafe {
+        let (w0, w1) = if SIGNED {
+            (_mm256_cvtepi8_epi32(w), _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(w)))
+        } else {
+            (_mm256_cvtepu8_epi32(w), _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(w)))
+        };
+        let b0 = _mm256_loadu_si256(bsums.cast());
+        let b1 = _mm256_loadu_si256(bsums.add(8).cast());
+        hsum_epi32(_mm256_add_epi32(_mm256_mullo_epi32(w0, b0), _mm256_mullo_epi32(w1, b1)))
     }
-    (sc, m)
 }
 
-/// `Σ_j m_j · (bsum_2j + bsum_2j+1)`.
+/// `Σ_j m_j · (bsum_2j + bsum_2j+1)` for the 8 unsigned mins in the low bytes of `m`.
 ///
 /// # Safety
 ///
-/// 16 readable sums at `bsums`.
+/// 16 readable sums at `bsums`; AVX2 available.
 #[inline(always)]
-unsafe fn msum(m: &[i32; 8], bsums: *const i32) -> i32 {
-    let mut t = 0;
-    for (j, &mj) in m.iter().enumerate() {
-        // SAFETY: `2j + 1 < 16` (caller contract).
-        t += mj * unsafe { *bsums.add(2 * j) + *bsums.add(2 * j + 1) };
+pub(super) unsafe fn msum8(m: __m128i, bsums: *const i32) -> i32 {
+    // SAFETY: 16 sums readable (caller contract); the rest is register-only.
+    unsafe {
+        let b0 = _mm256_loadu_si256(bsums.cast());
+        let b1 = _mm256_loadu_si256(bsums.add(8).cast());
+        // hadd: [p0, p1, p4, p5 | p2, p3, p6, p7] (p_j = bsum_2j + bsum_2j+1): reorder.
+        let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(b0, b1));
+        hsum_epi32(_mm256_mullo_epi32(_mm256_cvtepu8_epi32(m), p))
     }
-    t
+}
+
+/// `v` with bit `i` of every byte moved to bit `to` and the other bits cleared.
+///
+/// # Safety
+///
+/// AVX2 available.
+#[inline(always)]
+unsafe fn bit_to(v: __m256i, i: i32, to: i32) -> __m256i {
+    // SAFETY: register-only AVX2 intrinsics. 16-bit shifts by less than 8 keep each byte's
+    // bit `i` inside its byte at `to`; the mask drops what crossed from the neighbour.
+    unsafe {
+        let moved = if i >= to {
+            _mm256_srl_epi16(v, _mm_cvtsi32_si128(i - to))
+        } else {
+            _mm256_sll_epi16(v, _mm_cvtsi32_si128(to - i))
+        };
+        _mm256_and_si256(moved, _mm256_set1_epi8((1 << to) as i8))
+    }
+}
+
+/// The `pshufb` control word that picks i16 lane `j < 8` (bytes `2 j`, `2 j + 1`).
+const fn word_ctl(j: usize) -> i16 {
+    (((2 * j + 1) << 8) | (2 * j)) as i16
+}
+
+/// The i16 scale vector of the 32 elements `128 h + 32 g ..` of a 16-element-sub-block type:
+/// sub-block `8 h + 2 g` in the low 128-bit lane, `8 h + 2 g + 1` in the high one, from the
+/// 16 i16 scales `sc` (sub-blocks 0..8 in the low lane, 8..16 in the high).
+///
+/// # Safety
+///
+/// AVX2 available; `h < 2`, `g < 4`.
+#[inline(always)]
+unsafe fn scale_pair(sc: __m256i, h: usize, g: usize) -> __m256i {
+    // SAFETY: register-only AVX2 intrinsics.
+    unsafe {
+        let bc = if h == 0 {
+            _mm256_permute2x128_si256::<0x00>(sc, sc)
+        } else {
+            _mm256_permute2x128_si256::<0x11>(sc, sc)
+        };
+        let ctl =
+            _mm256_set_m128i(_mm_set1_epi16(word_ctl(2 * g + 1)), _mm_set1_epi16(word_ctl(2 * g)));
+        _mm256_shuffle_epi8(bc, ctl)
+    }
+}
+
+/// The i16 scale `j < 8` of the 8 i16 scales in the low lane of `sc`, in every lane.
+///
+/// # Safety
+///
+/// AVX2 available.
+#[inline(always)]
+unsafe fn scale_one(sc: __m256i, j: usize) -> __m256i {
+    // SAFETY: register-only AVX2 intrinsics.
+    unsafe {
+        let ctl = _mm256_set1_epi16(word_ctl(j));
+        _mm256_shuffle_epi8(_mm256_permute2x128_si256::<0x00>(sc, sc), ctl)
+    }
+}
+
+/// `acc + Σ (u · x) · scale` (u8 × i8 pairs into i16, then by the i16 scales into i32).
+///
+/// # Safety
+///
+/// AVX2 and `D`'s features available.
+#[inline(always)]
+unsafe fn acc_scaled<D: Dot256>(acc: __m256i, u: __m256i, x: __m256i, scale: __m256i) -> __m256i {
+    // SAFETY: register-only intrinsics (features: caller contract).
+    unsafe { D::madd_acc(acc, _mm256_maddubs_epi16(u, x), scale) }
+}
+
+/// The 16-element-sub-block types' loop: `Σ_j sc_j Σ_{i in j} u_i x_i` with `u` from
+/// `values(h, g)` (the 32 unsigned values of elements `128 h + 32 g ..`) and the 16 i16
+/// scales `sc`.
+///
+/// # Safety
+///
+/// 256 readable values at `x`; AVX2 and `D`'s features available.
+#[inline(always)]
+unsafe fn sum16<D: Dot256>(
+    sc: __m256i,
+    x: *const i8,
+    mut values: impl FnMut(usize, usize) -> __m256i,
+) -> i32 {
+    // SAFETY: the activation reads stay inside the 256 values (caller contract).
+    unsafe {
+        let mut acc = _mm256_setzero_si256();
+        for h in 0..2 {
+            for g in 0..4 {
+                let xv = _mm256_loadu_si256(x.add(128 * h + 32 * g).cast());
+                acc = acc_scaled::<D>(acc, values(h, g), xv, scale_pair(sc, h, g));
+            }
+        }
+        hsum_epi32(acc)
+    }
+}
+
+impl KBlock for Q2K {
+    const BYTES: usize = crate::quant::q2_k::BYTES;
+    const D_AT: usize = 80;
+    const MINS: bool = true;
+
+    #[inline(always)]
+    unsafe fn isums<D: Dot256>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
+        // SAFETY: the reads stay inside the super-block (84 bytes: scales at 0..16, values at
+        // 16..80) and the 256 activations (caller contract).
+        unsafe {
+            let sb = _mm_loadu_si128(blk.cast());
+            let m4 = _mm_set1_epi8(0x0F);
+            let sc = _mm256_cvtepu8_epi16(_mm_and_si128(sb, m4));
+            let mins = _mm_and_si128(_mm_srli_epi16::<4>(sb), m4);
+            let q =
+                [_mm256_loadu_si256(blk.add(16).cast()), _mm256_loadu_si256(blk.add(48).cast())];
+            let is = sum16::<D>(sc, x, |h, g| {
+                _mm256_and_si256(
+                    _mm256_srl_epi16(q[h], _mm_cvtsi32_si128(2 * g as i32)),
+                    _mm256_set1_epi8(3),
+                )
+            });
+            (is, dot16::<false>(mins, bsums))
+        }
+    }
+}
+
+impl KBlock for Q3K {
+    const BYTES: usize = crate::quant::q3_k::BYTES;
+    const D_AT: usize = 108;
+    const MINS: bool = false;
+
+    #[inline(always)]
+    unsafe fn isums<D: Dot256>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
+        // SAFETY: the reads stay inside the super-block (110 bytes: high bits at 0..32, low
+        // pairs at 32..96, scales at 96..108) and the 256 activations (caller contract).
+        unsafe {
+            let s = scales_q3(core::slice::from_raw_parts(blk.add(96), 12));
+            let s8 = _mm_loadu_si128(s.as_ptr().cast());
+            let sc = _mm256_cvtepi8_epi16(s8);
+            let hm = _mm256_loadu_si256(blk.cast());
+            let q =
+                [_mm256_loadu_si256(blk.add(32).cast()), _mm256_loadu_si256(blk.add(64).cast())];
+            // u = low | high << 2 = q + 4 (0..=7).
+            let is = sum16::<D>(sc, x, |h, g| {
+                let low = _mm256_and_si256(
+                    _mm256_srl_epi16(q[h], _mm_cvtsi32_si128(2 * g as i32)),
+                    _mm256_set1_epi8(3),
+                );
+                _mm256_or_si256(low, bit_to(hm, (4 * h + g) as i32, 2))
+            });
+            // Σ sc_j Σ (u - 4) x = Σ sc_j Σ u x - 4 Σ sc_j bsum_j.
+            (is - 4 * dot16::<true>(s8, bsums), 0)
+        }
+    }
+}
+
+/// The shared Q4_K/Q5_K sum: 4-bit values from `qs` (128 bytes), with `fifth(j)` (0 or 16 per
+/// byte) or'ed into sub-block `j`, scales and mins from the 12 packed bytes at `sp`.
+///
+/// # Safety
+///
+/// 128 readable bytes at `qs`, 12 at `sp`, 256 values at `x`, 16 sums at `bsums`; AVX2 and
+/// `D`'s features available.
+#[inline(always)]
+unsafe fn isums_k4<D: Dot256>(
+    sp: *const u8,
+    qs: *const u8,
+    x: *const i8,
+    bsums: *const i32,
+    mut fifth: impl FnMut(usize) -> Option<__m256i>,
+) -> (i32, i32) {
+    // SAFETY: the reads stay inside the ranges of the caller contract.
+    unsafe {
+        let sm = scales_mins_k4(core::slice::from_raw_parts(sp, 12));
+        let sm = _mm_loadu_si128(sm.as_ptr().cast());
+        let sc = _mm256_cvtepu8_epi16(sm);
+        let m4 = _mm256_set1_epi8(0x0F);
+        let mut acc = _mm256_setzero_si256();
+        for c in 0..4 {
+            let q = _mm256_loadu_si256(qs.add(32 * c).cast());
+            let mut lo = _mm256_and_si256(q, m4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+            if let Some(h) = fifth(2 * c) {
+                lo = _mm256_or_si256(lo, h);
+            }
+            if let Some(h) = fifth(2 * c + 1) {
+                hi = _mm256_or_si256(hi, h);
+            }
+            let x0 = _mm256_loadu_si256(x.add(64 * c).cast());
+            let x1 = _mm256_loadu_si256(x.add(64 * c + 32).cast());
+            acc = acc_scaled::<D>(acc, lo, x0, scale_one(sc, 2 * c));
+            acc = acc_scaled::<D>(acc, hi, x1, scale_one(sc, 2 * c + 1));
+        }
+        (hsum_epi32(acc), msum8(_mm_srli_si128::<8>(sm), bsums))
+    }
 }
 
 impl KBlock for Q4K {
     const BYTES: usize = crate::quant::q4_k::BYTES;
+    const D_AT: usize = 0;
+    const MINS: bool = true;
 
     #[inline(always)]
-    unsafe fn isums(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
-        // SAFETY: the reads stay inside the super-block (144 bytes: scales at 4..16, values
-        // at 16..144) and the 256 activations (caller contract).
-        unsafe {
-            let (sc, m) = scales_mins(blk.add(4));
-            let m4 = _mm256_set1_epi8(0x0F);
-            let mut acc = _mm256_setzero_si256();
-            for c in 0..4 {
-                let q = _mm256_loadu_si256(blk.add(16 + 32 * c).cast());
-                let lo = _mm256_and_si256(q, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                let x0 = _mm256_loadu_si256(x.add(64 * c).cast());
-                let x1 = _mm256_loadu_si256(x.add(64 * c + 32).cast());
-                acc = _mm256_add_epi32(acc, dot_scaled(lo, x0, _mm256_set1_epi16(sc[2 * c])));
-                acc = _mm256_add_epi32(acc, dot_scaled(hi, x1, _mm256_set1_epi16(sc[2 * c + 1])));
-            }
-            (hsum_epi32(acc), msum(&m, bsums))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(blk: *const u8) -> (f32, f32) {
-        // SAFETY: 4 bytes readable (caller contract).
-        let s = unsafe { core::slice::from_raw_parts(blk, 4) };
-        (f16_at(s), f16_at(&s[2..]))
+    unsafe fn isums<D: Dot256>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
+        // SAFETY: 144-byte super-block: scales at 4..16, values at 16..144 (caller contract).
+        unsafe { isums_k4::<D>(blk.add(4), blk.add(16), x, bsums, |_| None) }
     }
 }
 
 impl KBlock for Q5K {
     const BYTES: usize = crate::quant::q5_k::BYTES;
+    const D_AT: usize = 0;
+    const MINS: bool = true;
 
     #[inline(always)]
-    unsafe fn isums(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
-        // SAFETY: the reads stay inside the super-block (176 bytes: scales at 4..16, fifth
-        // bits at 16..48, nibbles at 48..176) and the 256 activations (caller contract).
+    unsafe fn isums<D: Dot256>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
+        // SAFETY: 176-byte super-block: scales at 4..16, fifth bits at 16..48, nibbles at
+        // 48..176 (caller contract).
         unsafe {
-            let (sc, m) = scales_mins(blk.add(4));
-            let m4 = _mm256_set1_epi8(0x0F);
-            let one = _mm256_set1_epi8(1);
             let qh = _mm256_loadu_si256(blk.add(16).cast());
-            let mut acc = _mm256_setzero_si256();
-            for c in 0..4 {
-                let q = _mm256_loadu_si256(blk.add(48 + 32 * c).cast());
-                // Sub-blocks 2c and 2c + 1 take bits 2c and 2c + 1 of `qh`.
-                let h0 =
-                    _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c as i32)), one);
-                let h1 = _mm256_and_si256(
-                    _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c as i32 + 1)),
-                    one,
-                );
-                let lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16::<4>(h0));
-                let hi = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
-                    _mm256_slli_epi16::<4>(h1),
-                );
-                let x0 = _mm256_loadu_si256(x.add(64 * c).cast());
-                let x1 = _mm256_loadu_si256(x.add(64 * c + 32).cast());
-                acc = _mm256_add_epi32(acc, dot_scaled(lo, x0, _mm256_set1_epi16(sc[2 * c])));
-                acc = _mm256_add_epi32(acc, dot_scaled(hi, x1, _mm256_set1_epi16(sc[2 * c + 1])));
-            }
-            (hsum_epi32(acc), msum(&m, bsums))
+            // Sub-block j takes bit j of `qh`.
+            isums_k4::<D>(blk.add(4), blk.add(48), x, bsums, |j| Some(bit_to(qh, j as i32, 4)))
         }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(blk: *const u8) -> (f32, f32) {
-        // SAFETY: 4 bytes readable (caller contract).
-        let s = unsafe { core::slice::from_raw_parts(blk, 4) };
-        (f16_at(s), f16_at(&s[2..]))
     }
 }
 
 impl KBlock for Q6K {
     const BYTES: usize = crate::quant::q6_k::BYTES;
+    const D_AT: usize = 208;
+    const MINS: bool = false;
 
     #[inline(always)]
-    unsafe fn isums(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
+    unsafe fn isums<D: Dot256>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
         // SAFETY: the reads stay inside the super-block (210 bytes: low nibbles at 0..128,
         // high pairs at 128..192, scales at 192..208) and the 256 activations.
         unsafe {
-            let sc = core::slice::from_raw_parts(blk.add(192).cast::<i8>(), 16);
+            let s8 = _mm_loadu_si128(blk.add(192).cast());
+            let sc = _mm256_cvtepi8_epi16(s8);
             let m4 = _mm256_set1_epi8(0x0F);
-            let m2 = _mm256_set1_epi8(3);
-            let mut acc = _mm256_setzero_si256();
-            for h in 0..2 {
-                let ql0 = _mm256_loadu_si256(blk.add(64 * h).cast());
-                let ql1 = _mm256_loadu_si256(blk.add(64 * h + 32).cast());
-                let qh = _mm256_loadu_si256(blk.add(128 + 32 * h).cast());
-                let lows = [
-                    _mm256_and_si256(ql0, m4),
-                    _mm256_and_si256(ql1, m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                ];
-                for (g, lo) in lows.into_iter().enumerate() {
-                    let hb =
-                        _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32)), m2);
-                    let q = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(hb));
-                    let xv = _mm256_loadu_si256(x.add(128 * h + 32 * g).cast());
-                    let j = 8 * h + 2 * g;
-                    let s = _mm256_set_m128i(
-                        _mm_set1_epi16(sc[j + 1] as i16),
-                        _mm_set1_epi16(sc[j] as i16),
-                    );
-                    acc = _mm256_add_epi32(acc, dot_scaled(q, xv, s));
-                }
-            }
-            // Σ sc_j Σ (q - 32) x = Σ sc_j Σ q x - 32 Σ sc_j bsum_j.
-            let mut off = 0i32;
-            for (j, &s) in sc.iter().enumerate() {
-                off += s as i32 * *bsums.add(j);
-            }
-            (hsum_epi32(acc) - 32 * off, 0)
+            let ql = [
+                _mm256_loadu_si256(blk.cast()),
+                _mm256_loadu_si256(blk.add(32).cast()),
+                _mm256_loadu_si256(blk.add(64).cast()),
+                _mm256_loadu_si256(blk.add(96).cast()),
+            ];
+            let qh =
+                [_mm256_loadu_si256(blk.add(128).cast()), _mm256_loadu_si256(blk.add(160).cast())];
+            // Elements 128 h + 32 g ..: nibble g / 2 of ql[64 h + 32 (g % 2) ..], bits 2 g of
+            // qh[32 h ..]; u = q + 32 (0..=63).
+            let is = sum16::<D>(sc, x, |h, g| {
+                let l = ql[2 * h + g % 2];
+                let lo = if g < 2 { l } else { _mm256_srli_epi16::<4>(l) };
+                let hb = _mm256_and_si256(
+                    _mm256_srl_epi16(qh[h], _mm_cvtsi32_si128(2 * g as i32)),
+                    _mm256_set1_epi8(3),
+                );
+                _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_slli_epi16::<4>(hb))
+            });
+            // Σ sc_j Σ (u - 32) x = Σ sc_j Σ u x - 32 Σ sc_j bsum_j.
+            (is - 32 * dot16::<true>(s8, bsums), 0)
         }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(blk: *const u8) -> (f32, f32) {
-        // SAFETY: 2 bytes at 208 readable (caller contract).
-        (f16_at(unsafe { core::slice::from_raw_parts(blk.add(208), 2) }), 0.0)
     }
 }
 
-/// Every (row, activation row) pair: per super-block the oracle's term, lane `b % 8`.
+/// A tier's way of getting one super-block's `(isum, msum)`: the activations of a super-block
+/// prepared once ([`KDot::prep`]) for every weight row that uses them.
+pub(super) trait KDot {
+    /// The super-block type.
+    type K: KBlock;
+    /// Prepared activations of one super-block.
+    type X: Copy;
+
+    /// Prepares the 256 activations at `x`.
+    ///
+    /// # Safety
+    ///
+    /// 256 readable values at `x`; the tier's features available.
+    unsafe fn prep(x: *const i8) -> Self::X;
+
+    /// As [`KBlock::isums`] against prepared activations.
+    ///
+    /// # Safety
+    ///
+    /// As [`KBlock::isums`].
+    unsafe fn isums(blk: *const u8, x: &Self::X, bsums: *const i32) -> (i32, i32);
+}
+
+/// The 256-bit tiers: [`KBlock::isums`] with `D`'s instructions.
+pub(super) struct On256<K, D>(PhantomData<(K, D)>);
+
+impl<K: KBlock, D: Dot256> KDot for On256<K, D> {
+    type K = K;
+    type X = *const i8;
+
+    #[inline(always)]
+    unsafe fn prep(x: *const i8) -> *const i8 {
+        x
+    }
+
+    #[inline(always)]
+    unsafe fn isums(blk: *const u8, x: &*const i8, bsums: *const i32) -> (i32, i32) {
+        // SAFETY: forwarded caller contract.
+        unsafe { K::isums::<D>(blk, *x, bsums) }
+    }
+}
+
+/// `(d, dmin)` of the super-block at `blk` (`dmin` 0 without mins).
 ///
 /// # Safety
 ///
-/// As [`crate::kernels::MatmulQ8Fn`] with `xq` in the Q8_K format; AVX2 available.
+/// `blk` is a whole super-block; F16C available.
 #[inline(always)]
-unsafe fn matmul<K: KBlock, const MINS: bool>(
+unsafe fn scales<K: KBlock>(blk: *const u8) -> (f32, f32) {
+    // SAFETY: `d` (and `dmin`) are inside the super-block (caller contract).
+    unsafe {
+        let p = blk.add(K::D_AT);
+        if K::MINS {
+            let v = _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<i32>().read_unaligned()));
+            (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+        } else {
+            let v = _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<u16>().read_unaligned() as i32));
+            (_mm_cvtss_f32(v), 0.0)
+        }
+    }
+}
+
+/// `R` weight rows (row `i` at `w + i * rb`) · activation row `t`, into `y[t * ldy + i]`:
+/// per super-block the activations are prepared once for all `R` rows, and each row's term
+/// is the oracle's, into lane `b % 8`.
+///
+/// # Safety
+///
+/// As [`crate::kernels::MatmulQ8Fn`] for `R` rows; `t < xq.n()`; the tier's features available.
+#[inline(always)]
+unsafe fn rows_dot<T: KDot, const R: usize>(
+    w: *const u8,
+    rb: usize,
+    xq: &Q8Acts<'_>,
+    t: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    let nb = xq.nb();
+    let (qs, d, sums) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.sum().as_ptr());
+    let mut acc = [[0f32; 8]; R];
+    for b in 0..nb {
+        let i = t * nb + b;
+        // SAFETY: super-block `b < nb` of rows `< R`, activation block `i` of row `t < xq.n()`
+        // (caller contract).
+        unsafe {
+            let xp = T::prep(qs.add(i * QK_K));
+            let dx = *d.add(i);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let blk = w.add(r * rb + b * T::K::BYTES);
+                let (is, ms) = T::isums(blk, &xp, sums.add(i * 16));
+                let (dw, dmin) = scales::<T::K>(blk);
+                let term = if T::K::MINS {
+                    (dw * dx) * is as f32 - (dmin * dx) * ms as f32
+                } else {
+                    (dw * dx) * is as f32
+                };
+                acc[b % 8] += term;
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        // SAFETY: `y[t * ldy + r]` is writable (caller contract).
+        unsafe { *y.add(t * ldy + r) = hsum8(acc) };
+    }
+}
+
+/// The row loop of every x86 tier: groups of `R` rows per activation row (the tier's
+/// prepared activations shared by them), the remaining rows one by one.
+///
+/// # Safety
+///
+/// As [`crate::kernels::MatmulQ8Fn`] with `xq` in the Q8_K format; the tier's features
+/// available.
+#[inline(always)]
+pub(super) unsafe fn matmul<T: KDot, const R: usize>(
     w: *const u8,
     rb: usize,
     rows: usize,
@@ -242,42 +470,31 @@ unsafe fn matmul<K: KBlock, const MINS: bool>(
     y: *mut f32,
     ldy: usize,
 ) {
-    let nb = xq.nb();
-    let (qs, d, sums) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.sum().as_ptr());
-    for r in 0..rows {
+    let mut r = 0;
+    while r < rows {
+        let group = rows - r >= R;
         for t in 0..n {
-            let mut acc = [0f32; 8];
-            for b in 0..nb {
-                let i = t * nb + b;
-                // SAFETY: super-block `b < nb` of row `r < rows`, activation block `i` of
-                // row `t < n <= xq.n()` (caller contract).
-                unsafe {
-                    let blk = w.add(r * rb + b * K::BYTES);
-                    let (is, ms) = K::isums(blk, qs.add(i * QK_K), sums.add(i * 16));
-                    let (dw, dmin) = K::scales(blk);
-                    let dx = *d.add(i);
-                    let term = if MINS {
-                        (dw * dx) * is as f32 - (dmin * dx) * ms as f32
-                    } else {
-                        (dw * dx) * is as f32
-                    };
-                    acc[b % 8] += term;
+            // SAFETY: rows `r .. r + R (or 1) <= rows` and their outputs (caller contract).
+            unsafe {
+                if group {
+                    rows_dot::<T, R>(w.add(r * rb), rb, xq, t, y.add(r), ldy);
+                } else {
+                    rows_dot::<T, 1>(w.add(r * rb), rb, xq, t, y.add(r), ldy);
                 }
             }
-            // SAFETY: `y[t * ldy + r]` is writable (caller contract).
-            unsafe { *y.add(t * ldy + r) = hsum8(&acc) };
         }
+        r += if group { R } else { 1 };
     }
 }
 
 macro_rules! entry {
-    ($name:ident, $k:ty, $mins:expr) => {
-        /// AVX2 table entry (see [`crate::kernels::MatmulQ8Fn`]), activations in Q8_K.
+    ($name:ident, $k:ty, $d:ty, $feat:literal, $doc:literal) => {
+        #[doc = $doc]
         ///
         /// # Safety
         ///
-        /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has AVX2, FMA and F16C.
-        #[target_feature(enable = "avx2,fma,f16c")]
+        /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the features enabled here.
+        #[target_feature(enable = $feat)]
         pub(super) unsafe fn $name(
             w: *const u8,
             rb: usize,
@@ -288,11 +505,29 @@ macro_rules! entry {
             ldy: usize,
         ) {
             // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { matmul::<$k, $mins>(w, rb, rows, xq, n, y, ldy) }
+            unsafe { matmul::<On256<$k, $d>, 1>(w, rb, rows, xq, n, y, ldy) }
         }
     };
 }
 
-entry!(matmul_q4_k_q8k, Q4K, true);
-entry!(matmul_q5_k_q8k, Q5K, true);
-entry!(matmul_q6_k_q8k, Q6K, false);
+/// The AVX2 and AVX-VNNI entries of each type.
+macro_rules! entries {
+    ($($avx2:ident, $vnni:ident, $k:ty;)*) => { $(
+        entry!($avx2, $k, Avx2Ops, "avx2,fma,f16c", "AVX2 table entry, activations in Q8_K.");
+        entry!(
+            $vnni,
+            $k,
+            VexOps,
+            "avx2,fma,f16c,avxvnni",
+            "AVX-VNNI table entry, activations in Q8_K."
+        );
+    )* };
+}
+
+entries! {
+    matmul_q2_k_q8k, vnni_q2_k_q8k, Q2K;
+    matmul_q3_k_q8k, vnni_q3_k_q8k, Q3K;
+    matmul_q4_k_q8k, vnni_q4_k_q8k, Q4K;
+    matmul_q5_k_q8k, vnni_q5_k_q8k, Q5K;
+    matmul_q6_k_q8k, vnni_q6_k_q8k, Q6K;
+}

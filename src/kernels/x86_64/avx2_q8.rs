@@ -16,85 +16,48 @@
 
 use core::arch::x86_64::*;
 
-use super::hsum_ps;
+use super::{
+    f16_at, fifth_bits, gather_f16, hsum_epi32, hsum_ps, iq4_values32, nibbles32, reduce8, term,
+    Avx2Ops, Dot256,
+};
 use crate::quant::{Q8Acts, QK};
 
-/// A quantized weight block as seen by the int8 kernel.
-trait QBlock {
+/// A 32-element quantized weight block as seen by the int8 kernels (this file's and the VNNI
+/// tiers' of `avx512_q8.rs`).
+pub(super) trait QBlock {
     /// Bytes per block.
     const BYTES: usize;
     /// The block sum needs `- OFFSET · Σ x` (8 for Q4_0, 16 for Q5_0, else 0).
     const OFFSET: i32;
-    /// Q4_1: the block term adds `m · s`.
+    /// Q4_1 / Q5_1: the block term adds `m · s` (the f16 minimum at byte 2).
     const MIN: bool;
 
-    /// 8 i32 lanes summing to the block's dot product with the 32 values at `x` (before the
-    /// Q4_0 correction).
+    /// The (unsigned, signed) operand pair whose `u8 × i8` dot is the block's dot product with
+    /// the 32 activation values `x` (before the `OFFSET` correction).
     ///
     /// # Safety
     ///
-    /// `blk` is a whole block, `x` 32 readable values in -127..=127; AVX2 available.
-    unsafe fn isum(blk: *const u8, x: *const i8) -> __m256i;
+    /// `blk` is a whole block, `x` holds values in -127..=127; AVX2 available.
+    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i);
 }
 
-struct Q8_0B;
-struct Q4_0B;
-struct Q4_1B;
-struct Q5_0B;
-struct Q5_1B;
-struct Iq4NlB;
+pub(super) struct Q8_0B;
+pub(super) struct Q4_0B;
+pub(super) struct Q4_1B;
+pub(super) struct Q5_0B;
+pub(super) struct Q5_1B;
+pub(super) struct Iq4NlB;
 
-/// The fifth bits of a Q5 block (the little-endian u32 at `qh`) as bytes: `0x10` where
-/// element `i`'s bit is set, else 0, in element order.
-///
-/// # Safety
-///
-/// 4 readable bytes at `qh`; AVX2 available.
-#[inline(always)]
-unsafe fn fifth_bits(qh: *const u8) -> __m256i {
-    // SAFETY: 4 bytes readable (caller contract); the rest is register-only.
-    unsafe {
-        let h = qh.cast::<u32>().read_unaligned() as i32;
-        let v = _mm256_set1_epi32(h);
-        // Byte i takes byte i / 8 of `h`, then tests bit i % 8.
-        let spread = _mm256_shuffle_epi8(
-            v,
-            _mm256_setr_epi8(
-                0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
-                3, 3, 3, 3,
-            ),
-        );
-        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
-    }
-}
-
-/// `Σ` over pairs of `u · s` as 8 i32 lanes (u8 × i8 → i16 pairs → i32).
+/// The sign trick for signed weights `w`: `|w|` as u8 (`|-128|` = 128 fits) and `x` with `w`'s
+/// sign (activations are never -128, so negating them cannot overflow).
 ///
 /// # Safety
 ///
 /// AVX2 available.
 #[inline(always)]
-unsafe fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+unsafe fn signed_operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
     // SAFETY: register-only AVX2 intrinsics.
-    unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)) }
-}
-
-/// The 32 nibbles of a Q4 block's 16 bytes at `qs` as u8 lanes in element order (low
-/// nibbles are elements 0..16, high nibbles 16..32).
-///
-/// # Safety
-///
-/// 16 readable bytes at `qs`; AVX2 available.
-#[inline(always)]
-unsafe fn nibbles32(qs: *const u8) -> __m256i {
-    // SAFETY: 16 bytes readable (caller contract).
-    unsafe {
-        let v = _mm_loadu_si128(qs.cast());
-        let both = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
-        _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
-    }
+    unsafe { (_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)) }
 }
 
 impl QBlock for Q8_0B {
@@ -103,13 +66,9 @@ impl QBlock for Q8_0B {
     const MIN: bool = false;
 
     #[inline(always)]
-    unsafe fn isum(blk: *const u8, x: *const i8) -> __m256i {
-        // SAFETY: 32 bytes at `blk + 2` and at `x` (caller contract).
-        unsafe {
-            let w = _mm256_loadu_si256(blk.add(2).cast());
-            let xv = _mm256_loadu_si256(x.cast());
-            dot_u8_i8(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w))
-        }
+    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: 32 bytes at `blk + 2` (caller contract).
+        unsafe { signed_operands(_mm256_loadu_si256(blk.add(2).cast()), x) }
     }
 }
 
@@ -119,9 +78,9 @@ impl QBlock for Q4_0B {
     const MIN: bool = false;
 
     #[inline(always)]
-    unsafe fn isum(blk: *const u8, x: *const i8) -> __m256i {
-        // SAFETY: 16 bytes at `blk + 2`, 32 at `x` (caller contract).
-        unsafe { dot_u8_i8(nibbles32(blk.add(2)), _mm256_loadu_si256(x.cast())) }
+    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: 16 bytes at `blk + 2` (caller contract).
+        unsafe { (nibbles32(blk.add(2)), x) }
     }
 }
 
@@ -131,9 +90,9 @@ impl QBlock for Q4_1B {
     const MIN: bool = true;
 
     #[inline(always)]
-    unsafe fn isum(blk: *const u8, x: *const i8) -> __m256i {
-        // SAFETY: 16 bytes at `blk + 4`, 32 at `x` (caller contract).
-        unsafe { dot_u8_i8(nibbles32(blk.add(4)), _mm256_loadu_si256(x.cast())) }
+    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: 16 bytes at `blk + 4` (caller contract).
+        unsafe { (nibbles32(blk.add(4)), x) }
     }
 }
 
@@ -143,12 +102,9 @@ impl QBlock for Q5_0B {
     const MIN: bool = false;
 
     #[inline(always)]
-    unsafe fn isum(blk: *const u8, x: *const i8) -> __m256i {
-        // SAFETY: 4 bytes at `blk + 2`, 16 at `blk + 6`, 32 at `x` (caller contract).
-        unsafe {
-            let q = _mm256_or_si256(nibbles32(blk.add(6)), fifth_bits(blk.add(2)));
-            dot_u8_i8(q, _mm256_loadu_si256(x.cast()))
-        }
+    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: 4 bytes at `blk + 2`, 16 at `blk + 6` (caller contract).
+        unsafe { (_mm256_or_si256(nibbles32(blk.add(6)), fifth_bits(blk.add(2))), x) }
     }
 }
 
@@ -158,12 +114,9 @@ impl QBlock for Q5_1B {
     const MIN: bool = true;
 
     #[inline(always)]
-    unsafe fn isum(blk: *const u8, x: *const i8) -> __m256i {
-        // SAFETY: 4 bytes at `blk + 4`, 16 at `blk + 8`, 32 at `x` (caller contract).
-        unsafe {
-            let q = _mm256_or_si256(nibbles32(blk.add(8)), fifth_bits(blk.add(4)));
-            dot_u8_i8(q, _mm256_loadu_si256(x.cast()))
-        }
+    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: 4 bytes at `blk + 4`, 16 at `blk + 8` (caller contract).
+        unsafe { (_mm256_or_si256(nibbles32(blk.add(8)), fifth_bits(blk.add(4))), x) }
     }
 }
 
@@ -173,108 +126,69 @@ impl QBlock for Iq4NlB {
     const MIN: bool = false;
 
     #[inline(always)]
-    unsafe fn isum(blk: *const u8, x: *const i8) -> __m256i {
-        // SAFETY: 16 bytes at `blk + 2`, 32 at `x` (caller contract); the codebook is 16
-        // bytes.
-        unsafe {
-            let kv = _mm_loadu_si128(crate::quant::iq4_nl::KVALUES.as_ptr().cast());
-            let w = _mm256_shuffle_epi8(_mm256_set_m128i(kv, kv), nibbles32(blk.add(2)));
-            // The sign trick of Q8_0 (codebook values are in -127..=113).
-            let xv = _mm256_loadu_si256(x.cast());
-            dot_u8_i8(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w))
-        }
+    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: 16 bytes at `blk + 2` (caller contract). Codebook values are in
+        // -127..=113: the sign trick of Q8_0.
+        unsafe { signed_operands(iq4_values32(blk.add(2)), x) }
     }
 }
 
-/// The eight lane totals of `v[0..8]`, in order, as one vector.
+/// The block's i32 lanes against the 32 activations at `x`.
 ///
 /// # Safety
 ///
-/// AVX2 available.
+/// As [`QBlock::operands`], 32 readable values at `x`; `D`'s features available.
 #[inline(always)]
-unsafe fn reduce8(v: [__m256i; 8]) -> __m256i {
-    // SAFETY: register-only AVX2 intrinsics.
+unsafe fn isum<Q: QBlock, D: Dot256>(blk: *const u8, x: *const i8) -> __m256i {
+    // SAFETY: forwarded caller contract.
     unsafe {
-        // Pairs: [a0+a2, b0+b2, a1+a3, b1+b3 | a4+a6, b4+b6, a5+a7, b5+b7].
-        let pair =
-            |a, b| _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
-        let (p01, p23, p45, p67) =
-            (pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
-        // Quads: [v0, v1, v2, v3 (low-lane halves) | v0, v1, v2, v3 (high-lane halves)].
-        let quad =
-            |a, b| _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
-        let (q0, q1) = (quad(p01, p23), quad(p45, p67));
-        _mm256_add_epi32(
-            _mm256_permute2x128_si256::<0x20>(q0, q1),
-            _mm256_permute2x128_si256::<0x31>(q0, q1),
-        )
+        let (u, s) = Q::operands(blk, _mm256_loadu_si256(x.cast()));
+        D::dot(u, s)
     }
 }
 
-/// The total of one vector's 8 i32 lanes.
+/// The blocks `b..nb` (fewer than eight) of one row, one at a time, added to `acc` in the
+/// oracle's order (block `b + j`'s term into lane `j`).
 ///
 /// # Safety
 ///
-/// AVX2 available.
+/// As [`row_dot`]; `nb - b < 8`.
 #[inline(always)]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    // SAFETY: register-only intrinsics.
-    unsafe {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
-    }
-}
-
-/// The f16 values at `p + j * stride` for `j < 8` as 8 f32 lanes.
-///
-/// # Safety
-///
-/// The 8 locations are readable; AVX2 + F16C available.
-#[inline(always)]
-unsafe fn gather_f16(p: *const u8, stride: usize) -> __m256 {
-    // SAFETY: the 8 2-byte reads are in bounds (caller contract).
-    unsafe {
-        let h = |j: usize| p.add(j * stride).cast::<u16>().read_unaligned() as i16;
-        _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)))
-    }
-}
-
-/// The f16 at `p` as f32.
-///
-/// # Safety
-///
-/// 2 readable bytes; F16C available.
-#[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
-    // SAFETY: 2 bytes readable (caller contract).
-    unsafe {
-        let h = p.cast::<u16>().read_unaligned();
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
-    }
-}
-
-/// `acc + (dw · dx) · isum [+ mw · s]`, lane by lane, unfused (the oracle's order).
-///
-/// # Safety
-///
-/// AVX available.
-#[inline(always)]
-unsafe fn term(
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn tail_blocks<Q: QBlock, D: Dot256>(
     acc: __m256,
-    isum: __m256i,
-    dw: __m256,
-    dx: __m256,
-    ms: Option<(__m256, __m256)>,
+    w: *const u8,
+    b: usize,
+    nb: usize,
+    qs: *const i8,
+    d: *const f32,
+    s: *const f32,
+    sum: *const i32,
 ) -> __m256 {
-    // SAFETY: register-only AVX intrinsics.
+    // SAFETY: blocks `b..nb` are in bounds (caller contract).
     unsafe {
-        let mut c = _mm256_mul_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum));
-        if let Some((mw, s)) = ms {
-            c = _mm256_add_ps(c, _mm256_mul_ps(mw, s));
+        let (mut is, mut dw, mut dx) = ([0i32; 8], [0f32; 8], [0f32; 8]);
+        let (mut mw, mut sx) = ([0f32; 8], [0f32; 8]);
+        for j in 0..nb - b {
+            let blk = w.add((b + j) * Q::BYTES);
+            is[j] = hsum_epi32(isum::<Q, D>(blk, qs.add((b + j) * QK)));
+            if Q::OFFSET != 0 {
+                is[j] -= Q::OFFSET * *sum.add(b + j);
+            }
+            dw[j] = f16_at(blk);
+            dx[j] = *d.add(b + j);
+            if Q::MIN {
+                mw[j] = f16_at(blk.add(2));
+                sx[j] = *s.add(b + j);
+            }
         }
-        _mm256_add_ps(acc, c)
+        let ms = if Q::MIN {
+            Some((_mm256_loadu_ps(mw.as_ptr()), _mm256_loadu_ps(sx.as_ptr())))
+        } else {
+            None
+        };
+        let isum = _mm256_loadu_si256(is.as_ptr().cast());
+        term(acc, isum, _mm256_loadu_ps(dw.as_ptr()), _mm256_loadu_ps(dx.as_ptr()), ms)
     }
 }
 
@@ -283,9 +197,9 @@ unsafe fn term(
 /// # Safety
 ///
 /// `w` holds `nb` blocks; `qs`, `d`, `s`, `sum` hold `nb * 32`, `nb`, `nb`, `nb` values;
-/// AVX2 + F16C available.
+/// AVX2 + F16C and `D`'s features available.
 #[inline(always)]
-unsafe fn row_dot<Q: QBlock>(
+unsafe fn row_dot<Q: QBlock, D: Dot256>(
     w: *const u8,
     nb: usize,
     qs: *const i8,
@@ -302,7 +216,7 @@ unsafe fn row_dot<Q: QBlock>(
             let xb = qs.add(b * QK);
             let mut v = [_mm256_setzero_si256(); 8];
             for (j, v) in v.iter_mut().enumerate() {
-                *v = Q::isum(wb.add(j * Q::BYTES), xb.add(j * QK));
+                *v = isum::<Q, D>(wb.add(j * Q::BYTES), xb.add(j * QK));
             }
             let mut isum = reduce8(v);
             if Q::OFFSET != 0 {
@@ -318,28 +232,7 @@ unsafe fn row_dot<Q: QBlock>(
             b += 8;
         }
         if b < nb {
-            let (mut is, mut dw, mut dx) = ([0i32; 8], [0f32; 8], [0f32; 8]);
-            let (mut mw, mut sx) = ([0f32; 8], [0f32; 8]);
-            for j in 0..nb - b {
-                let blk = w.add((b + j) * Q::BYTES);
-                is[j] = hsum_epi32(Q::isum(blk, qs.add((b + j) * QK)));
-                if Q::OFFSET != 0 {
-                    is[j] -= Q::OFFSET * *sum.add(b + j);
-                }
-                dw[j] = f16_at(blk);
-                dx[j] = *d.add(b + j);
-                if Q::MIN {
-                    mw[j] = f16_at(blk.add(2));
-                    sx[j] = *s.add(b + j);
-                }
-            }
-            let ms = if Q::MIN {
-                Some((_mm256_loadu_ps(mw.as_ptr()), _mm256_loadu_ps(sx.as_ptr())))
-            } else {
-                None
-            };
-            let isum = _mm256_loadu_si256(is.as_ptr().cast());
-            acc = term(acc, isum, _mm256_loadu_ps(dw.as_ptr()), _mm256_loadu_ps(dx.as_ptr()), ms);
+            acc = tail_blocks::<Q, D>(acc, w, b, nb, qs, d, s, sum);
         }
         hsum_ps(acc)
     }
@@ -350,9 +243,9 @@ unsafe fn row_dot<Q: QBlock>(
 ///
 /// # Safety
 ///
-/// As [`crate::kernels::MatmulQ8Fn`]; AVX2 + F16C available.
+/// As [`crate::kernels::MatmulQ8Fn`]; AVX2 + F16C and `D`'s features available.
 #[inline(always)]
-unsafe fn matmul<Q: QBlock>(
+pub(super) unsafe fn matmul<Q: QBlock, D: Dot256>(
     w: *const u8,
     rb: usize,
     rows: usize,
@@ -369,8 +262,14 @@ unsafe fn matmul<Q: QBlock>(
             // SAFETY: row `r < rows` of `nb` blocks, activation row `t < n <= xq.n()`, and
             // `y[t * ldy + r]` writable (caller contract).
             unsafe {
-                *y.add(t * ldy + r) =
-                    row_dot::<Q>(w.add(r * rb), nb, qs.add(o * QK), d.add(o), s.add(o), sum.add(o));
+                *y.add(t * ldy + r) = row_dot::<Q, D>(
+                    w.add(r * rb),
+                    nb,
+                    qs.add(o * QK),
+                    d.add(o),
+                    s.add(o),
+                    sum.add(o),
+                );
             }
         }
     }
@@ -394,7 +293,7 @@ macro_rules! entry {
             ldy: usize,
         ) {
             // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { matmul::<$q>(w, rb, rows, xq, n, y, ldy) }
+            unsafe { matmul::<$q, Avx2Ops>(w, rb, rows, xq, n, y, ldy) }
         }
     };
 }

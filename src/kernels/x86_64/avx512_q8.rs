@@ -1,44 +1,31 @@
-//! VNNI int8 kernels: quantized weights × Q8 activations with `vpdpbusd` (u8 × i8 quads summed
-//! into i32 lanes in one instruction), for two tiers:
+//! VNNI int8 kernels for the 32-element types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) ×
+//! Q8 activations, for two tiers:
 //!
 //! - **AVX-512** (F/BW/VL + AVX512-VNNI): 512-bit `vpdpbusd` over two blocks at once (block
 //!   `j` and `j + 4` of each group of eight), four weight rows per activation load, the eight
 //!   block sums of a row reduced in three shuffle steps, and the f16 block scales picked out
 //!   of the row with one or two `vpermt2w` instead of eight scalar inserts.
-//! - **AVX-VNNI** (the VEX-encoded 256-bit `vpdpbusd`): the AVX2 kernel's structure with
-//!   `vpdpbusd` in place of `maddubs` + `madd`.
+//! - **AVX-VNNI** (the VEX-encoded 256-bit `vpdpbusd`): the AVX2 kernel of `avx2_q8.rs` with
+//!   `vpdpbusd` in place of `maddubs` + `madd` ([`super::VexOps`]).
 //!
 //! The integer block sums are exact (a quad is at most `4 · 255 · 127`, far inside i32), and
 //! the f32 part is the oracle's order exactly ([`crate::kernels::scalar::accumulate8`]: block
 //! `b`'s term into lane `b % 8`, separate multiply and add, then the fixed horizontal sum), so
-//! every entry is bit-identical to the scalar table. Operands per dtype as in `avx2_q8.rs`:
-//! Q8_0 by the sign trick (`|w|` as u8 times `x` with `w`'s sign; activations are never -128),
-//! Q4_0 / Q4_1 with the nibbles as the unsigned operand (Q4_0 subtracts `8 · Σ x` after).
+//! every entry is bit-identical to the scalar table. Operands per dtype as in `avx2_q8.rs`
+//! ([`QBlock`]): the signed types (Q8_0, IQ4_NL's codebook values) by the sign trick, the
+//! unsigned nibbles (and Q5's fifth bits) directly, with `- OFFSET · Σ x` after (Q4_0, Q5_0).
 
 use core::arch::x86_64::*;
 
-use super::hsum_ps;
+use super::avx2_q8::{self, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
+use super::{hsum_ps, term, EvexOps, VexOps};
 use crate::quant::{Q8Acts, QK};
 
-/// A quantized weight block as seen by the VNNI kernels.
-trait VBlock {
-    /// Bytes per block.
-    const BYTES: usize;
-    /// Q4_0: the block sum needs `- 8 · Σ x`.
-    const MINUS_8_SUM: bool;
-    /// Q4_1: the block term adds `m · s`.
-    const MIN: bool;
+/// A 32-element block as seen by the AVX-512 kernel (on top of its [`QBlock`] operands).
+trait VBlock: QBlock {
     /// [`VBlock::operands2`] puts the two blocks in the 256-bit halves (else in alternate
     /// 128-bit lanes); see [`reduce_pairs`].
     const HALVES: bool;
-
-    /// The (unsigned, signed) operand pair of one block and the 32 activation values `x`
-    /// (256-bit).
-    ///
-    /// # Safety
-    ///
-    /// `blk` is a whole block; AVX2 available.
-    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i);
 
     /// The operand pair of blocks `blk0` (low half) and `blk1` (high half) against `x`, the
     /// two blocks' activations as prepared by [`VBlock::prepare_x`].
@@ -54,33 +41,29 @@ trait VBlock {
     /// # Safety
     ///
     /// 32 readable values at each; AVX-512 F available.
-    unsafe fn prepare_x(x0: *const i8, x1: *const i8) -> __m512i;
+    #[inline(always)]
+    unsafe fn prepare_x(x0: *const i8, x1: *const i8) -> __m512i {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            if Self::HALVES {
+                let a = _mm256_loadu_si256(x0.cast());
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), _mm256_loadu_si256(x1.cast()))
+            } else {
+                prepare_x_q4(x0, x1)
+            }
+        }
+    }
 
-    /// The f16 scales (lanes 0..8) and, for Q4_1, minimums (lanes 8..16) of the eight blocks
-    /// at `wb`, as 16-bit lanes of a 256-bit vector.
+    /// The f16 scales (lanes 0..8) and, with [`QBlock::MIN`], minimums (lanes 8..16) of the
+    /// eight blocks at `wb`, as 16-bit lanes of a 256-bit vector.
     ///
     /// # Safety
     ///
     /// Eight whole blocks at `wb`; AVX-512 F/BW available.
-    unsafe fn scales8(wb: *const u8) -> __m256i;
-}
-
-struct Q8_0B;
-struct Q4_0B;
-struct Q4_1B;
-
-/// The 32 nibbles of a Q4 block's 16 bytes at `qs` as u8 lanes in element order.
-///
-/// # Safety
-///
-/// 16 readable bytes at `qs`; AVX2 available.
-#[inline(always)]
-unsafe fn nibbles32(qs: *const u8) -> __m256i {
-    // SAFETY: 16 bytes readable (caller contract).
-    unsafe {
-        let v = _mm_loadu_si128(qs.cast());
-        let both = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
-        _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+    #[inline(always)]
+    unsafe fn scales8(wb: *const u8) -> __m256i {
+        // SAFETY: forwarded caller contract.
+        unsafe { scales8_split(wb, Self::BYTES, Self::MIN) }
     }
 }
 
@@ -100,17 +83,46 @@ unsafe fn nibbles64(qs0: *const u8, qs1: *const u8) -> __m512i {
     }
 }
 
-/// The f16 words at word offsets `stride * j` (`j < 8`) of the 128 bytes at `wb`, as lanes
-/// `0..8` (and, with `min`, the words one further as lanes `8..16`).
+/// Two Q5 blocks' values: [`nibbles64`] of the 16 bytes at `qs0` / `qs1` with `16` added
+/// where the fifth bit (the little-endian u32 at `qh0` / `qh1`) is set, in the same lanes.
 ///
 /// # Safety
 ///
-/// 128 readable bytes at `wb`, every offset below 64 words; AVX-512 F/BW available.
+/// 16 readable bytes at `qs0`, `qs1`, 4 at `qh0`, `qh1`; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn pick_words(wb: *const u8, stride: u16, min: bool) -> __m512i {
-    // SAFETY: two 64-byte loads inside the 128 readable bytes (caller contract).
+unsafe fn q5_values64(qs0: *const u8, qs1: *const u8, qh0: *const u8, qh1: *const u8) -> __m512i {
+    // SAFETY: the reads are in bounds (caller contract); the rest is register-only.
     unsafe {
-        let (z0, z1) = (_mm512_loadu_si512(wb.cast()), _mm512_loadu_si512(wb.add(64).cast()));
+        let h0 = qh0.cast::<u32>().read_unaligned() as u64;
+        let h1 = qh1.cast::<u32>().read_unaligned() as u64;
+        // Lanes: elements 0..16 of block 0, of block 1, then elements 16..32 of each.
+        let k = (h0 & 0xFFFF) | (h1 & 0xFFFF) << 16 | (h0 >> 16) << 32 | (h1 >> 16) << 48;
+        let q = nibbles64(qs0, qs1);
+        _mm512_mask_add_epi8(q, k, q, _mm512_set1_epi8(0x10))
+    }
+}
+
+/// The f16 words at word offsets `stride * j` (`j < 4`, or `j < 8` when they fit) of the `len
+/// <= 128` bytes at `wb`, as lanes `0..` (and, with `min`, the words one further as lanes
+/// `8..`).
+///
+/// # Safety
+///
+/// `len` readable bytes at `wb` holding every word picked; AVX-512 F/BW available.
+#[inline(always)]
+unsafe fn pick_words(wb: *const u8, len: usize, stride: u16, min: bool) -> __m512i {
+    // SAFETY: masked loads touch only the `len` readable bytes (caller contract).
+    unsafe {
+        let lo = if len >= 64 { u64::MAX } else { (1u64 << len) - 1 };
+        let hi = if len >= 128 {
+            u64::MAX
+        } else if len > 64 {
+            (1u64 << (len - 64)) - 1
+        } else {
+            0
+        };
+        let z0 = _mm512_maskz_loadu_epi8(lo, wb.cast());
+        let z1 = _mm512_maskz_loadu_epi8(hi, wb.add(64).cast());
         let s = stride as i16;
         let m = if min { 1 } else { 0 };
         let idx = _mm512_set_epi16(
@@ -151,90 +163,28 @@ unsafe fn pick_words(wb: *const u8, stride: u16, min: bool) -> __m512i {
     }
 }
 
-impl VBlock for Q8_0B {
-    const BYTES: usize = 34;
-    const MINUS_8_SUM: bool = false;
-    const MIN: bool = false;
-    const HALVES: bool = true;
+/// Lane moves for [`scales8_split`]: lanes 4..8 and 12..16 take lanes 0..4 and 8..12.
+static SPLIT_IDX: [i16; 32] = [
+    0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0, 8, 9, 10, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0,
+];
 
-    #[inline(always)]
-    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: 32 bytes at `blk + 2` (caller contract).
-        unsafe {
-            let w = _mm256_loadu_si256(blk.add(2).cast());
-            (_mm256_abs_epi8(w), _mm256_sign_epi8(x, w))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
-        // SAFETY: 32 bytes at `blk0 + 2` and `blk1 + 2` (caller contract).
-        unsafe {
-            let w0 = _mm256_loadu_si256(blk0.add(2).cast());
-            let w1 = _mm256_loadu_si256(blk1.add(2).cast());
-            let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(w0), w1);
-            let neg = _mm512_movepi8_mask(w);
-            (_mm512_abs_epi8(w), _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn prepare_x(x0: *const i8, x1: *const i8) -> __m512i {
-        // SAFETY: 32 values at each (caller contract).
-        unsafe {
-            let a = _mm256_loadu_si256(x0.cast());
-            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), _mm256_loadu_si256(x1.cast()))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scales8(wb: *const u8) -> __m256i {
-        // SAFETY: eight 34-byte blocks = 272 readable bytes: blocks 0..4 are inside the first
-        // 128, blocks 4..8 inside the 128 from byte 136.
-        unsafe {
-            let lo = pick_words(wb, 17, false);
-            let hi = pick_words(wb.add(136), 17, false);
-            // Lanes 4..8 of `hi` hold blocks 0..4 of the second half: move them to 4..8.
-            let hi = _mm512_permutexvar_epi16(
-                _mm512_set_epi16(
-                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 2,
-                    1, 0, 0, 0, 0, 0,
-                ),
-                hi,
-            );
-            _mm512_castsi512_si256(_mm512_mask_blend_epi16(0xF0, lo, hi))
-        }
-    }
-}
-
-impl VBlock for Q4_0B {
-    const BYTES: usize = 18;
-    const MINUS_8_SUM: bool = true;
-    const MIN: bool = false;
-    const HALVES: bool = false;
-
-    #[inline(always)]
-    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: 16 bytes at `blk + 2` (caller contract).
-        unsafe { (nibbles32(blk.add(2)), x) }
-    }
-
-    #[inline(always)]
-    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
-        // SAFETY: 16 bytes at `blk0 + 2` and `blk1 + 2` (caller contract).
-        unsafe { (nibbles64(blk0.add(2), blk1.add(2)), x) }
-    }
-
-    #[inline(always)]
-    unsafe fn prepare_x(x0: *const i8, x1: *const i8) -> __m512i {
-        // SAFETY: forwarded caller contract.
-        unsafe { prepare_x_q4(x0, x1) }
-    }
-
-    #[inline(always)]
-    unsafe fn scales8(wb: *const u8) -> __m256i {
-        // SAFETY: eight 18-byte blocks = 144 readable bytes; the scales are words 0, 9, .., 63.
-        unsafe { _mm512_castsi512_si256(pick_words(wb, 9, false)) }
+/// [`VBlock::scales8`] for eight blocks of `bytes` bytes (`bytes` even) at `wb`: the scales
+/// (and minimums, at the next word) of blocks 0..4 and 4..8, each four picked from their own
+/// `4 · bytes` bytes (or 128 when less), so nothing past the eight blocks is read.
+///
+/// # Safety
+///
+/// Eight whole blocks at `wb`; AVX-512 F/BW available.
+#[inline(always)]
+unsafe fn scales8_split(wb: *const u8, bytes: usize, min: bool) -> __m256i {
+    // SAFETY: each pick reads inside its four blocks (caller contract).
+    unsafe {
+        let (len, stride) = ((4 * bytes).min(128), (bytes / 2) as u16);
+        let lo = pick_words(wb, len, stride, min);
+        let hi = pick_words(wb.add(4 * bytes), len, stride, min);
+        let hi = _mm512_permutexvar_epi16(_mm512_loadu_si512(SPLIT_IDX.as_ptr().cast()), hi);
+        _mm512_castsi512_si256(_mm512_mask_blend_epi16(0xF0F0, lo, hi))
     }
 }
 
@@ -255,17 +205,76 @@ unsafe fn prepare_x_q4(x0: *const i8, x1: *const i8) -> __m512i {
     }
 }
 
-impl VBlock for Q4_1B {
-    const BYTES: usize = 20;
-    const MINUS_8_SUM: bool = false;
-    const MIN: bool = true;
+/// The sign trick on 64 lanes: `|w|` and `x` negated where `w < 0`.
+///
+/// # Safety
+///
+/// AVX-512 F/BW available.
+#[inline(always)]
+unsafe fn signed_operands2(w: __m512i, x: __m512i) -> (__m512i, __m512i) {
+    // SAFETY: register-only intrinsics.
+    unsafe {
+        let neg = _mm512_movepi8_mask(w);
+        (_mm512_abs_epi8(w), _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x))
+    }
+}
+
+impl VBlock for Q8_0B {
+    const HALVES: bool = true;
+
+    #[inline(always)]
+    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
+        // SAFETY: 32 bytes at `blk0 + 2` and `blk1 + 2` (caller contract).
+        unsafe {
+            let w0 = _mm256_loadu_si256(blk0.add(2).cast());
+            let w1 = _mm256_loadu_si256(blk1.add(2).cast());
+            signed_operands2(_mm512_inserti64x4::<1>(_mm512_castsi256_si512(w0), w1), x)
+        }
+    }
+}
+
+impl VBlock for Q4_0B {
     const HALVES: bool = false;
 
     #[inline(always)]
-    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: 16 bytes at `blk + 4` (caller contract).
-        unsafe { (nibbles32(blk.add(4)), x) }
+    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
+        // SAFETY: 16 bytes at `blk0 + 2` and `blk1 + 2` (caller contract).
+        unsafe { (nibbles64(blk0.add(2), blk1.add(2)), x) }
     }
+
+    #[inline(always)]
+    unsafe fn scales8(wb: *const u8) -> __m256i {
+        // SAFETY: eight 18-byte blocks = 144 readable bytes; the scales are words 0, 9, .., 63.
+        unsafe { _mm512_castsi512_si256(pick_words(wb, 128, 9, false)) }
+    }
+}
+
+impl VBlock for Iq4NlB {
+    const HALVES: bool = false;
+
+    #[inline(always)]
+    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
+        // SAFETY: 16 bytes at `blk0 + 2` and `blk1 + 2` (caller contract); the codebook is 16
+        // bytes.
+        unsafe {
+            let kv = _mm_loadu_si128(crate::quant::iq4_nl::KVALUES.as_ptr().cast());
+            let w = _mm512_shuffle_epi8(
+                _mm512_broadcast_i32x4(kv),
+                nibbles64(blk0.add(2), blk1.add(2)),
+            );
+            signed_operands2(w, x)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn scales8(wb: *const u8) -> __m256i {
+        // SAFETY: as Q4_0's (the same 18-byte layout up to the codebook).
+        unsafe { _mm512_castsi512_si256(pick_words(wb, 128, 9, false)) }
+    }
+}
+
+impl VBlock for Q4_1B {
+    const HALVES: bool = false;
 
     #[inline(always)]
     unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
@@ -274,18 +283,12 @@ impl VBlock for Q4_1B {
     }
 
     #[inline(always)]
-    unsafe fn prepare_x(x0: *const i8, x1: *const i8) -> __m512i {
-        // SAFETY: forwarded caller contract.
-        unsafe { prepare_x_q4(x0, x1) }
-    }
-
-    #[inline(always)]
     unsafe fn scales8(wb: *const u8) -> __m256i {
         // SAFETY: eight 20-byte blocks = 160 readable bytes. Blocks 0..7 have their scale and
         // minimum (words 10 j, 10 j + 1) in the first 128 bytes; block 7's (words 70, 71) are
         // words 6, 7 of the 32 bytes at byte 128.
         unsafe {
-            let t = pick_words(wb, 10, true);
+            let t = pick_words(wb, 128, 10, true);
             let tail = _mm512_castsi256_si512(_mm256_loadu_si256(wb.add(128).cast()));
             let idx = _mm512_set_epi16(
                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0,
@@ -297,206 +300,23 @@ impl VBlock for Q4_1B {
     }
 }
 
-/// The f16 values at `p + j * stride` for `j < 8` as 8 f32 lanes.
-///
-/// # Safety
-///
-/// The 8 locations are readable; AVX2 + F16C available.
-#[inline(always)]
-unsafe fn gather_f16(p: *const u8, stride: usize) -> __m256 {
-    // SAFETY: the 8 2-byte reads are in bounds (caller contract).
-    unsafe {
-        let h = |j: usize| p.add(j * stride).cast::<u16>().read_unaligned() as i16;
-        _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)))
+impl VBlock for Q5_0B {
+    const HALVES: bool = false;
+
+    #[inline(always)]
+    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
+        // SAFETY: qh at byte 2, 16 nibble bytes at 6 of each block (caller contract).
+        unsafe { (q5_values64(blk0.add(6), blk1.add(6), blk0.add(2), blk1.add(2)), x) }
     }
 }
 
-/// The f16 at `p` as f32.
-///
-/// # Safety
-///
-/// 2 readable bytes; F16C available.
-#[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
-    // SAFETY: 2 bytes readable (caller contract).
-    unsafe {
-        let h = p.cast::<u16>().read_unaligned();
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
-    }
-}
+impl VBlock for Q5_1B {
+    const HALVES: bool = false;
 
-/// The total of one vector's 8 i32 lanes.
-///
-/// # Safety
-///
-/// AVX2 available.
-#[inline(always)]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    // SAFETY: register-only intrinsics.
-    unsafe {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
-    }
-}
-
-/// `acc + (dw · dx) · isum [+ mw · s]`, lane by lane, unfused (the oracle's order).
-///
-/// # Safety
-///
-/// AVX available.
-#[inline(always)]
-unsafe fn term(
-    acc: __m256,
-    isum: __m256i,
-    dw: __m256,
-    dx: __m256,
-    ms: Option<(__m256, __m256)>,
-) -> __m256 {
-    // SAFETY: register-only AVX intrinsics.
-    unsafe {
-        let mut c = _mm256_mul_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum));
-        if let Some((mw, s)) = ms {
-            c = _mm256_add_ps(c, _mm256_mul_ps(mw, s));
-        }
-        _mm256_add_ps(acc, c)
-    }
-}
-
-/// The blocks `b..nb` (fewer than eight) of one row, one at a time with 256-bit `vpdpbusd`
-/// (`vex`: the AVX-VNNI encoding, else AVX512-VNNI's), added to `acc` in the oracle's order.
-///
-/// # Safety
-///
-/// As [`row_dot_vnni`]; `nb - b < 8`; the CPU has the chosen VNNI encoding.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tail_blocks<Q: VBlock, const VEX: bool>(
-    acc: __m256,
-    w: *const u8,
-    b: usize,
-    nb: usize,
-    qs: *const i8,
-    d: *const f32,
-    s: *const f32,
-    sum: *const i32,
-) -> __m256 {
-    // SAFETY: blocks `b..nb` are in bounds (caller contract).
-    unsafe {
-        let (mut is, mut dw, mut dx) = ([0i32; 8], [0f32; 8], [0f32; 8]);
-        let (mut mw, mut sx) = ([0f32; 8], [0f32; 8]);
-        for j in 0..nb - b {
-            let blk = w.add((b + j) * Q::BYTES);
-            let xv = _mm256_loadu_si256(qs.add((b + j) * QK).cast());
-            let (u, sg) = Q::operands(blk, xv);
-            is[j] = hsum_epi32(dpbusd256::<VEX>(u, sg));
-            if Q::MINUS_8_SUM {
-                is[j] -= 8 * *sum.add(b + j);
-            }
-            dw[j] = f16_at(blk);
-            dx[j] = *d.add(b + j);
-            if Q::MIN {
-                mw[j] = f16_at(blk.add(2));
-                sx[j] = *s.add(b + j);
-            }
-        }
-        let ms = if Q::MIN {
-            Some((_mm256_loadu_ps(mw.as_ptr()), _mm256_loadu_ps(sx.as_ptr())))
-        } else {
-            None
-        };
-        let isum = _mm256_loadu_si256(is.as_ptr().cast());
-        term(acc, isum, _mm256_loadu_ps(dw.as_ptr()), _mm256_loadu_ps(dx.as_ptr()), ms)
-    }
-}
-
-/// `Σ` over quads of `u · s` as 8 i32 lanes, by the VEX (AVX-VNNI) or EVEX (AVX512-VNNI)
-/// `vpdpbusd`.
-///
-/// # Safety
-///
-/// The chosen encoding's features are available.
-#[inline(always)]
-unsafe fn dpbusd256<const VEX: bool>(u: __m256i, s: __m256i) -> __m256i {
-    // SAFETY: register-only VNNI intrinsics (feature availability: caller contract).
-    unsafe {
-        if VEX {
-            _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
-        } else {
-            _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
-        }
-    }
-}
-
-/// The eight lane totals of `v[0..8]`, in order, as one vector (as `avx2_q8.rs`).
-///
-/// # Safety
-///
-/// AVX2 available.
-#[inline(always)]
-unsafe fn reduce8(v: [__m256i; 8]) -> __m256i {
-    // SAFETY: register-only AVX2 intrinsics.
-    unsafe {
-        let pair =
-            |a, b| _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
-        let (p01, p23, p45, p67) =
-            (pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
-        let quad =
-            |a, b| _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
-        let (q0, q1) = (quad(p01, p23), quad(p45, p67));
-        _mm256_add_epi32(
-            _mm256_permute2x128_si256::<0x20>(q0, q1),
-            _mm256_permute2x128_si256::<0x31>(q0, q1),
-        )
-    }
-}
-
-/// AVX-VNNI: one weight row (`nb` blocks at `w`) · one activation row.
-///
-/// # Safety
-///
-/// `w` holds `nb` blocks; `qs`, `d`, `s`, `sum` hold `nb * 32`, `nb`, `nb`, `nb` values;
-/// AVX2, F16C and AVX-VNNI available.
-#[inline(always)]
-unsafe fn row_dot_vnni<Q: VBlock>(
-    w: *const u8,
-    nb: usize,
-    qs: *const i8,
-    d: *const f32,
-    s: *const f32,
-    sum: *const i32,
-) -> f32 {
-    // SAFETY: every block index below is `< nb` (caller contract).
-    unsafe {
-        let mut acc = _mm256_setzero_ps();
-        let mut b = 0;
-        while b + 8 <= nb {
-            let wb = w.add(b * Q::BYTES);
-            let xb = qs.add(b * QK);
-            let mut v = [_mm256_setzero_si256(); 8];
-            for (j, v) in v.iter_mut().enumerate() {
-                let xv = _mm256_loadu_si256(xb.add(j * QK).cast());
-                let (u, sg) = Q::operands(wb.add(j * Q::BYTES), xv);
-                *v = dpbusd256::<true>(u, sg);
-            }
-            let mut isum = reduce8(v);
-            if Q::MINUS_8_SUM {
-                let sx = _mm256_loadu_si256(sum.add(b).cast());
-                isum = _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(sx));
-            }
-            let ms = if Q::MIN {
-                Some((gather_f16(wb.add(2), Q::BYTES), _mm256_loadu_ps(s.add(b))))
-            } else {
-                None
-            };
-            acc = term(acc, isum, gather_f16(wb, Q::BYTES), _mm256_loadu_ps(d.add(b)), ms);
-            b += 8;
-        }
-        if b < nb {
-            acc = tail_blocks::<Q, true>(acc, w, b, nb, qs, d, s, sum);
-        }
-        hsum_ps(acc)
+    #[inline(always)]
+    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
+        // SAFETY: qh at byte 4, 16 nibble bytes at 8 of each block (caller contract).
+        unsafe { (q5_values64(blk0.add(8), blk1.add(8), blk0.add(4), blk1.add(4)), x) }
     }
 }
 
@@ -540,15 +360,16 @@ unsafe fn rows_dot_512<Q: VBlock, const R: usize>(
             }
             let dx = _mm256_loadu_ps(d.add(b));
             let sx = if Q::MIN { _mm256_loadu_ps(s.add(b)) } else { _mm256_setzero_ps() };
-            let corr = if Q::MINUS_8_SUM {
-                _mm256_slli_epi32::<3>(_mm256_loadu_si256(sum.add(b).cast()))
+            let corr = if Q::OFFSET != 0 {
+                let sx = _mm256_loadu_si256(sum.add(b).cast());
+                _mm256_mullo_epi32(sx, _mm256_set1_epi32(Q::OFFSET))
             } else {
                 _mm256_setzero_si256()
             };
             for (r, acc) in acc.iter_mut().enumerate() {
                 let wb = w.add(r * rb + b * Q::BYTES);
                 let mut isum = reduce_pairs(p[r], Q::HALVES);
-                if Q::MINUS_8_SUM {
+                if Q::OFFSET != 0 {
                     isum = _mm256_sub_epi32(isum, corr);
                 }
                 let sc = Q::scales8(wb);
@@ -567,7 +388,7 @@ unsafe fn rows_dot_512<Q: VBlock, const R: usize>(
         for (r, o) in out.iter_mut().enumerate() {
             let mut a = acc[r];
             if b < nb {
-                a = tail_blocks::<Q, false>(a, w.add(r * rb), b, nb, qs, d, s, sum);
+                a = avx2_q8::tail_blocks::<Q, EvexOps>(a, w.add(r * rb), b, nb, qs, d, s, sum);
             }
             *o = hsum_ps(a);
         }
@@ -599,42 +420,6 @@ unsafe fn reduce_pairs(p: [__m512i; 4], halves: bool) -> __m256i {
         }
         // Lanes 0 + 2 (blocks 0..4) and 1 + 3 (blocks 4..8).
         _mm256_add_epi32(_mm512_castsi512_si256(q), _mm512_extracti64x4_epi64::<1>(q))
-    }
-}
-
-/// AVX-VNNI: every (row, activation row) pair, one row at a time.
-///
-/// # Safety
-///
-/// As [`crate::kernels::MatmulQ8Fn`]; AVX2, F16C and AVX-VNNI available.
-#[inline(always)]
-unsafe fn matmul_vnni<Q: VBlock>(
-    w: *const u8,
-    rb: usize,
-    rows: usize,
-    xq: &Q8Acts<'_>,
-    n: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
-    let nb = xq.nb();
-    let (qs, d, s, sum) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.s().as_ptr(), xq.sum().as_ptr());
-    for r in 0..rows {
-        for t in 0..n {
-            let o = t * nb;
-            // SAFETY: row `r < rows` of `nb` blocks, activation row `t < n <= xq.n()`, and
-            // `y[t * ldy + r]` writable (caller contract).
-            unsafe {
-                *y.add(t * ldy + r) = row_dot_vnni::<Q>(
-                    w.add(r * rb),
-                    nb,
-                    qs.add(o * QK),
-                    d.add(o),
-                    s.add(o),
-                    sum.add(o),
-                );
-            }
-        }
     }
 }
 
@@ -682,6 +467,25 @@ unsafe fn matmul_512<Q: VBlock>(
     }
 }
 
+/// AVX-VNNI: the AVX2 kernel with the VEX `vpdpbusd`.
+///
+/// # Safety
+///
+/// As [`crate::kernels::MatmulQ8Fn`]; AVX2, F16C and AVX-VNNI available.
+#[inline(always)]
+unsafe fn matmul_vnni<Q: QBlock>(
+    w: *const u8,
+    rb: usize,
+    rows: usize,
+    xq: &Q8Acts<'_>,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: forwarded caller contract.
+    unsafe { avx2_q8::matmul::<Q, VexOps>(w, rb, rows, xq, n, y, ldy) }
+}
+
 macro_rules! entry {
     ($name:ident, $body:ident, $q:ty, $feat:literal, $doc:literal) => {
         #[doc = $doc]
@@ -705,27 +509,25 @@ macro_rules! entry {
     };
 }
 
-entry!(vnni_q8_0_q8, matmul_vnni, Q8_0B, "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
-entry!(vnni_q4_0_q8, matmul_vnni, Q4_0B, "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
-entry!(vnni_q4_1_q8, matmul_vnni, Q4_1B, "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
-entry!(
-    avx512_q8_0_q8,
-    matmul_512,
-    Q8_0B,
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    "AVX-512 table entry."
-);
-entry!(
-    avx512_q4_0_q8,
-    matmul_512,
-    Q4_0B,
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    "AVX-512 table entry."
-);
-entry!(
-    avx512_q4_1_q8,
-    matmul_512,
-    Q4_1B,
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    "AVX-512 table entry."
-);
+/// Both tiers' entries of each type.
+macro_rules! entries {
+    ($($vnni:ident, $avx512:ident, $q:ty;)*) => { $(
+        entry!($vnni, matmul_vnni, $q, "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
+        entry!(
+            $avx512,
+            matmul_512,
+            $q,
+            "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+            "AVX-512 table entry."
+        );
+    )* };
+}
+
+entries! {
+    vnni_q8_0_q8, avx512_q8_0_q8, Q8_0B;
+    vnni_q4_0_q8, avx512_q4_0_q8, Q4_0B;
+    vnni_q4_1_q8, avx512_q4_1_q8, Q4_1B;
+    vnni_q5_0_q8, avx512_q5_0_q8, Q5_0B;
+    vnni_q5_1_q8, avx512_q5_1_q8, Q5_1B;
+    vnni_iq4_nl_q8, avx512_iq4_nl_q8, Iq4NlB;
+}

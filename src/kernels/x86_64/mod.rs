@@ -1,8 +1,10 @@
 //! x86_64 kernels: AVX2 + FMA + F16C (`avx2_f32.rs`: f32 / f16 / bf16 / quantized weights
 //! with f32 activations; `avx2_q8.rs`: int8 activations and Q8 quantization for the
-//! 32-element types; `avx2_k.rs`: int8 activations for the K-quants), and the tiers built on
-//! AVX2's table: AVX-VNNI and AVX-512 (`avx512_q8.rs`: Q8_0 / Q4_0 / Q4_1 int8 kernels on
-//! `vpdpbusd`); `attention.rs`: the AVX2 loops of [`crate::ops::attention_head`].
+//! 32-element types; `avx2_k.rs`: int8 activations for the K-quants on 256-bit registers and
+//! the K-quant row loop of every tier), and the tiers built on AVX2's table: AVX-VNNI
+//! (`avx2_q8.rs` / `avx2_k.rs` with [`VexOps`]) and AVX-512 (`avx512_q8.rs`: the 32-element
+//! types on 512-bit `vpdpbusd`; `avx512_k.rs`: the K-quants on 512-bit `vpdpwssd`);
+//! `attention.rs`: the AVX2 loops of [`crate::ops::attention_head`].
 //!
 //! Compiled only where SSE2 is a target feature (not on the soft-float
 //! `x86_64-unknown-none`); the entry points are `#[target_feature]` wrappers around
@@ -15,6 +17,7 @@ pub(crate) mod attention;
 mod avx2_f32;
 mod avx2_k;
 mod avx2_q8;
+mod avx512_k;
 mod avx512_q8;
 
 /// The AVX2 table: every entry with an AVX2 body overridden, the rest scalar.
@@ -26,31 +29,58 @@ pub(crate) const AVX2: Kernels = SCALAR
     .with_f32(DType::Q8_0, avx2_f32::matmul_q8_0)
     .with_f32(DType::Q4_0, avx2_f32::matmul_q4_0)
     .with_f32(DType::Q4_1, avx2_f32::matmul_q4_1)
+    .with_f32(DType::Q5_0, avx2_f32::matmul_q5_0)
+    .with_f32(DType::Q5_1, avx2_f32::matmul_q5_1)
+    .with_f32(DType::IQ4_NL, avx2_f32::matmul_iq4_nl)
+    .with_f32(DType::Q2_K, avx2_f32::matmul_q2_k)
+    .with_f32(DType::Q3_K, avx2_f32::matmul_q3_k)
+    .with_f32(DType::Q4_K, avx2_f32::matmul_q4_k)
+    .with_f32(DType::Q5_K, avx2_f32::matmul_q5_k)
+    .with_f32(DType::Q6_K, avx2_f32::matmul_q6_k)
     .with_q8(DType::Q8_0, avx2_q8::matmul_q8_0_q8)
     .with_q8(DType::Q4_0, avx2_q8::matmul_q4_0_q8)
     .with_q8(DType::Q4_1, avx2_q8::matmul_q4_1_q8)
     .with_q8(DType::Q5_0, avx2_q8::matmul_q5_0_q8)
     .with_q8(DType::Q5_1, avx2_q8::matmul_q5_1_q8)
     .with_q8(DType::IQ4_NL, avx2_q8::matmul_iq4_nl_q8)
+    .with_q8(DType::Q2_K, avx2_k::matmul_q2_k_q8k)
+    .with_q8(DType::Q3_K, avx2_k::matmul_q3_k_q8k)
     .with_q8(DType::Q4_K, avx2_k::matmul_q4_k_q8k)
     .with_q8(DType::Q5_K, avx2_k::matmul_q5_k_q8k)
     .with_q8(DType::Q6_K, avx2_k::matmul_q6_k_q8k)
     .with_quantize_q8(avx2_q8::quantize_q8);
 
-/// The AVX-VNNI table: AVX2's, with the int8 kernels on the 256-bit `vpdpbusd`.
+/// The AVX-VNNI table: AVX2's, with the int8 kernels on the 256-bit `vpdpbusd` (32-element
+/// types) and `vpdpwssd` (K-quants).
 pub(crate) const AVX_VNNI: Kernels = AVX2
     .for_isa(Isa::AvxVnni)
     .with_q8(DType::Q8_0, avx512_q8::vnni_q8_0_q8)
     .with_q8(DType::Q4_0, avx512_q8::vnni_q4_0_q8)
-    .with_q8(DType::Q4_1, avx512_q8::vnni_q4_1_q8);
+    .with_q8(DType::Q4_1, avx512_q8::vnni_q4_1_q8)
+    .with_q8(DType::Q5_0, avx512_q8::vnni_q5_0_q8)
+    .with_q8(DType::Q5_1, avx512_q8::vnni_q5_1_q8)
+    .with_q8(DType::IQ4_NL, avx512_q8::vnni_iq4_nl_q8)
+    .with_q8(DType::Q2_K, avx2_k::vnni_q2_k_q8k)
+    .with_q8(DType::Q3_K, avx2_k::vnni_q3_k_q8k)
+    .with_q8(DType::Q4_K, avx2_k::vnni_q4_k_q8k)
+    .with_q8(DType::Q5_K, avx2_k::vnni_q5_k_q8k)
+    .with_q8(DType::Q6_K, avx2_k::vnni_q6_k_q8k);
 
-/// The AVX-512 table: AVX2's, with the int8 kernels on 512-bit `vpdpbusd` (four weight rows
-/// per activation load).
+/// The AVX-512 table: AVX2's, with the int8 kernels on 512-bit `vpdpbusd` (32-element types)
+/// and `vpdpwssd` (K-quants), four weight rows per activation load.
 pub(crate) const AVX512: Kernels = AVX2
     .for_isa(Isa::Avx512)
     .with_q8(DType::Q8_0, avx512_q8::avx512_q8_0_q8)
     .with_q8(DType::Q4_0, avx512_q8::avx512_q4_0_q8)
-    .with_q8(DType::Q4_1, avx512_q8::avx512_q4_1_q8);
+    .with_q8(DType::Q4_1, avx512_q8::avx512_q4_1_q8)
+    .with_q8(DType::Q5_0, avx512_q8::avx512_q5_0_q8)
+    .with_q8(DType::Q5_1, avx512_q8::avx512_q5_1_q8)
+    .with_q8(DType::IQ4_NL, avx512_q8::avx512_iq4_nl_q8)
+    .with_q8(DType::Q2_K, avx512_k::avx512_q2_k_q8k)
+    .with_q8(DType::Q3_K, avx512_k::avx512_q3_k_q8k)
+    .with_q8(DType::Q4_K, avx512_k::avx512_q4_k_q8k)
+    .with_q8(DType::Q5_K, avx512_k::avx512_q5_k_q8k)
+    .with_q8(DType::Q6_K, avx512_k::avx512_q6_k_q8k);
 
 use core::arch::x86_64::*;
 
@@ -82,4 +112,222 @@ static MASKS: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 
 unsafe fn mask(len: usize) -> __m256i {
     // SAFETY: `8 - len <= 8`, so 8 lanes from there stay inside `MASKS`.
     unsafe { _mm256_loadu_si256(MASKS.as_ptr().add(8 - len).cast()) }
+}
+
+/// The int8 multiply-accumulate instructions of a 256-bit x86 tier: AVX2's `maddubs` +
+/// `madd`, or VNNI's `vpdpbusd` / `vpdpwssd` (VEX-encoded on AVX-VNNI, EVEX on AVX-512).
+/// Every sum is exact in i32, so every tier gives the same integers.
+pub(super) trait Dot256 {
+    /// `Σ` over groups of `u · s` (u8 × i8) as 8 i32 lanes, lane `i` summing bytes
+    /// `4 i .. 4 i + 4`; the pair sums must not saturate i16 (`|u · s| <= 128 · 127`).
+    ///
+    /// # Safety
+    ///
+    /// The tier's features are available.
+    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i;
+
+    /// `acc + madd(p, scale)`: i16 pairs times i16 scales, summed into i32 lanes.
+    ///
+    /// # Safety
+    ///
+    /// The tier's features are available.
+    unsafe fn madd_acc(acc: __m256i, p: __m256i, scale: __m256i) -> __m256i;
+}
+
+/// AVX2: `maddubs` then `madd`.
+pub(super) struct Avx2Ops;
+/// AVX-VNNI: VEX `vpdpbusd` / `vpdpwssd`.
+pub(super) struct VexOps;
+/// AVX512-VNNI + VL: EVEX `vpdpbusd` / `vpdpwssd` on 256-bit registers.
+pub(super) struct EvexOps;
+
+impl Dot256 for Avx2Ops {
+    #[inline(always)]
+    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: register-only AVX2 intrinsics.
+        unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)) }
+    }
+
+    #[inline(always)]
+    unsafe fn madd_acc(acc: __m256i, p: __m256i, scale: __m256i) -> __m256i {
+        // SAFETY: register-only AVX2 intrinsics.
+        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale)) }
+    }
+}
+
+impl Dot256 for VexOps {
+    #[inline(always)]
+    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: register-only AVX-VNNI intrinsic (caller contract: available).
+        unsafe { _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s) }
+    }
+
+    #[inline(always)]
+    unsafe fn madd_acc(acc: __m256i, p: __m256i, scale: __m256i) -> __m256i {
+        // SAFETY: as above.
+        unsafe { _mm256_dpwssd_avx_epi32(acc, p, scale) }
+    }
+}
+
+impl Dot256 for EvexOps {
+    #[inline(always)]
+    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: register-only AVX512-VNNI + VL intrinsic (caller contract: available).
+        unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s) }
+    }
+
+    #[inline(always)]
+    unsafe fn madd_acc(acc: __m256i, p: __m256i, scale: __m256i) -> __m256i {
+        // SAFETY: as above.
+        unsafe { _mm256_dpwssd_epi32(acc, p, scale) }
+    }
+}
+
+/// The total of one vector's 8 i32 lanes.
+///
+/// # Safety
+///
+/// AVX2 available.
+#[inline(always)]
+unsafe fn hsum_epi32(v: __m256i) -> i32 {
+    // SAFETY: register-only intrinsics.
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
+/// The eight lane totals of `v[0..8]`, in order, as one vector.
+///
+/// # Safety
+///
+/// AVX2 available.
+#[inline(always)]
+unsafe fn reduce8(v: [__m256i; 8]) -> __m256i {
+    // SAFETY: register-only AVX2 intrinsics.
+    unsafe {
+        // Pairs: [a0+a2, b0+b2, a1+a3, b1+b3 | a4+a6, b4+b6, a5+a7, b5+b7].
+        let pair =
+            |a, b| _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+        let (p01, p23, p45, p67) =
+            (pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
+        // Quads: [v0, v1, v2, v3 (low-lane halves) | v0, v1, v2, v3 (high-lane halves)].
+        let quad =
+            |a, b| _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+        let (q0, q1) = (quad(p01, p23), quad(p45, p67));
+        _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(q0, q1),
+            _mm256_permute2x128_si256::<0x31>(q0, q1),
+        )
+    }
+}
+
+/// The f16 values at `p + j * stride` for `j < 8` as 8 f32 lanes.
+///
+/// # Safety
+///
+/// The 8 locations are readable; AVX2 + F16C available.
+#[inline(always)]
+unsafe fn gather_f16(p: *const u8, stride: usize) -> __m256 {
+    // SAFETY: the 8 2-byte reads are in bounds (caller contract).
+    unsafe {
+        let h = |j: usize| p.add(j * stride).cast::<u16>().read_unaligned() as i16;
+        _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)))
+    }
+}
+
+/// The f16 at `p` as f32.
+///
+/// # Safety
+///
+/// 2 readable bytes; F16C available.
+#[inline(always)]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: 2 bytes readable (caller contract).
+    unsafe {
+        let h = p.cast::<u16>().read_unaligned();
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+    }
+}
+
+/// `acc + (dw · dx) · isum [+ mw · s]`, lane by lane, unfused (the oracle's order).
+///
+/// # Safety
+///
+/// AVX available.
+#[inline(always)]
+unsafe fn term(
+    acc: __m256,
+    isum: __m256i,
+    dw: __m256,
+    dx: __m256,
+    ms: Option<(__m256, __m256)>,
+) -> __m256 {
+    // SAFETY: register-only AVX intrinsics.
+    unsafe {
+        let mut c = _mm256_mul_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum));
+        if let Some((mw, s)) = ms {
+            c = _mm256_add_ps(c, _mm256_mul_ps(mw, s));
+        }
+        _mm256_add_ps(acc, c)
+    }
+}
+
+/// The 32 nibbles of a 32-element block's 16 bytes at `qs` as u8 lanes in element order (low
+/// nibbles are elements 0..16, high nibbles 16..32).
+///
+/// # Safety
+///
+/// 16 readable bytes at `qs`; AVX2 available.
+#[inline(always)]
+unsafe fn nibbles32(qs: *const u8) -> __m256i {
+    // SAFETY: 16 bytes readable (caller contract).
+    unsafe {
+        let v = _mm_loadu_si128(qs.cast());
+        let both = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
+        _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+    }
+}
+
+/// The fifth bits of a Q5 block (the little-endian u32 at `qh`) as bytes: `0x10` where
+/// element `i`'s bit is set, else 0, in element order.
+///
+/// # Safety
+///
+/// 4 readable bytes at `qh`; AVX2 available.
+#[inline(always)]
+unsafe fn fifth_bits(qh: *const u8) -> __m256i {
+    // SAFETY: 4 bytes readable (caller contract); the rest is register-only.
+    unsafe {
+        let h = qh.cast::<u32>().read_unaligned() as i32;
+        let v = _mm256_set1_epi32(h);
+        // Byte i takes byte i / 8 of `h`, then tests bit i % 8.
+        let spread = _mm256_shuffle_epi8(
+            v,
+            _mm256_setr_epi8(
+                0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                3, 3, 3, 3,
+            ),
+        );
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+    }
+}
+
+/// The 32 IQ4_NL codebook values of a block's 16 index bytes at `qs`, as i8 lanes in element
+/// order.
+///
+/// # Safety
+///
+/// 16 readable bytes at `qs`; AVX2 available.
+#[inline(always)]
+unsafe fn iq4_values32(qs: *const u8) -> __m256i {
+    // SAFETY: 16 bytes at `qs` (caller contract); the codebook is 16 bytes.
+    unsafe {
+        let kv = _mm_loadu_si128(crate::quant::iq4_nl::KVALUES.as_ptr().cast());
+        _mm256_shuffle_epi8(_mm256_set_m128i(kv, kv), nibbles32(qs))
+    }
 }
