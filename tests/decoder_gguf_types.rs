@@ -4,7 +4,8 @@
 //! tokens (the random models' top-2 margins are small, so free-running tokens are never
 //! compared). Files: tiny-llama-gguf (F32, Q8_0, Q4_0-pure, Q4_K_M = Q5_0 + Q8_0 + F16, and a
 //! BF16 file written by `make_bf16.py`), tiny-qwen3/gguf (every type `--pure`, plus the Q2_K,
-//! Q3_K_M, Q4_K_M and Q5_K_M mixes), tiny-qwen2/gguf (Q8_0, Q4_K_M), tiny-gemma3/gguf (Q4_K_M).
+//! Q3_K_M, Q4_K_M and Q5_K_M mixes), tiny-qwen2/gguf (Q8_0, Q4_K_M), tiny-gemma3/gguf (Q4_K_M),
+//! tiny-llama3/gguf (Q8_0).
 //!
 //! - f32 activations: max abs logit diff <= 1e-4 and the argmax equal at every position;
 //! - int8 activations: against llama.cpp's own int8 path on the same file, teacher-forced the
@@ -41,6 +42,7 @@
 //! | tiny-qwen2 Q8_0 | 0.1057 / 0.0866 (1.22) | 0.1344 / 0.0964 (1.39) | 1.39 |
 //! | tiny-qwen2 Q4_K_M | 0.1500 / 0.1500 (1.00) | 0.1450 / 0.1450 (1.00) | 1.00 |
 //! | tiny-gemma3 Q4_K_M | 0.1944 / 0.1961 (0.99) | 0.1322 / 0.1354 (0.98) | 1.36 |
+//! | tiny-llama3 Q8_0 (+ rope_freqs) | 0.0724 / 0.1014 (0.71) | 0.0740 / 0.0851 (0.87) | 1.24 |
 //!
 //! The K-quants pair with Q8_K activations (f32 scale per 256 values), which rml rounds as
 //! ggml does: their files give llama.cpp's figures to four digits at every step (Q2_K-pure
@@ -318,6 +320,11 @@ const LLAMACPP: &[(&str, f32, [f32; 8])] = &[
         0.1961,
         [0.1354, 0.1302, 0.1285, 0.1270, 0.0814, 0.1339, 0.1064, 0.0775],
     ),
+    (
+        "tiny-llama3-Q8_0.gguf",
+        0.1014,
+        [0.0717, 0.0788, 0.0614, 0.0700, 0.0419, 0.0597, 0.0851, 0.0574],
+    ),
 ];
 
 fn llamacpp(file: &str) -> (f32, [f32; 8]) {
@@ -406,4 +413,5 @@ files! {
     tiny_qwen2_q8_0 => ("tiny-qwen2/gguf", "tiny-qwen2-Q8_0.gguf");
     tiny_qwen2_q4_k_m => ("tiny-qwen2/gguf", "tiny-qwen2-Q4_K_M.gguf");
     tiny_gemma3_q4_k_m => ("tiny-gemma3/gguf", "tiny-gemma3-Q4_K_M.gguf");
+    tiny_llama3_q8_0_with_rope_freqs => ("tiny-llama3/gguf", "tiny-llama3-Q8_0.gguf");
 }

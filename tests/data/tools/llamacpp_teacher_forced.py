@@ -20,7 +20,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.dirname(HERE)
-DIRS = ["tiny-llama-gguf", "tiny-qwen3/gguf", "tiny-qwen2/gguf", "tiny-gemma3/gguf"]
+DIRS = ["tiny-llama-gguf", "tiny-qwen3/gguf", "tiny-qwen2/gguf", "tiny-gemma3/gguf", "tiny-llama3/gguf"]
 
 
 def load(path):
