@@ -27,7 +27,7 @@ fn check_config(c: &ModelConfig) {
     if c.layer_types.contains(&LayerKind::Sliding) {
         assert!(c.sliding_window.is_some_and(|w| w > 0));
     }
-    assert!(rml::model::arch::FAMILIES.iter().any(|f| std::ptr::eq(*f, c.arch)));
+    assert!(rml::model::arch::FAMILIES.iter().any(|f| f.name == c.arch.name));
     let _ = c.attention_scale();
     let _ = c.attention_start(c.num_hidden_layers - 1, usize::MAX / 2);
 }
