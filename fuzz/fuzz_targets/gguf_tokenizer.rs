@@ -26,7 +26,8 @@ fn byte_chars() -> Vec<char> {
     let mut out = vec!['\0'; 256];
     let mut extra = 0u32;
     for b in 0..256u32 {
-        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        let printable =
+            (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
         out[b as usize] = if printable {
             char::from_u32(b).unwrap()
         } else {
@@ -101,7 +102,10 @@ fuzz_target!(|data: &[u8]| {
     let domain = round_trip_domain(&g, spm);
     let flag = |k: &str| g.get_bool(k).ok().flatten();
     let (add_bos, add_eos) = if spm {
-        (flag("tokenizer.ggml.add_bos_token").unwrap_or(true), flag("tokenizer.ggml.add_eos_token").unwrap_or(false))
+        (
+            flag("tokenizer.ggml.add_bos_token").unwrap_or(true),
+            flag("tokenizer.ggml.add_eos_token").unwrap_or(false),
+        )
     } else {
         (
             flag("tokenizer.ggml.add_bos_token").unwrap_or(false),
@@ -115,7 +119,10 @@ fuzz_target!(|data: &[u8]| {
     strings.push(&tail);
     for s in strings {
         let Ok(plain) = tok.encode(s) else { continue };
-        assert!(plain.iter().all(|&i| (i as usize) < n), "id outside {n} tokens for {s:?}: {plain:?}");
+        assert!(
+            plain.iter().all(|&i| (i as usize) < n),
+            "id outside {n} tokens for {s:?}: {plain:?}"
+        );
         let with = tok.encode_with_special(s, true).expect("encode with special tokens failed");
         assert!(with.iter().all(|&i| (i as usize) < n));
         // BOS/EOS around the plain encoding exactly as the flags say.
@@ -129,13 +136,19 @@ fuzz_target!(|data: &[u8]| {
             let seen = model_text(s, spm);
             // A `▁` written in the text decodes as a space.
             let literal_marker = spm && s.contains('\u{2581}');
-            if !literal_marker && !avoid.iter().any(|a| s.contains(a.as_str()) || seen.contains(a.as_str())) {
+            if !literal_marker
+                && !avoid.iter().any(|a| s.contains(a.as_str()) || seen.contains(a.as_str()))
+            {
                 assert_eq!(text, s, "round trip of {s:?} through {plain:?}");
             }
         }
     }
     // Arbitrary ids, some outside the vocabulary: an error, never a panic.
-    let ids: Vec<u32> = data.chunks(4).take(32).map(|c| c.iter().fold(0u32, |a, &b| a << 8 | u32::from(b)) % (n as u32 + 3)).collect();
+    let ids: Vec<u32> = data
+        .chunks(4)
+        .take(32)
+        .map(|c| c.iter().fold(0u32, |a, &b| a << 8 | u32::from(b)) % (n as u32 + 3))
+        .collect();
     let _ = tok.decode(&ids);
     for &i in &ids {
         let _ = (tok.id_to_token(i), tok.is_special(i), tok.is_added(i));

@@ -37,8 +37,14 @@ fn check_plan(c: &ModelConfig, o: &DecoderOptions, plan: rml::Result<MemoryPlan>
         Ok(p) => p,
         Err(e) => {
             assert!(
-                matches!(e.code(), Code::ResourceExhausted | Code::InvalidArgument | Code::NotFound
-                    | Code::Unimplemented | Code::DataLoss),
+                matches!(
+                    e.code(),
+                    Code::ResourceExhausted
+                        | Code::InvalidArgument
+                        | Code::NotFound
+                        | Code::Unimplemented
+                        | Code::DataLoss
+                ),
                 "{e}"
             );
             return;

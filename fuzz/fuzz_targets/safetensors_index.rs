@@ -16,12 +16,11 @@ fn plain(file: &str) -> bool {
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     // The oracle: serde_json's own reading of the same text.
-    let expect: Option<Vec<(String, Option<String>)>> = serde_json::from_str::<serde_json::Value>(text)
-        .ok()
-        .and_then(|v| {
-            v.get("weight_map").and_then(|m| m.as_object()).map(|m| {
-                m.iter().map(|(k, f)| (k.clone(), f.as_str().map(String::from))).collect()
-            })
+    let expect: Option<Vec<(String, Option<String>)>> =
+        serde_json::from_str::<serde_json::Value>(text).ok().and_then(|v| {
+            v.get("weight_map")
+                .and_then(|m| m.as_object())
+                .map(|m| m.iter().map(|(k, f)| (k.clone(), f.as_str().map(String::from))).collect())
         });
     match rml::load::parse_index(text) {
         Ok(pairs) => {

@@ -31,7 +31,11 @@ fuzz_target!(|data: &[u8]| {
         let info = st.info(name).ok_or_else(|| rml::Error::not_found(name))?;
         Ok((info.shape, st.raw_bytes(name)?))
     };
-    let packed = PackedSource::from_marks(Box::new(SafeTensors::parse(data).unwrap()), st.metadata(), &stored);
+    let packed = PackedSource::from_marks(
+        Box::new(SafeTensors::parse(data).unwrap()),
+        st.metadata(),
+        &stored,
+    );
     let packed = match packed {
         Ok(p) => {
             assert!(all_valid, "from_marks accepted an invalid mark among {marks:?}");
@@ -64,7 +68,10 @@ fuzz_target!(|data: &[u8]| {
             }
             None => match (packed.tensor(&info.name), st.tensor(&info.name)) {
                 (Ok(a), Ok(b)) => {
-                    assert_eq!((a.dtype, a.shape, a.data.as_ptr()), (b.dtype, b.shape, b.data.as_ptr()))
+                    assert_eq!(
+                        (a.dtype, a.shape, a.data.as_ptr()),
+                        (b.dtype, b.shape, b.data.as_ptr())
+                    )
                 }
                 (Err(_), Err(_)) => {}
                 (a, b) => panic!("{}: packed {:?} vs file {:?}", info.name, a.is_ok(), b.is_ok()),
