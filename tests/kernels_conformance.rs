@@ -14,7 +14,8 @@
 //!   own arithmetic `tests/quant_vectors.rs` checks against a float64 dot), also at the
 //!   extremes of their integer ranges.
 //! - Coverage: every quantized type has its own f32 and int8 body (not the scalar entry) on
-//!   every x86 tier, so the checks above exercise SIMD code for each ISA × type × mode.
+//!   every x86 and aarch64 tier, so the checks above exercise SIMD code for each ISA × type ×
+//!   mode.
 //!
 //! An ISA the host lacks is skipped with a printed message. `RML_EXPECT_ISAS=neon,...` makes
 //! a missing ISA a failure instead (CI sets it under qemu so a skip cannot pass silently).
@@ -711,23 +712,31 @@ suite! {
     arm_dsp => Isa::ArmDsp,
 }
 
-/// Every x86 tier the host has overrides both entries of every quantized type (so each
-/// ISA × type × activation mode above runs SIMD code, not the scalar fallback), and the VNNI
-/// tiers have int8 bodies of their own (not AVX2's).
+/// Every SIMD tier the host has (x86: AVX2, AVX-VNNI, AVX-512; aarch64: NEON, NEON + SDOT)
+/// overrides both entries of every quantized type (so each ISA × type × activation mode above
+/// runs SIMD code, not the scalar fallback), and the tiers built on a parent (the VNNI tiers
+/// on AVX2, SDOT on NEON) have int8 bodies of their own (not the parent's).
 #[test]
-fn x86_tiers_have_a_body_for_every_type_and_mode() {
+fn simd_tiers_have_a_body_for_every_type_and_mode() {
     let scalar = table(Isa::Scalar).unwrap();
-    let avx2 = kernels(Isa::Avx2);
-    for isa in [Isa::Avx2, Isa::AvxVnni, Isa::Avx512] {
+    let tiers = [
+        (Isa::Avx2, None),
+        (Isa::AvxVnni, Some(Isa::Avx2)),
+        (Isa::Avx512, Some(Isa::Avx2)),
+        (Isa::Neon, None),
+        (Isa::NeonDotprod, Some(Isa::Neon)),
+    ];
+    for (isa, parent) in tiers {
         let Some(k) = kernels(isa) else { continue };
+        let parent = parent.and_then(kernels);
         for t in rml::quant::TYPES.iter().filter(|t| t.act.is_some()) {
             let f32_entry = k.matmul_f32(t.dtype).unwrap() as usize;
             assert_ne!(f32_entry, scalar.matmul_f32(t.dtype).unwrap() as usize, "{isa} {}", t.name);
             let int8_entry = k.matmul_q8(t.dtype).unwrap() as usize;
             assert_ne!(int8_entry, scalar.matmul_q8(t.dtype).unwrap() as usize, "{isa} {}", t.name);
-            if let (Some(a), true) = (avx2, isa != Isa::Avx2) {
-                let avx2_entry = a.matmul_q8(t.dtype).unwrap() as usize;
-                assert_ne!(int8_entry, avx2_entry, "{isa} {}: AVX2's int8 body", t.name);
+            if let Some(p) = parent {
+                let parent_entry = p.matmul_q8(t.dtype).unwrap() as usize;
+                assert_ne!(int8_entry, parent_entry, "{isa} {}: {}'s int8 body", t.name, p.isa());
             }
         }
     }

@@ -1,5 +1,7 @@
 //! NEON matmul with f32 activations, for f32, f16, bf16 weights (widened on the fly) and
-//! Q8_0 / Q4_0 / Q4_1 weights (dequantized on the fly).
+//! every quantized type (dequantized on the fly: Q8_0 / Q4_0 / Q4_1 by 8-element chunks;
+//! Q5_0 / Q5_1 / IQ4_NL by block, through the int8 kernels' decoders [`QBlock`]; the
+//! K-quants by runs of 32 inside their super-blocks, through [`KQuant`]).
 //!
 //! As on x86_64: a register tile of `R` weight rows × `N` activation rows, both contiguous
 //! along K. Each output has one 4-lane accumulator fed 8 elements per step (two FMAs, low
@@ -9,26 +11,51 @@
 
 use core::arch::aarch64::*;
 
-use super::{cvt_f16x4, f16_splat};
+use core::marker::PhantomData;
+
+use super::neon_k::{KQuant, Q2K, Q3K, Q4K, Q5K, Q6K};
+use super::neon_q8::{Iq4NlB, QBlock, Q5_0B, Q5_1B};
+use super::{cvt_f16x4, f16_scalar, f16_splat};
 
 /// 8 weights as two f32x4 (elements `i..i + 4`, `i + 4..i + 8`).
 type Pair = (float32x4_t, float32x4_t);
 
 /// A weight encoding: how 8 consecutive elements of a row become f32 lanes. Elements are
-/// addressed in units of 32 (a quantization block) and 8-element chunks inside them.
+/// addressed in units of 32 (a quantization block, or a run of 32 inside a K-quant
+/// super-block) and 8-element chunks inside them. An encoding implements [`Weights::chunk`]
+/// or [`Weights::block`] (each defaults to the other).
 trait Weights {
     /// Whether rows may end with a partial unit (f32/f16/bf16: any `k`; quantized: `k % 32
     /// == 0`).
-    const TAIL: bool;
+    const TAIL: bool = false;
     /// Bytes per element for the unblocked encodings.
-    const ELEM_BYTES: usize;
+    const ELEM_BYTES: usize = 0;
+    /// Decoding a unit costs more than its four chunks' loads (the K-quants' scales, Q5's
+    /// fifth bits): tiles decode each unit once per weight row ([`Weights::block`]) instead
+    /// of chunk by chunk. The FMAs per output are the same, in the same order.
+    const DECODE_ONCE: bool = false;
 
     /// Elements `32 b + 8 c .. + 8` of the row at `row` (`c < 4`).
     ///
     /// # Safety
     ///
     /// Those elements are in bounds; NEON available.
-    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> Pair;
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> Pair {
+        // SAFETY: forwarded caller contract.
+        unsafe { Self::block(row, b)[c] }
+    }
+
+    /// The four chunks of unit `b` at once (the same values as [`Weights::chunk`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`Weights::chunk`].
+    #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [Pair; 4] {
+        // SAFETY: forwarded caller contract.
+        unsafe { core::array::from_fn(|c| Self::chunk(row, b, c)) }
+    }
 }
 
 /// `len < 8` elements of an unblocked row starting at element `i`, zero-filled to 8.
@@ -200,6 +227,89 @@ impl Weights for Q4_1W {
     }
 }
 
+/// 32 i8 (two vectors, element order) as the four chunks of f32.
+///
+/// # Safety
+///
+/// NEON available.
+#[inline(always)]
+unsafe fn i8x32_f32(w: (int8x16_t, int8x16_t)) -> [Pair; 4] {
+    // SAFETY: register-only NEON intrinsics.
+    unsafe {
+        let f = |v: int16x8_t| {
+            (vcvtq_f32_s32(vmovl_s16(vget_low_s16(v))), vcvtq_f32_s32(vmovl_high_s16(v)))
+        };
+        [
+            f(vmovl_s8(vget_low_s8(w.0))),
+            f(vmovl_high_s8(w.0)),
+            f(vmovl_s8(vget_low_s8(w.1))),
+            f(vmovl_high_s8(w.1)),
+        ]
+    }
+}
+
+/// A 32-element type decoded by its int8 decoder ([`QBlock`]): ggml's `block_q5_0`
+/// (`d · (q - 16)`), `block_q5_1` (`d · q + m`), `block_iq4_nl` (`d · kvalue`).
+struct Blk<Q>(PhantomData<Q>);
+
+impl<Q: QBlock> Weights for Blk<Q> {
+    const DECODE_ONCE: bool = true;
+
+    #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [Pair; 4] {
+        // SAFETY: block `b` is in bounds (caller contract). `d · w` is exact, so the fused
+        // `d · w + m` rounds once, like the oracle's `d * q + m`.
+        unsafe {
+            let blk = row.add(b * Q::BYTES);
+            let v = i8x32_f32(Q::weights(blk));
+            let d = f16_splat(blk);
+            if Q::MIN {
+                let m = f16_splat(blk.add(2));
+                v.map(|(l, h)| (vfmaq_f32(m, l, d), vfmaq_f32(m, h, d)))
+            } else {
+                v.map(|(l, h)| (vmulq_f32(l, d), vmulq_f32(h, d)))
+            }
+        }
+    }
+}
+
+/// A K-quant (ggml's `block_q2_K` .. `block_q6_K`), unit `b % 8` of super-block `b / 8`
+/// decoded by [`KQuant`]: `(d · sc_j) · q` (`- dmin · m_j`) with the oracle's `d · sc_j` and
+/// `dmin · m_j` per sub-block of 16.
+struct KUnits<K>(PhantomData<K>);
+
+impl<K: KQuant> Weights for KUnits<K> {
+    const DECODE_ONCE: bool = true;
+
+    #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [Pair; 4] {
+        // SAFETY: super-block `b / 8` is in bounds (caller contract). `(d · sc) · q` is exact
+        // for the types with mins, so the fused `q · dl - ml` rounds once like the oracle's.
+        unsafe {
+            let (sb, u) = (b / 8, b % 8);
+            let blk = row.add(sb * K::BYTES);
+            let v = i8x32_f32(K::unit(blk, u));
+            let (sc, mn) = K::scales(blk);
+            let d = f16_scalar(blk.add(K::D_AT));
+            // Chunks 0 and 1 are sub-block 2u, chunks 2 and 3 sub-block 2u + 1.
+            let j = |c: usize| 2 * u + c / 2;
+            if K::MINS {
+                let dmin = f16_scalar(blk.add(K::D_AT + 2));
+                core::array::from_fn(|c| {
+                    let dl = vdupq_n_f32(d * sc[j(c)] as f32);
+                    let nml = vdupq_n_f32(-(dmin * mn[j(c)] as f32));
+                    (vfmaq_f32(nml, v[c].0, dl), vfmaq_f32(nml, v[c].1, dl))
+                })
+            } else {
+                core::array::from_fn(|c| {
+                    let dl = vdupq_n_f32(d * sc[j(c)] as f32);
+                    (vmulq_f32(v[c].0, dl), vmulq_f32(v[c].1, dl))
+                })
+            }
+        }
+    }
+}
+
 /// `(a0 + a2) + (a1 + a3)`.
 ///
 /// # Safety
@@ -254,7 +364,19 @@ unsafe fn tile<W: Weights, const R: usize, const N: usize>(
     unsafe {
         let mut acc = [[vdupq_n_f32(0.0); N]; R];
         let nblk = k / 32;
-        for b in 0..nblk {
+        for b in (0..nblk).filter(|_| W::DECODE_ONCE) {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let wv = W::block(w.add(r * rb), b);
+                for (c, &(wl, wh)) in wv.iter().enumerate() {
+                    for (t, a) in acc.iter_mut().enumerate() {
+                        let p = x.add(t * k + b * 32 + c * 8);
+                        *a = vfmaq_f32(*a, wl, vld1q_f32(p));
+                        *a = vfmaq_f32(*a, wh, vld1q_f32(p.add(4)));
+                    }
+                }
+            }
+        }
+        for b in (0..nblk).filter(|_| !W::DECODE_ONCE) {
             for c in 0..4 {
                 let mut xv = [(vdupq_n_f32(0.0), vdupq_n_f32(0.0)); N];
                 for (t, xv) in xv.iter_mut().enumerate() {
@@ -369,8 +491,8 @@ unsafe fn matmul<W: Weights>(
 }
 
 macro_rules! entry {
-    ($name:ident, $w:ty) => {
-        /// NEON table entry (see [`crate::kernels::MatmulF32Fn`]).
+    ($name:ident, $w:ty, $block:literal) => {
+        #[doc = concat!("NEON table entry for ", $block, " (see [`crate::kernels::MatmulF32Fn`]).")]
         ///
         /// # Safety
         ///
@@ -393,9 +515,17 @@ macro_rules! entry {
     };
 }
 
-entry!(matmul_f32, F32W);
-entry!(matmul_f16, F16W);
-entry!(matmul_bf16, Bf16W);
-entry!(matmul_q8_0, Q8_0W);
-entry!(matmul_q4_0, Q4_0W);
-entry!(matmul_q4_1, Q4_1W);
+entry!(matmul_f32, F32W, "f32 weights");
+entry!(matmul_f16, F16W, "f16 weights");
+entry!(matmul_bf16, Bf16W, "bf16 weights");
+entry!(matmul_q8_0, Q8_0W, "ggml `block_q8_0`");
+entry!(matmul_q4_0, Q4_0W, "ggml `block_q4_0`");
+entry!(matmul_q4_1, Q4_1W, "ggml `block_q4_1`");
+entry!(matmul_q5_0, Blk<Q5_0B>, "ggml `block_q5_0`");
+entry!(matmul_q5_1, Blk<Q5_1B>, "ggml `block_q5_1`");
+entry!(matmul_iq4_nl, Blk<Iq4NlB>, "ggml `block_iq4_nl`");
+entry!(matmul_q2_k, KUnits<Q2K>, "ggml `block_q2_K`");
+entry!(matmul_q3_k, KUnits<Q3K>, "ggml `block_q3_K`");
+entry!(matmul_q4_k, KUnits<Q4K>, "ggml `block_q4_K`");
+entry!(matmul_q5_k, KUnits<Q5K>, "ggml `block_q5_K`");
+entry!(matmul_q6_k, KUnits<Q6K>, "ggml `block_q6_K`");

@@ -1,8 +1,10 @@
-//! NEON int8 kernels: quantized weights × Q8 activations, with `SDOT` (`dotprod`) or a
-//! widening-multiply fallback, and the Q8 quantizer.
+//! NEON int8 kernels for the 32-element types: quantized weights × Q8 activations, with
+//! `SDOT` (`dotprod`) or a widening-multiply fallback, and the Q8 quantizer. The [`Dot`]
+//! instructions are shared with the K-quants (`neon_k.rs`) and the block decoders
+//! ([`QBlock`]) with the f32-activation kernels (`neon_f32.rs`).
 //!
-//! Weights become signed bytes (Q8_0 as stored, Q4_0 `nibble - 8`, Q4_1 the nibble) and the
-//! block's exact i32 dot product comes from `SDOT` (four i8 products per i32 lane) or from
+//! Weights become signed bytes (Q8_0 as stored, Q4_0 `nibble - 8`, Q4_1 the nibble, Q5_0
+//! `q - 16`, Q5_1 `q`, IQ4_NL the codebook value) and the block's exact i32 dot product comes from `SDOT` (four i8 products per i32 lane) or from
 //! `SMULL` (i8 × i8 → i16, exact even for -128 · -128) plus `SADALP` (pairwise add into i32).
 //! Four blocks' lane vectors are reduced with `ADDP`, and the f32 part follows the oracle's
 //! order exactly ([`crate::kernels::scalar::accumulate8`]: block `b` into lane `b % 8`, two
@@ -16,7 +18,7 @@ use super::cvt_f16x4;
 use crate::quant::{Q8Acts, QK};
 
 /// How two 16-byte vectors of i8 are dotted into 4 i32 lanes.
-trait Dot {
+pub(super) trait Dot {
     /// `acc + dot(a, b)` grouped in 4 lanes (which products land in which lane is the
     /// implementation's; only the total matters).
     ///
@@ -27,9 +29,9 @@ trait Dot {
 }
 
 /// `SDOT` (the `dotprod` extension).
-struct Sdot;
+pub(super) struct Sdot;
 /// `SMULL` + `SADALP`, plain NEON.
-struct Widen;
+pub(super) struct Widen;
 
 impl Dot for Sdot {
     #[inline(always)]
@@ -63,11 +65,13 @@ impl Dot for Widen {
     }
 }
 
-/// A quantized weight block as two signed-byte vectors (elements 0..16, 16..32).
-trait QBlock {
+/// A 32-element quantized weight block as two signed-byte vectors (elements 0..16, 16..32),
+/// with its f16 scale `d` at byte 0 (and f16 minimum `m` at byte 2 when [`QBlock::MIN`]):
+/// element `i` is `d · w_i` (`+ m`).
+pub(super) trait QBlock {
     /// Bytes per block.
     const BYTES: usize;
-    /// Q4_1: the block term adds `m · s`.
+    /// Q4_1 / Q5_1: the block term adds `m · s`.
     const MIN: bool;
 
     /// The block's 32 weights as i8.
@@ -78,9 +82,18 @@ trait QBlock {
     unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t);
 }
 
-struct Q8_0B;
-struct Q4_0B;
-struct Q4_1B;
+/// ggml `block_q8_0`.
+pub(super) struct Q8_0B;
+/// ggml `block_q4_0`.
+pub(super) struct Q4_0B;
+/// ggml `block_q4_1`.
+pub(super) struct Q4_1B;
+/// ggml `block_q5_0`: `q - 16` from the nibbles and the fifth bits.
+pub(super) struct Q5_0B;
+/// ggml `block_q5_1`: `q` from the nibbles and the fifth bits.
+pub(super) struct Q5_1B;
+/// ggml `block_iq4_nl`: the codebook values of the nibbles.
+pub(super) struct Iq4NlB;
 
 impl QBlock for Q8_0B {
     const BYTES: usize = 34;
@@ -132,6 +145,84 @@ impl QBlock for Q4_1B {
         unsafe {
             let (lo, hi) = nibbles(blk.add(4));
             (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi))
+        }
+    }
+}
+
+/// The fifth bits of a Q5 block (the little-endian u32 at `qh`, bit `i` = element `i`) as
+/// bytes in element order: `0x10` where the bit is set, else 0 (elements 0..16, 16..32).
+///
+/// # Safety
+///
+/// 4 readable bytes at `qh`; NEON available.
+#[inline(always)]
+unsafe fn fifth_bits(qh: *const u8) -> (uint8x16_t, uint8x16_t) {
+    const LO: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1];
+    const BIT: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+    // SAFETY: 4 bytes readable (caller contract); the rest is register-only.
+    unsafe {
+        let h = vreinterpretq_u8_u32(vdupq_n_u32(qh.cast::<u32>().read_unaligned()));
+        let lo = vld1q_u8(LO.as_ptr());
+        let (bit, b16) = (vld1q_u8(BIT.as_ptr()), vdupq_n_u8(0x10));
+        // Byte `i` takes byte `i / 8` of the word, then tests bit `i % 8`.
+        let at = |idx: uint8x16_t| vandq_u8(vtstq_u8(vqtbl1q_u8(h, idx), bit), b16);
+        (at(lo), at(vaddq_u8(lo, vdupq_n_u8(2))))
+    }
+}
+
+/// The 32 unsigned 5-bit values (0..=31) of a Q5 block's `qh` and `qs` (16 bytes at `qs`).
+///
+/// # Safety
+///
+/// 4 readable bytes at `qh`, 16 at `qs`; NEON available.
+#[inline(always)]
+unsafe fn q5_values(qh: *const u8, qs: *const u8) -> (int8x16_t, int8x16_t) {
+    // SAFETY: in bounds (caller contract).
+    unsafe {
+        let (lo, hi) = nibbles(qs);
+        let (h0, h1) = fifth_bits(qh);
+        (vreinterpretq_s8_u8(vorrq_u8(lo, h0)), vreinterpretq_s8_u8(vorrq_u8(hi, h1)))
+    }
+}
+
+impl QBlock for Q5_0B {
+    const BYTES: usize = crate::quant::q5_0::BYTES;
+    const MIN: bool = false;
+
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
+        // SAFETY: `qh` at `blk + 2`, `qs` at `blk + 6` (caller contract: a whole block).
+        // Σ (q - 16) x = Σ q x - 16 Σ x: the oracle's integer exactly.
+        unsafe {
+            let (a, b) = q5_values(blk.add(2), blk.add(6));
+            let s = vdupq_n_s8(16);
+            (vsubq_s8(a, s), vsubq_s8(b, s))
+        }
+    }
+}
+
+impl QBlock for Q5_1B {
+    const BYTES: usize = crate::quant::q5_1::BYTES;
+    const MIN: bool = true;
+
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
+        // SAFETY: `qh` at `blk + 4`, `qs` at `blk + 8` (caller contract: a whole block).
+        unsafe { q5_values(blk.add(4), blk.add(8)) }
+    }
+}
+
+impl QBlock for Iq4NlB {
+    const BYTES: usize = crate::quant::iq4_nl::BYTES;
+    const MIN: bool = false;
+
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
+        // SAFETY: 16 index bytes at `blk + 2` (caller contract); the codebook is 16 bytes.
+        unsafe {
+            let kv = vld1q_s8(crate::quant::iq4_nl::KVALUES.as_ptr());
+            let (lo, hi) = nibbles(blk.add(2));
+            (vqtbl1q_s8(kv, lo), vqtbl1q_s8(kv, hi))
         }
     }
 }
@@ -307,8 +398,8 @@ unsafe fn matmul<Q: QBlock, D: Dot>(
 }
 
 macro_rules! entry {
-    ($name:ident, $q:ty, $d:ty, $features:literal) => {
-        /// NEON table entry (see [`crate::kernels::MatmulQ8Fn`]).
+    ($name:ident, $q:ty, $d:ty, $features:literal, $doc:expr) => {
+        #[doc = $doc]
         ///
         /// # Safety
         ///
@@ -329,12 +420,28 @@ macro_rules! entry {
     };
 }
 
-entry!(matmul_q8_0_q8_neon, Q8_0B, Widen, "neon");
-entry!(matmul_q4_0_q8_neon, Q4_0B, Widen, "neon");
-entry!(matmul_q4_1_q8_neon, Q4_1B, Widen, "neon");
-entry!(matmul_q8_0_q8_sdot, Q8_0B, Sdot, "neon,dotprod");
-entry!(matmul_q4_0_q8_sdot, Q4_0B, Sdot, "neon,dotprod");
-entry!(matmul_q4_1_q8_sdot, Q4_1B, Sdot, "neon,dotprod");
+/// The NEON and NEON + `SDOT` int8 entries of each type (activations in Q8).
+macro_rules! entries {
+    ($($neon:ident, $sdot:ident, $q:ty, $block:literal;)*) => { $(
+        entry!($neon, $q, Widen, "neon", concat!("NEON table entry for ggml `", $block, "`."));
+        entry!(
+            $sdot,
+            $q,
+            Sdot,
+            "neon,dotprod",
+            concat!("NEON + `SDOT` table entry for ggml `", $block, "`.")
+        );
+    )* };
+}
+
+entries! {
+    matmul_q8_0_q8_neon, matmul_q8_0_q8_sdot, Q8_0B, "block_q8_0";
+    matmul_q4_0_q8_neon, matmul_q4_0_q8_sdot, Q4_0B, "block_q4_0";
+    matmul_q4_1_q8_neon, matmul_q4_1_q8_sdot, Q4_1B, "block_q4_1";
+    matmul_q5_0_q8_neon, matmul_q5_0_q8_sdot, Q5_0B, "block_q5_0";
+    matmul_q5_1_q8_neon, matmul_q5_1_q8_sdot, Q5_1B, "block_q5_1";
+    matmul_iq4_nl_q8_neon, matmul_iq4_nl_q8_sdot, Iq4NlB, "block_iq4_nl";
+}
 
 /// NEON table entry: the Q8 quantizer (see [`crate::kernels::QuantizeQ8Fn`]), byte for byte
 /// [`crate::kernels::scalar::quantize_block_q8`] (`FCVTAS` rounds to nearest, ties away).
