@@ -146,6 +146,25 @@ fn prompt_from_file_or_stdin() {
     let o = rml(&["generate", "-m", d, "-f", file.to_str().unwrap(), "-n", "2", "--seed", "1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).starts_with("from a file"), "{}", stdout(&o));
+    // One trailing newline is dropped from a file, `-f -` and a pipe alike (as llama.cpp's
+    // -f): "two\nlines\n" is 9 tokens of the byte-level tokenizer every way.
+    std::fs::write(&file, "two\nlines\n").unwrap();
+    let f = file.to_str().unwrap();
+    let from_file = rml(&["generate", "-m", d, "-f", f, "-n", "1", "--seed", "1"]);
+    let piped = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rml"))
+            .args(args)
+            .env("RML_TUNE", "off")
+            .stdin(std::fs::File::open(&file).unwrap())
+            .output()
+            .unwrap()
+    };
+    let dash = piped(&["generate", "-m", d, "-f", "-", "-n", "1", "--seed", "1"]);
+    let pipe = piped(&["generate", "-m", d, "-n", "1", "--seed", "1"]);
+    for (how, o) in [("-f FILE", &from_file), ("-f -", &dash), ("stdin", &pipe)] {
+        assert!(o.status.success(), "{how}: {}", stderr(o));
+        assert!(stderr(o).contains("rml: 9 prompt tokens"), "{how}: {}", stderr(o));
+    }
     let mut child = Command::new(env!("CARGO_BIN_EXE_rml"))
         .args(["generate", "-m", d, "-n", "2", "--seed", "1"])
         .env("RML_TUNE", "off")
@@ -483,4 +502,13 @@ fn chat_uses_the_models_own_template_not_smollm2s() {
         "the prompt is not the template's \"[hi]\": {}",
         stderr(&o)
     );
+    // No template and no family format (plain llama): the error's advice, --chat-template
+    // FILE, is an option generate takes (it implies --chat).
+    let file = dir.join("turns.jinja");
+    std::fs::rename(dir.join("chat_template.jinja"), &file).unwrap();
+    let o = rml(&["generate", "-m", d, "--chat", "-p", "hi", "-n", "1"]);
+    one_line_error(&o, "--chat-template FILE");
+    let o = rml(&["generate", "-m", d, "--chat-template", file.to_str().unwrap(), "-p", "hi"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("rml: 4 prompt tokens"), "{}", stderr(&o));
 }

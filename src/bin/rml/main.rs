@@ -3,7 +3,7 @@
 //! ```text
 //! rml generate [-m PATH] [-p TEXT | -f FILE | stdin] [-n N|-1] [-t N] [--schedule P]
 //!              [--temperature T] [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S]
-//!              [--activations f32|int8] [-c N] [--chat]
+//!              [--activations f32|int8] [-c N] [--chat] [--chat-template FILE]
 //! rml chat [--model PATH] [--system TEXT] [--chat-template FILE] [--stop S]... [-v]
 //! rml inspect PATH
 //! rml tune [-m PATH]
@@ -190,6 +190,10 @@ struct GenerateArgs {
     /// Wrap the prompt in the model's own chat template as one user turn.
     #[arg(long)]
     chat: bool,
+    /// Wrap the prompt in the chat template in FILE (Jinja, as transformers'
+    /// `apply_chat_template` renders it) instead of the model's own; implies --chat.
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<PathBuf>,
 }
 
 fn float_arg(s: &str) -> std::result::Result<f32, String> {
@@ -377,18 +381,22 @@ fn read_prompt(args: &GenerateArgs) -> Result<String> {
             .map_err(|e| Error::from(e).context("reading the prompt from standard input"))?;
         Ok(s)
     };
+    // Text from a file or a pipe loses one trailing newline, as llama.cpp's `-f` and the
+    // shell's `$(...)` do, so that `-f FILE`, `-f - < FILE` and `< FILE` give the same prompt.
+    let one_line_less = |s: String| match s.strip_suffix('\n') {
+        Some(t) => t.to_string(),
+        None => s,
+    };
     match &args.file {
-        Some(f) if f.as_os_str() == "-" => read_stdin(),
-        Some(f) => std::fs::read_to_string(f).map_err(|e| Error::from(e).context(f.display())),
+        Some(f) if f.as_os_str() == "-" => read_stdin().map(one_line_less),
+        Some(f) => std::fs::read_to_string(f)
+            .map(one_line_less)
+            .map_err(|e| Error::from(e).context(f.display())),
         None if !std::io::stdin().is_terminal() => {
             let s = read_stdin()?;
             // An empty pipe (e.g. `< /dev/null`, or stdin closed by a harness) falls back to
-            // the default prompt; text from a pipe loses one trailing newline, as `$(...)`.
-            Ok(if s.is_empty() {
-                DEFAULT_PROMPT.to_string()
-            } else {
-                s.strip_suffix('\n').unwrap_or(&s).to_string()
-            })
+            // the default prompt.
+            Ok(if s.is_empty() { DEFAULT_PROMPT.to_string() } else { one_line_less(s) })
         }
         None => Ok(DEFAULT_PROMPT.to_string()),
     }
@@ -446,8 +454,9 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         (t, s, _) => (t, s.unwrap_or(DEFAULT_SCHEDULE)),
     };
     let mut stop: Vec<u32> = model.config().eos_token_ids.clone();
-    let ids = if args.chat {
-        let template = chat::template_for(&model, &tok, None)?;
+    let chat = args.chat || args.chat_template.is_some();
+    let ids = if chat {
+        let template = chat::template_for(&model, &tok, args.chat_template.as_deref())?;
         stop.extend(chat::stop_ids(&template, &tok, &model));
         tok.encode(&template.render(&[rml::tokenizer::Message::new("user", &prompt)], true)?)?
     } else {
@@ -489,7 +498,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     sampler.record(&ids)?;
 
     let mut out = out::stdout();
-    if !args.chat {
+    if !chat {
         write!(out, "{prompt}")?;
         out.flush()?;
     }
