@@ -97,6 +97,13 @@ fn the_parser_is_chosen_by_content_not_name() {
     assert!(stdout(&o).contains("(GGUF)"), "{}", stdout(&o));
     let o = rml(&["generate", "-m", gguf.to_str().unwrap(), "-p", "hi", "-n", "3", "--seed", "1"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // A safetensors file under a .gguf name: listed as safetensors, not refused as a bad GGUF.
+    let st = tiny.join("weights.gguf");
+    std::fs::copy(tiny.join("model.safetensors"), &st).unwrap();
+    let o = rml(&["inspect", st.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("(safetensors file)"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("model.embed_tokens.weight"), "{}", stdout(&o));
     // Neither format: one line naming both.
     let junk = tiny.join("junk.gguf");
     std::fs::write(&junk, b"this is not a model file at all").unwrap();
@@ -323,20 +330,36 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// `rml inspect X | head -1` and `| head -0`: the reader goes away after the first line or
+/// before any; rml stops quietly with status 0. SmolLM2's listing (272 tensors) is far longer
+/// than a pipe's buffer, so rml is still writing when the reader leaves (a listing as short as
+/// the tiny model's can be written whole before that, and pass even when EPIPE is an error).
 #[test]
 fn a_closed_pipe_ends_quietly_with_status_0() {
+    use std::io::BufRead;
     let dir = tiny_dir("habits-pipe", None);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rml"))
-        .args(["inspect", dir.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Close the reading end before rml writes (as `| head -0` would).
-    drop(child.stdout.take());
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    let gguf = decoder_common::smollm2_gguf();
+    for (what, path) in [("tiny folder", dir.as_path()), ("SmolLM2 GGUF", gguf.as_path())] {
+        for lines in [0, 1] {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_rml"))
+                .args(["inspect", path.to_str().unwrap()])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let out = child.stdout.take().unwrap();
+            if lines == 1 {
+                let mut first = String::new();
+                std::io::BufReader::new(out).read_line(&mut first).unwrap();
+                assert!(first.contains(path.to_str().unwrap()), "{what}: {first}");
+            } else {
+                drop(out);
+            }
+            let o = child.wait_with_output().unwrap();
+            assert_eq!(o.status.code(), Some(0), "{what} | head -{lines}: {}", stderr(&o));
+            assert!(stderr(&o).is_empty(), "{what} | head -{lines}: {}", stderr(&o));
+        }
+    }
 }
 
 #[test]
