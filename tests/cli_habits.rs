@@ -428,7 +428,7 @@ fn ctrl_c_during_the_first_run_fetch_removes_the_partial_download() {
 /// returns (exit status, stdout, everything written to the terminal).
 #[cfg(target_os = "linux")]
 fn rml_with_terminal_stderr(args: &[&str]) -> (std::process::ExitStatus, String, String) {
-    use std::ffi::CStr;
+    use core::ffi::CStr;
     use std::io::Read;
     use std::os::fd::{FromRawFd, OwnedFd};
     // SAFETY: posix_openpt has no preconditions; the result is checked before use.

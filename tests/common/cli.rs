@@ -2,9 +2,10 @@
 //! tokenizer, and checks on its output.
 #![allow(dead_code)]
 
+use core::time::Duration;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rml::tokenizer::Tokenizer;
 

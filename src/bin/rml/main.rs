@@ -196,7 +196,7 @@ struct GenerateArgs {
     chat_template: Option<PathBuf>,
 }
 
-fn float_arg(s: &str) -> std::result::Result<f32, String> {
+fn float_arg(s: &str) -> core::result::Result<f32, String> {
     let v: f32 = s.trim().parse().map_err(|_| format!("{s:?} is not a number"))?;
     if v.is_finite() {
         Ok(v)
@@ -205,7 +205,7 @@ fn float_arg(s: &str) -> std::result::Result<f32, String> {
     }
 }
 
-fn non_negative(s: &str) -> std::result::Result<f32, String> {
+fn non_negative(s: &str) -> core::result::Result<f32, String> {
     let v = float_arg(s)?;
     if v >= 0.0 {
         Ok(v)
@@ -214,7 +214,7 @@ fn non_negative(s: &str) -> std::result::Result<f32, String> {
     }
 }
 
-fn positive(s: &str) -> std::result::Result<f32, String> {
+fn positive(s: &str) -> core::result::Result<f32, String> {
     let v = float_arg(s)?;
     if v > 0.0 {
         Ok(v)
@@ -223,7 +223,7 @@ fn positive(s: &str) -> std::result::Result<f32, String> {
     }
 }
 
-fn probability(s: &str) -> std::result::Result<f32, String> {
+fn probability(s: &str) -> core::result::Result<f32, String> {
     let v = float_arg(s)?;
     if v > 0.0 && v <= 1.0 {
         Ok(v)
@@ -234,7 +234,7 @@ fn probability(s: &str) -> std::result::Result<f32, String> {
 
 /// Parses the command line; a usage error is one line (`rml: error: ...`, status 2), help and
 /// version print as clap writes them.
-fn parse_cli() -> std::result::Result<Cli, ExitCode> {
+fn parse_cli() -> core::result::Result<Cli, ExitCode> {
     match Cli::try_parse() {
         Ok(cli) => Ok(cli),
         Err(e) => {
@@ -353,7 +353,7 @@ fn peak_rss_bytes() -> Option<u64> {
     #[cfg(unix)]
     {
         // SAFETY: `getrusage` fills the zeroed struct we own; RUSAGE_SELF is always valid.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let mut usage: libc::rusage = unsafe { core::mem::zeroed() };
         // SAFETY: as above.
         if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } == 0 {
             let v = usage.ru_maxrss.max(0) as u64;
@@ -663,7 +663,7 @@ fn inspect(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn parse_schedule(s: &str) -> std::result::Result<Schedule, String> {
+fn parse_schedule(s: &str) -> core::result::Result<Schedule, String> {
     s.parse::<Schedule>().map_err(|e| e.message().to_string())
 }
 
