@@ -22,6 +22,14 @@ acts=${ACTS:-f32 int8}
 [ -f "$model" ] || { echo "no model at $model" >&2; exit 2; }
 bin=${LLAMA_BIN:-$HOME/.cache/rml-peers/llama.cpp-build/bin}
 [ -x "$bin/llama-bench" ] || { echo "no llama-bench in $bin (../shared/peers/build_llamacpp.sh)" >&2; exit 2; }
+# llama.cpp's weight repacking (its default) dies with SIGILL/SIGSEGV on some AMX Xeons in
+# this build: probe once and fall back to --repack 0, saying so (repacking helps llama.cpp's
+# Q4_0/Q8_0 GEMM, so the ratios are then against its in-place path).
+repack=${LLAMA_REPACK:-}
+if [ -z "$repack" ]; then
+    if "$bin/llama-bench" -m "$model" -p 8 -n 0 -t 1 -r 1 -o csv >/dev/null 2>&1; then repack=1
+    else repack=0; echo "llama.cpp: repacking crashes on this CPU; comparing with --repack 0"; fi
+fi
 out=$(mktemp)
 echo "model $model; rml $(git rev-parse --short HEAD 2>/dev/null || echo '?'); threads $threads"
 for r in $(seq "$rounds"); do
@@ -29,8 +37,8 @@ for r in $(seq "$rounds"); do
     for shape in $shapes; do
         p=${shape%%:*}; d=${shape##*:}
         # llama-bench: the pp test at depth 0, the tg test at depth $d (-d applies to both).
-        { "$bin/llama-bench" -m "$model" -p "$p" -n 0 -t "$threads" -fa 0,1 -r 3 -o csv 2>/dev/null
-          "$bin/llama-bench" -m "$model" -p 0 -n 32 -d "$d" -t "$threads" -fa 0,1 -r 3 -o csv \
+        { "$bin/llama-bench" -m "$model" -p "$p" -n 0 -t "$threads" -fa 0,1 --repack "$repack" -r 3 -o csv 2>/dev/null
+          "$bin/llama-bench" -m "$model" -p 0 -n 32 -d "$d" -t "$threads" -fa 0,1 --repack "$repack" -r 3 -o csv \
             2>/dev/null | tail -n +2; } | python3 -c '
 import csv, sys
 p, d = sys.argv[1], sys.argv[2]
