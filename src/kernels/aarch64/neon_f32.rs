@@ -10,7 +10,6 @@
 //! results are bit-identical for every schedule and thread count.
 
 use core::arch::aarch64::*;
-
 use core::marker::PhantomData;
 
 use super::neon_k::{KQuant, Q2K, Q3K, Q4K, Q5K, Q6K};
