@@ -12,9 +12,10 @@
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
-use super::avx2_k::{self, dot16, msum8, KBlock, KDot, Q2K, Q3K, Q4K, Q5K, Q6K};
-use crate::quant::q3_k::scales_q3;
-use crate::quant::q4_k::scales_mins_k4;
+use super::avx2_k::{
+    self, dot16, k4_scales_mins, msum8, offset_sum, q3_scales16, KBlock, KDot, Q2K, Q3K, Q4K, Q5K,
+    Q6K,
+};
 use crate::quant::Q8Acts;
 
 /// Word `i` of a `vpermw` index that spreads the scales `s[i / 8]` over 8 i16 lanes each.
@@ -89,6 +90,17 @@ unsafe fn load4(x: *const i8) -> [__m512i; 4] {
     unsafe { core::array::from_fn(|k| _mm512_loadu_si512(x.add(64 * k).cast())) }
 }
 
+/// The sum of the two 256-bit halves of `v`, lane by lane.
+///
+/// # Safety
+///
+/// AVX-512 F available.
+#[inline(always)]
+unsafe fn fold256(v: __m512i) -> __m256i {
+    // SAFETY: register-only intrinsics.
+    unsafe { _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v)) }
+}
+
 /// The 256-bit halves `[a.lo, b.lo]`, `[a.hi, b.hi]` of two vectors.
 ///
 /// # Safety
@@ -141,7 +153,7 @@ unsafe fn bits2(a: usize, b: usize) -> __m512i {
 ///
 /// # Safety
 ///
-/// 12 readable bytes at `sp`, 128 at `qs`, 32 at `qh` when given, 16 sums at `bsums`;
+/// 16 readable bytes at `sp - 4`, 128 at `qs`, 32 at `qh` when given, 16 sums at `bsums`;
 /// AVX-512 F/BW/VL/VNNI available.
 #[inline(always)]
 unsafe fn isums_k4(
@@ -153,8 +165,7 @@ unsafe fn isums_k4(
 ) -> (i32, i32) {
     // SAFETY: the reads stay inside the ranges of the caller contract.
     unsafe {
-        let sm = scales_mins_k4(core::slice::from_raw_parts(sp, 12));
-        let sm = _mm_loadu_si128(sm.as_ptr().cast());
+        let sm = k4_scales_mins(sp);
         let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(sm));
         let m4 = _mm512_set1_epi8(0x0F);
         let sixteen = _mm512_set1_epi8(0x10);
@@ -225,7 +236,7 @@ unsafe fn sum_q2(
     sc: __m512i,
     x: &[__m512i; 4],
     mut high: impl FnMut(usize, __m512i) -> __m512i,
-) -> i32 {
+) -> __m512i {
     // SAFETY: 64 bytes at `qs` (caller contract).
     unsafe {
         let q = _mm512_loadu_si512(qs.cast());
@@ -235,7 +246,7 @@ unsafe fn sum_q2(
             let low = _mm512_and_si512(_mm512_srl_epi16(q, _mm_cvtsi32_si128(2 * g as i32)), three);
             acc = acc_scaled(acc, high(g, low), x[g], sc, &IDX_Q2[g]);
         }
-        _mm512_reduce_add_epi32(acc)
+        acc
     }
 }
 
@@ -254,7 +265,8 @@ impl K512 for Q2K {
             let m4 = _mm_set1_epi8(0x0F);
             let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, m4)));
             let mins = _mm_and_si128(_mm_srli_epi16::<4>(sb), m4);
-            (sum_q2(blk.add(16), sc, x, |_, u| u), dot16::<false>(mins, bsums))
+            let is = _mm512_reduce_add_epi32(sum_q2(blk.add(16), sc, x, |_, u| u));
+            (is, dot16::<false>(mins, bsums))
         }
     }
 }
@@ -271,9 +283,8 @@ impl K512 for Q3K {
         // SAFETY: 110-byte super-block: high bits at 0..32, low pairs at 32..96, scales at
         // 96..108 (caller contract).
         unsafe {
-            let s = scales_q3(core::slice::from_raw_parts(blk.add(96), 12));
-            let s8 = _mm_loadu_si128(s.as_ptr().cast());
-            let sc = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(s8));
+            let sc16 = q3_scales16(blk.add(96));
+            let sc = _mm512_zextsi256_si512(sc16);
             let hz = _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.cast()));
             let four = _mm512_set1_epi8(4);
             // Element 128 h + 32 g + l has its high bit at bit 4 h + g of hmask[l].
@@ -281,7 +292,7 @@ impl K512 for Q3K {
                 let set = _mm512_test_epi8_mask(hz, bits2(g, 4 + g));
                 _mm512_mask_add_epi8(u, set, u, four)
             });
-            (is - 4 * dot16::<true>(s8, bsums), 0)
+            (offset_sum::<2>(fold256(is), sc16, bsums), 0)
         }
     }
 }
@@ -327,8 +338,8 @@ impl K512 for Q6K {
         // SAFETY: 210-byte super-block: low nibbles at 0..128, high pairs at 128..192, scales
         // at 192..208 (caller contract).
         unsafe {
-            let s8 = _mm_loadu_si128(blk.add(192).cast());
-            let sc = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(s8));
+            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192).cast()));
+            let sc = _mm512_zextsi256_si512(sc16);
             let (m4, m2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
             let mut acc = _mm512_setzero_si512();
             for h in 0..2 {
@@ -347,7 +358,7 @@ impl K512 for Q6K {
                     acc = acc_scaled(acc, u, x[2 * h + i], sc, &IDX_Q6[2 * h + i]);
                 }
             }
-            (_mm512_reduce_add_epi32(acc) - 32 * dot16::<true>(s8, bsums), 0)
+            (offset_sum::<5>(fold256(acc), sc16, bsums), 0)
         }
     }
 }
