@@ -13,9 +13,10 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::avx2_k::{
-    self, dot16, k4_scales_mins, msum8, offset_sum, q3_scales16, KBlock, KDot, Q2K, Q3K, Q4K, Q5K,
-    Q6K,
+    self, dot16, k4_scales_mins, msum8, offset_sum, q3_scales16, KBlock, KDot, On256, Q2K, Q3K,
+    Q4K, Q5K, Q6K,
 };
+use super::EvexOps;
 use crate::quant::Q8Acts;
 
 /// Word `i` of a `vpermw` index that spreads the scales `s[i / 8]` over 8 i16 lanes each.
@@ -364,7 +365,7 @@ impl K512 for Q6K {
 }
 
 macro_rules! entries {
-    ($($name:ident, $k:ty;)*) => { $(
+    ($($name:ident, $k:ty, $on512:expr;)*) => { $(
         /// AVX-512 table entry, activations in Q8_K.
         ///
         /// # Safety
@@ -381,15 +382,23 @@ macro_rules! entries {
             ldy: usize,
         ) {
             // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { avx2_k::matmul::<On512<$k>, 4>(w, rb, rows, xq, n, y, ldy) }
+            unsafe {
+                if $on512 {
+                    avx2_k::matmul::<On512<$k>, 4>(w, rb, rows, xq, n, y, ldy)
+                } else {
+                    avx2_k::matmul::<On256<$k, EvexOps>, 1>(w, rb, rows, xq, n, y, ldy)
+                }
+            }
         }
     )* };
 }
 
+// The body per type, measured on this tier's reference machine (Sapphire Rapids class): Q2_K's
+// 512-bit body (two shift + mask steps per vector, four vectors) loses to the 256-bit one.
 entries! {
-    avx512_q2_k_q8k, Q2K;
-    avx512_q3_k_q8k, Q3K;
-    avx512_q4_k_q8k, Q4K;
-    avx512_q5_k_q8k, Q5K;
-    avx512_q6_k_q8k, Q6K;
+    avx512_q2_k_q8k, Q2K, false;
+    avx512_q3_k_q8k, Q3K, true;
+    avx512_q4_k_q8k, Q4K, true;
+    avx512_q5_k_q8k, Q5K, true;
+    avx512_q6_k_q8k, Q6K, true;
 }

@@ -4,7 +4,9 @@
 //! - **AVX-512** (F/BW/VL + AVX512-VNNI): 512-bit `vpdpbusd` over two blocks at once (block
 //!   `j` and `j + 4` of each group of eight), four weight rows per activation load, the eight
 //!   block sums of a row reduced in three shuffle steps, and the f16 block scales picked out
-//!   of the row with one or two `vpermt2w` instead of eight scalar inserts.
+//!   of the row with one or two `vpermt2w` instead of eight scalar inserts; or, per type and
+//!   row length ([`matmul_avx512`]), the AVX-VNNI loop on EVEX 256-bit `vpdpbusd`. Q5_0/Q5_1
+//!   add their fifth bits through a mask register (`kmov` of `qh`, one masked add) on both.
 //! - **AVX-VNNI** (the VEX-encoded 256-bit `vpdpbusd`): the AVX2 kernel of `avx2_q8.rs` with
 //!   `vpdpbusd` in place of `maddubs` + `madd` ([`super::VexOps`]).
 //!
@@ -18,7 +20,7 @@
 use core::arch::x86_64::*;
 
 use super::avx2_q8::{self, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
-use super::{hsum_ps, term, EvexOps, VexOps};
+use super::{hsum_ps, nibbles32, term, EvexOps, VexOps};
 use crate::quant::{Q8Acts, QK};
 
 /// A 32-element block as seen by the AVX-512 kernel (on top of its [`QBlock`] operands).
@@ -80,25 +82,6 @@ unsafe fn nibbles64(qs0: *const u8, qs1: *const u8) -> __m512i {
         let v = _mm256_loadu2_m128i(qs1.cast(), qs0.cast());
         let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(v), _mm256_srli_epi16::<4>(v));
         _mm512_and_si512(z, _mm512_set1_epi8(0x0F))
-    }
-}
-
-/// Two Q5 blocks' values: [`nibbles64`] of the 16 bytes at `qs0` / `qs1` with `16` added
-/// where the fifth bit (the little-endian u32 at `qh0` / `qh1`) is set, in the same lanes.
-///
-/// # Safety
-///
-/// 16 readable bytes at `qs0`, `qs1`, 4 at `qh0`, `qh1`; AVX-512 F/BW available.
-#[inline(always)]
-unsafe fn q5_values64(qs0: *const u8, qs1: *const u8, qh0: *const u8, qh1: *const u8) -> __m512i {
-    // SAFETY: the reads are in bounds (caller contract); the rest is register-only.
-    unsafe {
-        let h0 = qh0.cast::<u32>().read_unaligned() as u64;
-        let h1 = qh1.cast::<u32>().read_unaligned() as u64;
-        // Lanes: elements 0..16 of block 0, of block 1, then elements 16..32 of each.
-        let k = (h0 & 0xFFFF) | (h1 & 0xFFFF) << 16 | (h0 >> 16) << 32 | (h1 >> 16) << 48;
-        let q = nibbles64(qs0, qs1);
-        _mm512_mask_add_epi8(q, k, q, _mm512_set1_epi8(0x10))
     }
 }
 
@@ -300,23 +283,130 @@ impl VBlock for Q4_1B {
     }
 }
 
-impl VBlock for Q5_0B {
-    const HALVES: bool = false;
+/// Q5_0 on the AVX-512 tier: its 256-bit body (`avx2_q8.rs` with [`EvexOps`]) and its
+/// 512-bit one both add the fifth bits through a mask register (`kmov` + masked add) instead
+/// of spreading them over bytes with shuffles and compares.
+pub(super) struct Q5_0E;
+/// Q5_1 on the AVX-512 tier, as [`Q5_0E`].
+pub(super) struct Q5_1E;
+
+/// The 32 values of a Q5 block: [`nibbles32`] of the 16 bytes at `qs` with `16` added where the
+/// fifth bit (the little-endian u32 at `qh`) is set.
+///
+/// # Safety
+///
+/// 16 readable bytes at `qs`, 4 at `qh`; AVX2 and AVX-512 BW/VL available.
+#[inline(always)]
+unsafe fn q5_values32(qs: *const u8, qh: *const u8) -> __m256i {
+    // SAFETY: the reads are in bounds (caller contract); the rest is register-only.
+    unsafe {
+        let k: __mmask32 = qh.cast::<u32>().read_unaligned();
+        let q = nibbles32(qs);
+        _mm256_mask_add_epi8(q, k, q, _mm256_set1_epi8(0x10))
+    }
+}
+
+/// `vpsrlvw` counts: 0 in 128-bit lanes 0 and 2, 4 in lanes 1 and 3.
+static NIB_SHIFT: [i16; 32] = [
+    0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4,
+];
+
+/// Two Q5 blocks' values in element order by 256-bit halves (`[block 0 | block 1]`, as
+/// [`VBlock::HALVES`]): the 16 nibble bytes at `qs0` / `qs1`, `16` added where the fifth bit
+/// (the little-endian u32 at `qh0` / `qh1`) is set, so the mask is simply `qh1:qh0`.
+///
+/// # Safety
+///
+/// 16 readable bytes at `qs0`, `qs1`, 4 at `qh0`, `qh1`; AVX-512 F/BW available.
+#[inline(always)]
+unsafe fn q5_values64(qs0: *const u8, qs1: *const u8, qh0: *const u8, qh1: *const u8) -> __m512i {
+    // SAFETY: the reads are in bounds (caller contract); the rest is register-only.
+    unsafe {
+        let h0 = qh0.cast::<u32>().read_unaligned() as u64;
+        let h1 = qh1.cast::<u32>().read_unaligned() as u64;
+        let a = _mm256_broadcastsi128_si256(_mm_loadu_si128(qs0.cast()));
+        let b = _mm256_broadcastsi128_si256(_mm_loadu_si128(qs1.cast()));
+        // [q0, q0 >> 4, q1, q1 >> 4] by 128-bit lanes, masked to nibbles.
+        let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+        let z = _mm512_srlv_epi16(z, _mm512_loadu_si512(NIB_SHIFT.as_ptr().cast()));
+        let q = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+        _mm512_mask_add_epi8(q, h0 | h1 << 32, q, _mm512_set1_epi8(0x10))
+    }
+}
+
+impl QBlock for Q5_0E {
+    const BYTES: usize = crate::quant::q5_0::BYTES;
+    const OFFSET: i32 = 16;
+    const MIN: bool = false;
+
+    #[inline(always)]
+    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: 4 bytes at `blk + 2`, 16 at `blk + 6` (caller contract).
+        unsafe { (q5_values32(blk.add(6), blk.add(2)), x) }
+    }
+}
+
+impl QBlock for Q5_1E {
+    const BYTES: usize = crate::quant::q5_1::BYTES;
+    const OFFSET: i32 = 0;
+    const MIN: bool = true;
+
+    #[inline(always)]
+    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: 4 bytes at `blk + 4`, 16 at `blk + 8` (caller contract).
+        unsafe { (q5_values32(blk.add(8), blk.add(4)), x) }
+    }
+}
+
+impl VBlock for Q5_0E {
+    const HALVES: bool = true;
 
     #[inline(always)]
     unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
         // SAFETY: qh at byte 2, 16 nibble bytes at 6 of each block (caller contract).
         unsafe { (q5_values64(blk0.add(6), blk1.add(6), blk0.add(2), blk1.add(2)), x) }
     }
+
+    #[inline(always)]
+    unsafe fn scales8(wb: *const u8) -> __m256i {
+        // SAFETY: eight 22-byte blocks = 176 readable bytes. The scales of blocks 0..6 are words
+        // 0, 11, .., 55 of the first 128 bytes; blocks 6 and 7 (words 66, 77) are words 2 and
+        // 13 of the 32 bytes at byte 128.
+        unsafe {
+            let t = pick_words(wb, 128, 11, false);
+            let tail = _mm512_castsi256_si512(_mm256_loadu_si256(wb.add(128).cast()));
+            let idx = _mm512_set_epi16(
+                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 13, 2, 0,
+                0, 0, 0, 0, 0,
+            );
+            _mm512_castsi512_si256(_mm512_mask_permutexvar_epi16(t, 0x00C0, idx, tail))
+        }
+    }
 }
 
-impl VBlock for Q5_1B {
-    const HALVES: bool = false;
+impl VBlock for Q5_1E {
+    const HALVES: bool = true;
 
     #[inline(always)]
     unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
         // SAFETY: qh at byte 4, 16 nibble bytes at 8 of each block (caller contract).
         unsafe { (q5_values64(blk0.add(8), blk1.add(8), blk0.add(4), blk1.add(4)), x) }
+    }
+
+    #[inline(always)]
+    unsafe fn scales8(wb: *const u8) -> __m256i {
+        // SAFETY: eight 24-byte blocks = 192 readable bytes. Blocks 0..6 have their scale and
+        // minimum (words 12 j, 12 j + 1) in the first 128 bytes; blocks 6 and 7 (words 72, 73,
+        // 84, 85) are words 8, 9, 20, 21 of the 64 bytes at byte 128.
+        unsafe {
+            let t = pick_words(wb, 128, 12, true);
+            let tail = _mm512_loadu_si512(wb.add(128).cast());
+            let idx = _mm512_set_epi16(
+                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 21, 9, 0, 0, 0, 0, 0, 0, 20, 8, 0,
+                0, 0, 0, 0, 0,
+            );
+            _mm512_castsi512_si256(_mm512_mask_permutexvar_epi16(t, 0xC0C0, idx, tail))
+        }
     }
 }
 
@@ -486,6 +576,25 @@ unsafe fn matmul_vnni<Q: QBlock>(
     unsafe { avx2_q8::matmul::<Q, VexOps>(w, rb, rows, xq, n, y, ldy) }
 }
 
+/// The AVX-512 tier's 256-bit body: the AVX2 kernel with the EVEX `vpdpbusd`.
+///
+/// # Safety
+///
+/// As [`crate::kernels::MatmulQ8Fn`]; AVX2, F16C and AVX-512 F/BW/VL/VNNI available.
+#[inline(always)]
+unsafe fn matmul_evex<Q: QBlock>(
+    w: *const u8,
+    rb: usize,
+    rows: usize,
+    xq: &Q8Acts<'_>,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: forwarded caller contract.
+    unsafe { avx2_q8::matmul::<Q, EvexOps>(w, rb, rows, xq, n, y, ldy) }
+}
+
 macro_rules! entry {
     ($name:ident, $body:ident, $q:ty, $feat:literal, $doc:literal) => {
         #[doc = $doc]
@@ -509,25 +618,74 @@ macro_rules! entry {
     };
 }
 
-/// Both tiers' entries of each type.
-macro_rules! entries {
-    ($($vnni:ident, $avx512:ident, $q:ty;)*) => { $(
-        entry!($vnni, matmul_vnni, $q, "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
-        entry!(
-            $avx512,
-            matmul_512,
-            $q,
-            "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-            "AVX-512 table entry."
-        );
+entry!(vnni_q8_0_q8, matmul_vnni, Q8_0B, "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
+entry!(vnni_q4_0_q8, matmul_vnni, Q4_0B, "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
+entry!(vnni_q4_1_q8, matmul_vnni, Q4_1B, "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
+entry!(vnni_q5_0_q8, matmul_vnni, Q5_0B, "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
+entry!(vnni_q5_1_q8, matmul_vnni, Q5_1B, "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
+entry!(vnni_iq4_nl_q8, matmul_vnni, Iq4NlB, "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
+
+/// The AVX-512 tier's body choice: the 512-bit body for rows of at least `min_512` blocks, the
+/// 256-bit EVEX one below (`usize::MAX`: always 256-bit). Both give the same bits.
+///
+/// # Safety
+///
+/// As [`crate::kernels::MatmulQ8Fn`]; AVX2, F16C and AVX-512 F/BW/VL/VNNI available.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn matmul_avx512<Q: VBlock>(
+    min_512: usize,
+    w: *const u8,
+    rb: usize,
+    rows: usize,
+    xq: &Q8Acts<'_>,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        if xq.nb() >= min_512 {
+            matmul_512::<Q>(w, rb, rows, xq, n, y, ldy)
+        } else {
+            matmul_evex::<Q>(w, rb, rows, xq, n, y, ldy)
+        }
+    }
+}
+
+/// The AVX-512 tier's entries, each with its [`matmul_avx512`] threshold (in 32-element
+/// blocks per row), measured on this tier's reference machine (Sapphire Rapids class, where
+/// 512-bit `vpdpbusd` runs no faster per byte than two 256-bit ones): the 512-bit body's four
+/// rows per activation load pay off only on long rows, and its one-by-one tail blocks cost
+/// most on short ones (K = 576 is 16 blocks + 2).
+macro_rules! avx512_entries {
+    ($($name:ident, $q:ty, $min_512:expr;)*) => { $(
+        /// AVX-512 table entry.
+        ///
+        /// # Safety
+        ///
+        /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the features enabled here.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) unsafe fn $name(
+            w: *const u8,
+            rb: usize,
+            rows: usize,
+            xq: &Q8Acts<'_>,
+            n: usize,
+            y: *mut f32,
+            ldy: usize,
+        ) {
+            // SAFETY: forwarded caller contract; the features are enabled here.
+            unsafe { matmul_avx512::<$q>($min_512, w, rb, rows, xq, n, y, ldy) }
+        }
     )* };
 }
 
-entries! {
-    vnni_q8_0_q8, avx512_q8_0_q8, Q8_0B;
-    vnni_q4_0_q8, avx512_q4_0_q8, Q4_0B;
-    vnni_q4_1_q8, avx512_q4_1_q8, Q4_1B;
-    vnni_q5_0_q8, avx512_q5_0_q8, Q5_0B;
-    vnni_q5_1_q8, avx512_q5_1_q8, Q5_1B;
-    vnni_iq4_nl_q8, avx512_iq4_nl_q8, Iq4NlB;
+avx512_entries! {
+    avx512_q8_0_q8, Q8_0B, 128;
+    avx512_q4_0_q8, Q4_0B, usize::MAX;
+    avx512_q4_1_q8, Q4_1B, 128;
+    avx512_q5_0_q8, Q5_0E, 32;
+    avx512_q5_1_q8, Q5_1E, 32;
+    avx512_iq4_nl_q8, Iq4NlB, usize::MAX;
 }
