@@ -1,19 +1,22 @@
 //! VNNI int8 kernels for the 32-element types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) ×
 //! Q8 activations, for two tiers:
 //!
-//! - **AVX-512** (F/BW/VL + AVX512-VNNI): 512-bit `vpdpbusd` over two blocks at once (block
-//!   `j` and `j + 4` of each group of eight), four weight rows per activation load, the eight
-//!   block sums of a row reduced in three shuffle steps, and the f16 block scales picked out
-//!   of the row with one or two `vpermt2w` instead of eight scalar inserts.
+//! - **AVX-512** (F/BW/VL + AVX512-VNNI): tiles of `R` weight rows × `N` activation rows
+//!   ([`tile`]: `1 × 8`, `1 × 4`, `1 × 2` for prefill, `2 × 1` for the GEMV). Per group of
+//!   eight blocks each weight row is decoded once ([`VBlock::decode2`]: blocks `2 j`, `2 j + 1`
+//!   in element order in one 512-bit vector, unsigned) and dotted by 512-bit `vpdpbusd` with
+//!   every activation row of the tile, read as plain 64-byte loads; two outputs' block sums are
+//!   reduced together ([`reduce2`]) and their f32 terms share one vector, the f16 block scales
+//!   picked out of the row with one or two `vpermt2w`.
 //! - **AVX-VNNI** (the VEX-encoded 256-bit `vpdpbusd`): the AVX2 kernel of `avx2_q8.rs` with
 //!   `vpdpbusd` in place of `maddubs` + `madd` ([`super::VexOps`]).
 //!
 //! The integer block sums are exact (a quad is at most `4 · 255 · 127`, far inside i32), and
 //! the f32 part is the oracle's order exactly ([`crate::kernels::scalar::accumulate8`]: block
 //! `b`'s term into lane `b % 8`, separate multiply and add, then the fixed horizontal sum), so
-//! every entry is bit-identical to the scalar table. Operands per dtype as in `avx2_q8.rs`
-//! ([`QBlock`]): the signed types (Q8_0, IQ4_NL's codebook values) by the sign trick, the
-//! unsigned nibbles (and Q5's fifth bits) directly, with `- OFFSET · Σ x` after (Q4_0, Q5_0).
+//! every entry is bit-identical to the scalar table. The AVX-512 operands depend on the weights
+//! only: the unsigned nibbles (and Q5's fifth bits) as they are, the signed values (Q8_0,
+//! IQ4_NL's codebook) offset by `+ 128`; each takes `- OFF · Σ x` after ([`VBlock::OFF`]).
 
 use core::arch::x86_64::*;
 
@@ -290,6 +293,31 @@ impl VBlock for Q5_1B {
     }
 }
 
+/// Within each 128-bit lane: `[a0 + a2, b0 + b2, a1 + a3, b1 + b3]`.
+///
+/// # Safety
+///
+/// AVX-512 F available.
+#[inline(always)]
+pub(super) unsafe fn pair(a: __m512i, b: __m512i) -> __m512i {
+    // SAFETY: register-only intrinsics.
+    unsafe { _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b)) }
+}
+
+/// Within each 128-bit lane `L`: `[Σ_L p0, Σ_L p1, Σ_L p2, Σ_L p3]`.
+///
+/// # Safety
+///
+/// AVX-512 F available.
+#[inline(always)]
+pub(super) unsafe fn quad(p: [__m512i; 4]) -> __m512i {
+    // SAFETY: register-only intrinsics.
+    unsafe {
+        let (p01, p23) = (pair(p[0], p[1]), pair(p[2], p[3]));
+        _mm512_add_epi32(_mm512_unpacklo_epi64(p01, p23), _mm512_unpackhi_epi64(p01, p23))
+    }
+}
+
 /// [`reduce2`]'s picks: output lane `i < 8` is block `i` of the first output (`+ 16`: of the
 /// second), from 128-bit lanes 0 / 2 ([`REDUCE_LO`]) and 1 / 3 ([`REDUCE_HI`]).
 static REDUCE_LO: [i32; 16] = [0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27];
@@ -307,14 +335,6 @@ static REDUCE_HI: [i32; 16] = [4, 12, 5, 13, 6, 14, 7, 15, 20, 28, 21, 29, 22, 3
 unsafe fn reduce2(a: [__m512i; 4], b: [__m512i; 4]) -> __m512i {
     // SAFETY: register-only intrinsics and two 64-byte reads of statics.
     unsafe {
-        // Within each 128-bit lane: [x0+x2, y0+y2, x1+x3, y1+y3].
-        let pair =
-            |x, y| _mm512_add_epi32(_mm512_unpacklo_epi32(x, y), _mm512_unpackhi_epi32(x, y));
-        // Within each 128-bit lane L: [Σ_L p0, Σ_L p1, Σ_L p2, Σ_L p3].
-        let quad = |p: [__m512i; 4]| {
-            let (p01, p23) = (pair(p[0], p[1]), pair(p[2], p[3]));
-            _mm512_add_epi32(_mm512_unpacklo_epi64(p01, p23), _mm512_unpackhi_epi64(p01, p23))
-        };
         let (qa, qb) = (quad(a), quad(b));
         let lo = _mm512_loadu_si512(REDUCE_LO.as_ptr().cast());
         let hi = _mm512_loadu_si512(REDUCE_HI.as_ptr().cast());
@@ -334,6 +354,67 @@ struct TileX {
     d: *const f32,
     s: *const f32,
     sum: *const i32,
+}
+
+/// The 256-bit halves `lo`, `hi` as one vector.
+///
+/// # Safety
+///
+/// AVX-512 F available.
+#[inline(always)]
+unsafe fn join_ps(lo: __m256, hi: __m256) -> __m512 {
+    // SAFETY: register-only intrinsics.
+    unsafe {
+        let z = _mm512_castps_pd(_mm512_castps256_ps512(lo));
+        _mm512_castpd_ps(_mm512_insertf64x4::<1>(z, _mm256_castps_pd(hi)))
+    }
+}
+
+/// Activation row `t`'s scales, scaled sums (with [`QBlock::MIN`]) and sums (with
+/// [`VBlock::OFF`]) of the `lm` blocks from `b` (zero past them).
+///
+/// # Safety
+///
+/// The blocks are in `x`; AVX-512 F/VL available.
+#[inline(always)]
+unsafe fn acts<Q: VBlock>(x: TileX, t: usize, b: usize, lm: __mmask8) -> (__m256, __m256, __m256i) {
+    // SAFETY: masked loads of blocks inside row `t` (caller contract).
+    unsafe {
+        let i = t * x.nb + b;
+        let dx = _mm256_maskz_loadu_ps(lm, x.d.add(i));
+        let sx = if Q::MIN { _mm256_maskz_loadu_ps(lm, x.s.add(i)) } else { dx };
+        let sum = if Q::OFF != 0 {
+            _mm256_maskz_loadu_epi32(lm, x.sum.add(i))
+        } else {
+            _mm256_setzero_si256()
+        };
+        (dx, sx, sum)
+    }
+}
+
+/// The pair vectors of one weight row's decoded blocks `u` (pairs `j < ⌈m / 2⌉`; the rest 0)
+/// against activation row `t`'s blocks `b .. b + m`.
+///
+/// # Safety
+///
+/// The blocks are in `x` (the lone last block of an odd `m` is read with a mask);
+/// AVX-512 F/BW/VNNI available.
+#[inline(always)]
+unsafe fn dot4(u: &[__m512i; 4], x: TileX, t: usize, b: usize, m: usize) -> [__m512i; 4] {
+    // SAFETY: reads inside the row's blocks `b .. b + m` (caller contract).
+    unsafe {
+        let xb = x.qs.add((t * x.nb + b) * QK);
+        let mut p = [_mm512_setzero_si512(); 4];
+        for (j, p) in p.iter_mut().enumerate().take(m.div_ceil(2)) {
+            let xv = if 2 * j + 1 < m {
+                _mm512_loadu_si512(xb.add(64 * j).cast())
+            } else {
+                _mm512_maskz_loadu_epi8(0xFFFF_FFFF, xb.add(64 * j).cast())
+            };
+            *p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j], xv);
+        }
+        p
+    }
 }
 
 /// One group of `m <= 8` blocks starting at block `b` of an `R` × `N` tile (weight row `r` at
@@ -378,42 +459,15 @@ unsafe fn group<Q: VBlock, const R: usize, const N: usize, const P: usize>(
             dm[r] = _mm512_cvtph_ps(sc);
         }
         let lm: __mmask8 = ((1u16 << m) - 1) as u8;
-        let half = |t: usize| {
-            let i = t * x.nb + b;
-            let dx = _mm256_maskz_loadu_ps(lm, x.d.add(i));
-            let sx = if Q::MIN { _mm256_maskz_loadu_ps(lm, x.s.add(i)) } else { dx };
-            let sum = if Q::OFF != 0 {
-                _mm256_maskz_loadu_epi32(lm, x.sum.add(i))
-            } else {
-                _mm256_setzero_si256()
-            };
-            (dx, sx, sum)
-        };
-        let dot4 = |r: usize, t: usize| {
-            let xb = x.qs.add((t * x.nb + b) * QK);
-            let mut p = [_mm512_setzero_si512(); 4];
-            for (j, p) in p.iter_mut().enumerate().take(np) {
-                let xv = if 2 * j + 1 < m {
-                    _mm512_loadu_si512(xb.add(64 * j).cast())
-                } else {
-                    _mm512_maskz_loadu_epi8(0xFFFF_FFFF, xb.add(64 * j).cast())
-                };
-                *p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[r][j], xv);
-            }
-            p
-        };
-        let both = |lo: __m256, hi: __m256| {
-            let z = _mm512_castps_pd(_mm512_castps256_ps512(lo));
-            _mm512_castpd_ps(_mm512_insertf64x4::<1>(z, _mm256_castps_pd(hi)))
-        };
         for (p, acc) in acc.iter_mut().enumerate() {
             let (oa, ob) = (2 * p, (2 * p + 1).min(R * N - 1));
             let (ra, ta, rb_, tb) = (oa / N, oa % N, ob / N, ob % N);
-            let pa = dot4(ra, ta);
-            let pb = if ob != oa { dot4(rb_, tb) } else { pa };
+            let pa = dot4(&u[ra], x, ta, b, m);
+            let pb = if ob != oa { dot4(&u[rb_], x, tb, b, m) } else { pa };
             let mut isum = reduce2(pa, pb);
-            let (dxa, sxa, suma) = half(ta);
-            let (dxb, sxb, sumb) = if tb != ta { half(tb) } else { (dxa, sxa, suma) };
+            let (dxa, sxa, suma) = acts::<Q>(x, ta, b, lm);
+            let (dxb, sxb, sumb) =
+                if tb != ta { acts::<Q>(x, tb, b, lm) } else { (dxa, sxa, suma) };
             if Q::OFF != 0 {
                 let s = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(suma), sumb);
                 let sh = _mm_cvtsi32_si128(Q::OFF.trailing_zeros() as i32);
@@ -421,10 +475,11 @@ unsafe fn group<Q: VBlock, const R: usize, const N: usize, const P: usize>(
             }
             // [dw of row ra | dw of row rb], [mw of ra | mw of rb].
             let dw = _mm512_shuffle_f32x4::<0x44>(dm[ra], dm[rb_]);
-            let mut c = _mm512_mul_ps(_mm512_mul_ps(dw, both(dxa, dxb)), _mm512_cvtepi32_ps(isum));
+            let mut c =
+                _mm512_mul_ps(_mm512_mul_ps(dw, join_ps(dxa, dxb)), _mm512_cvtepi32_ps(isum));
             if Q::MIN {
                 let mw = _mm512_shuffle_f32x4::<0xEE>(dm[ra], dm[rb_]);
-                c = _mm512_add_ps(c, _mm512_mul_ps(mw, both(sxa, sxb)));
+                c = _mm512_add_ps(c, _mm512_mul_ps(mw, join_ps(sxa, sxb)));
             }
             *acc = if m == 8 {
                 _mm512_add_ps(*acc, c)
