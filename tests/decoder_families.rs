@@ -10,6 +10,7 @@ mod decoder_common;
 use decoder_common::{argmax, data, leak_aligned, max_abs_diff, Reference};
 use rml::format::gguf::Gguf;
 use rml::format::safetensors::SafeTensors;
+use rml::format::{TensorSource, TensorView};
 use rml::model::config::{from_gguf, parse_config, LayerKind, ModelConfig};
 use rml::model::{DecoderLM, DecoderOptions, Hidden, Stage};
 use rml::{Code, InlineExecutor};
@@ -302,6 +303,47 @@ fn untied_without_an_output_matrix_names_it() {
     let st = SafeTensors::parse(leak_aligned(&data("tiny-gemma3/model.safetensors"))).unwrap();
     let e = DecoderLM::new(&cfg, &st, &InlineExecutor, DecoderOptions::default()).unwrap_err();
     assert!(e.message().contains("\"lm_head.weight\""), "{e}");
+}
+
+/// A tensor source that hides one tensor of a safetensors file.
+struct Hiding(&'static SafeTensors<'static>, &'static str);
+
+impl TensorSource<'static> for Hiding {
+    fn tensor(&self, name: &str) -> rml::Result<TensorView<'static>> {
+        if name == self.1 {
+            return Err(rml::Error::not_found(format_args!("tensor {name:?} is not in the model")));
+        }
+        self.0.tensor(name)
+    }
+
+    fn tensor_names(&self) -> Vec<&str> {
+        self.0.tensor_names().into_iter().filter(|n| *n != self.1).collect()
+    }
+}
+
+/// Issue 13 item 2 on the Llama family (the default before families existed): untied, or
+/// `tie_word_embeddings` absent (transformers' Llama reads it as false), without
+/// `lm_head.weight` is an error naming it, never the embedding used as the head. Tied with
+/// `lm_head.weight` present uses the embedding (`ModelConfig::tie_word_embeddings`).
+#[test]
+fn llama_untied_without_lm_head_names_it() {
+    let st = SafeTensors::parse(leak_aligned(&data("tiny-llama/f32/model.safetensors"))).unwrap();
+    let st: &'static SafeTensors<'static> = Box::leak(Box::new(st));
+    let src = Hiding(st, "lm_head.weight");
+    for tie in [Some("false"), None] {
+        let text = with("tiny-llama/f32/config.json", &[("tie_word_embeddings", tie)]);
+        let cfg = parse_config(&text).unwrap();
+        assert!(!cfg.tie_word_embeddings, "tie_word_embeddings {tie:?}");
+        let e = match DecoderLM::new(&cfg, &src, &InlineExecutor, DecoderOptions::default()) {
+            Ok(_) => panic!("tie_word_embeddings {tie:?} without lm_head.weight was accepted"),
+            Err(e) => e,
+        };
+        assert!(e.message().contains("lm_head.weight"), "{e}");
+    }
+    // Tied, with lm_head.weight in the file too: accepted (the embedding is the head).
+    let text = with("tiny-llama/f32/config.json", &[("tie_word_embeddings", Some("true"))]);
+    let cfg = parse_config(&text).unwrap();
+    DecoderLM::new(&cfg, st, &InlineExecutor, DecoderOptions::default()).unwrap();
 }
 
 #[test]

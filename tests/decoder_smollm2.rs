@@ -57,6 +57,16 @@ fn gguf_q4_1_int8_activations_stay_close() {
     eprintln!("SmolLM2 Q4_1, int8 activations: max abs logit diff {diff:.3e}, argmax {agree}/17");
     assert!(diff <= 1.0, "max abs logit diff {diff}");
     assert!(agree >= 16, "argmax agrees at {agree}/17 positions");
+    // Issue 13 item 5: the README states this measured agreement, and no longer claims that
+    // int8 gives the same greedy text (it does not, e.g. for "The capital of France is").
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .unwrap()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let stated = format!("the int8 argmax equals transformers' at {agree} of 17 positions");
+    assert!(readme.contains(&stated), "README.md does not state {stated:?}");
+    assert!(!readme.contains("the greedy text is the same"), "README.md claims identical text");
 }
 
 #[test]

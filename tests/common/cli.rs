@@ -2,8 +2,10 @@
 //! tokenizer, and checks on its output.
 #![allow(dead_code)]
 
+use core::time::Duration;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Instant;
 
 use rml::tokenizer::Tokenizer;
 
@@ -75,4 +77,19 @@ pub fn one_line_error(o: &Output, needle: &str) {
     assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err:?}");
     assert!(err.contains(needle), "{needle:?} not in {err:?}");
     assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+}
+
+/// Polls `probe` every 20 ms until it returns `Some`. A hang watchdog, not a speed bound: after
+/// `secs` seconds (chosen far above what a loaded machine needs) it fails naming `what`.
+pub fn wait_for<T>(secs: u64, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!("watchdog: still waiting after {secs} s for {what}: a hang");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -54,7 +54,7 @@ fn find_or_fetch() -> Result<PathBuf, String> {
     }
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/models").join(SMOLLM2_FILE);
     let cached = user_cache().map(|d| d.join(SMOLLM2_FILE));
-    for p in std::iter::once(repo).chain(cached) {
+    for p in core::iter::once(repo).chain(cached) {
         if p.is_file() {
             return Ok(p);
         }

@@ -3,7 +3,7 @@
 //! ```text
 //! rml generate [-m PATH] [-p TEXT | -f FILE | stdin] [-n N|-1] [-t N] [--schedule P]
 //!              [--temperature T] [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S]
-//!              [--activations f32|int8] [-c N] [--chat]
+//!              [--activations f32|int8] [-c N] [--chat] [--chat-template FILE]
 //! rml chat [--model PATH] [--system TEXT] [--chat-template FILE] [--stop S]... [-v]
 //! rml inspect PATH
 //! rml tune [-m PATH]
@@ -190,9 +190,13 @@ struct GenerateArgs {
     /// Wrap the prompt in the model's own chat template as one user turn.
     #[arg(long)]
     chat: bool,
+    /// Wrap the prompt in the chat template in FILE (Jinja, as transformers'
+    /// `apply_chat_template` renders it) instead of the model's own; implies --chat.
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<PathBuf>,
 }
 
-fn float_arg(s: &str) -> std::result::Result<f32, String> {
+fn float_arg(s: &str) -> core::result::Result<f32, String> {
     let v: f32 = s.trim().parse().map_err(|_| format!("{s:?} is not a number"))?;
     if v.is_finite() {
         Ok(v)
@@ -201,7 +205,7 @@ fn float_arg(s: &str) -> std::result::Result<f32, String> {
     }
 }
 
-fn non_negative(s: &str) -> std::result::Result<f32, String> {
+fn non_negative(s: &str) -> core::result::Result<f32, String> {
     let v = float_arg(s)?;
     if v >= 0.0 {
         Ok(v)
@@ -210,7 +214,7 @@ fn non_negative(s: &str) -> std::result::Result<f32, String> {
     }
 }
 
-fn positive(s: &str) -> std::result::Result<f32, String> {
+fn positive(s: &str) -> core::result::Result<f32, String> {
     let v = float_arg(s)?;
     if v > 0.0 {
         Ok(v)
@@ -219,7 +223,7 @@ fn positive(s: &str) -> std::result::Result<f32, String> {
     }
 }
 
-fn probability(s: &str) -> std::result::Result<f32, String> {
+fn probability(s: &str) -> core::result::Result<f32, String> {
     let v = float_arg(s)?;
     if v > 0.0 && v <= 1.0 {
         Ok(v)
@@ -230,7 +234,7 @@ fn probability(s: &str) -> std::result::Result<f32, String> {
 
 /// Parses the command line; a usage error is one line (`rml: error: ...`, status 2), help and
 /// version print as clap writes them.
-fn parse_cli() -> std::result::Result<Cli, ExitCode> {
+fn parse_cli() -> core::result::Result<Cli, ExitCode> {
     match Cli::try_parse() {
         Ok(cli) => Ok(cli),
         Err(e) => {
@@ -349,7 +353,7 @@ fn peak_rss_bytes() -> Option<u64> {
     #[cfg(unix)]
     {
         // SAFETY: `getrusage` fills the zeroed struct we own; RUSAGE_SELF is always valid.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let mut usage: libc::rusage = unsafe { core::mem::zeroed() };
         // SAFETY: as above.
         if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } == 0 {
             let v = usage.ru_maxrss.max(0) as u64;
@@ -377,18 +381,22 @@ fn read_prompt(args: &GenerateArgs) -> Result<String> {
             .map_err(|e| Error::from(e).context("reading the prompt from standard input"))?;
         Ok(s)
     };
+    // Text from a file or a pipe loses one trailing newline, as llama.cpp's `-f` and the
+    // shell's `$(...)` do, so that `-f FILE`, `-f - < FILE` and `< FILE` give the same prompt.
+    let one_line_less = |s: String| match s.strip_suffix('\n') {
+        Some(t) => t.to_string(),
+        None => s,
+    };
     match &args.file {
-        Some(f) if f.as_os_str() == "-" => read_stdin(),
-        Some(f) => std::fs::read_to_string(f).map_err(|e| Error::from(e).context(f.display())),
+        Some(f) if f.as_os_str() == "-" => read_stdin().map(one_line_less),
+        Some(f) => std::fs::read_to_string(f)
+            .map(one_line_less)
+            .map_err(|e| Error::from(e).context(f.display())),
         None if !std::io::stdin().is_terminal() => {
             let s = read_stdin()?;
             // An empty pipe (e.g. `< /dev/null`, or stdin closed by a harness) falls back to
-            // the default prompt; text from a pipe loses one trailing newline, as `$(...)`.
-            Ok(if s.is_empty() {
-                DEFAULT_PROMPT.to_string()
-            } else {
-                s.strip_suffix('\n').unwrap_or(&s).to_string()
-            })
+            // the default prompt.
+            Ok(if s.is_empty() { DEFAULT_PROMPT.to_string() } else { one_line_less(s) })
         }
         None => Ok(DEFAULT_PROMPT.to_string()),
     }
@@ -446,8 +454,9 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         (t, s, _) => (t, s.unwrap_or(DEFAULT_SCHEDULE)),
     };
     let mut stop: Vec<u32> = model.config().eos_token_ids.clone();
-    let ids = if args.chat {
-        let template = chat::template_for(&model, &tok, None)?;
+    let chat = args.chat || args.chat_template.is_some();
+    let ids = if chat {
+        let template = chat::template_for(&model, &tok, args.chat_template.as_deref())?;
         stop.extend(chat::stop_ids(&template, &tok, &model));
         tok.encode(&template.render(&[rml::tokenizer::Message::new("user", &prompt)], true)?)?
     } else {
@@ -489,7 +498,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     sampler.record(&ids)?;
 
     let mut out = out::stdout();
-    if !args.chat {
+    if !chat {
         write!(out, "{prompt}")?;
         out.flush()?;
     }
@@ -654,7 +663,7 @@ fn inspect(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn parse_schedule(s: &str) -> std::result::Result<Schedule, String> {
+fn parse_schedule(s: &str) -> core::result::Result<Schedule, String> {
     s.parse::<Schedule>().map_err(|e| e.message().to_string())
 }
 
