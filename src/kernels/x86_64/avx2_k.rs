@@ -481,7 +481,7 @@ impl<K: KBlock, D: Dot256> KDot for On256<K, D> {
 ///
 /// `blk` is a whole super-block; F16C available.
 #[inline(always)]
-unsafe fn scales<K: KBlock>(blk: *const u8) -> (f32, f32) {
+pub(super) unsafe fn scales<K: KBlock>(blk: *const u8) -> (f32, f32) {
     // SAFETY: `d` (and `dmin`) are inside the super-block (caller contract).
     unsafe {
         let p = blk.add(K::D_AT);

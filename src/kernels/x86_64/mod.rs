@@ -66,13 +66,8 @@ pub(crate) const AVX_VNNI: Kernels = AVX2
     .with_q8(DType::Q5_K, avx2_k::vnni_q5_k_q8k)
     .with_q8(DType::Q6_K, avx2_k::vnni_q6_k_q8k);
 
-/// The AVX-512 table: AVX2's, with the int8 kernels on `vpdpbusd` (32-element types) and
-/// `vpdpwssd` (K-quants), each type on the body that measured fastest (`kernels_timing types`,
-/// Sapphire Rapids class, where one 512-bit `vpdpbusd` does no more per cycle than two 256-bit
-/// ones): the 512-bit bodies (four weight rows per activation load) for Q5_0/Q5_1 on rows of
-/// 32+ blocks, Q8_0/Q4_1 on rows of 128+ blocks, and Q3_K..Q6_K; the 256-bit EVEX bodies
-/// (AVX-VNNI's loops, plus mask-register fifth bits for Q5_0/Q5_1) for Q4_0, IQ4_NL, Q2_K and
-/// the shorter rows.
+/// The AVX-512 table: AVX2's, with the int8 kernels on 512-bit `vpdpbusd` (32-element types)
+/// and `vpdpwssd` (K-quants), four weight rows per activation load.
 pub(crate) const AVX512: Kernels = AVX2
     .for_isa(Isa::Avx512)
     .with_q8(DType::Q8_0, avx512_q8::avx512_q8_0_q8)
@@ -143,8 +138,6 @@ pub(super) trait Dot256 {
 pub(super) struct Avx2Ops;
 /// AVX-VNNI: VEX `vpdpbusd` / `vpdpwssd`.
 pub(super) struct VexOps;
-/// AVX512-VNNI + VL: EVEX `vpdpbusd` / `vpdpwssd` on 256-bit registers.
-pub(super) struct EvexOps;
 
 impl Dot256 for Avx2Ops {
     #[inline(always)]
@@ -171,20 +164,6 @@ impl Dot256 for VexOps {
     unsafe fn madd_acc(acc: __m256i, p: __m256i, scale: __m256i) -> __m256i {
         // SAFETY: as above.
         unsafe { _mm256_dpwssd_avx_epi32(acc, p, scale) }
-    }
-}
-
-impl Dot256 for EvexOps {
-    #[inline(always)]
-    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
-        // SAFETY: register-only AVX512-VNNI + VL intrinsic (caller contract: available).
-        unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s) }
-    }
-
-    #[inline(always)]
-    unsafe fn madd_acc(acc: __m256i, p: __m256i, scale: __m256i) -> __m256i {
-        // SAFETY: as above.
-        unsafe { _mm256_dpwssd_epi32(acc, p, scale) }
     }
 }
 
