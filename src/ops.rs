@@ -877,7 +877,25 @@ mod layer_math_tests {
             )
             .unwrap();
             assert!(ya == want[0] && yb == want[1] && yc == want[2], "{act:?}");
+            if act == Activations::Int8 {
+                // A single call treats the decoder policy `Mixed` as int8.
+                gemm_fused(
+                    &exec,
+                    None,
+                    [&wa, &wb, &wc],
+                    &x,
+                    n,
+                    [&mut ya, &mut yb, &mut yc],
+                    Activations::Mixed,
+                    scratch,
+                )
+                .unwrap();
+                assert!(ya == want[0] && yb == want[1] && yc == want[2], "Mixed");
+            }
         }
+        assert_eq!(Activations::Mixed.for_normed_input(), Activations::F32);
+        assert_eq!(Activations::Int8.for_normed_input(), Activations::Int8);
+        assert_eq!(scratch_bytes(k, n, Activations::Mixed), scratch_bytes(k, n, Activations::Int8));
         let short = Matrix::new(DType::F32, 1, 32, &ab.as_slice()[..128]).unwrap();
         let (mut y1, mut y2) = (alloc::vec![0f32; 40], alloc::vec![0f32; 1]);
         let e = gemm_fused(

@@ -61,7 +61,7 @@ pub struct ChatArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Activations for quantized weights.
-    #[arg(long, value_enum, default_value_t = crate::Act::Mixed)]
+    #[arg(long, value_enum, default_value_t = crate::Act::F32)]
     pub activations: crate::Act,
     /// After each reply, print on stderr how many tokens were prefilled and reused.
     #[arg(short, long)]
