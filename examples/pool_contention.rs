@@ -14,10 +14,11 @@
 //! `decode`: greedy-free decode speed (32 steps after an 8-token prompt, token ids fixed) of
 //! the model with f32 activations, in tok/s, for: 1 thread on an otherwise idle process; 2
 //! threads (`Proportional4`, then `Owned`) with nothing else in the process; 2 threads
-//! (`Proportional4`, `Owned`) while two busy-loop threads of this process compete for the
-//! cores. Rounds interleave the configurations; printed: the median and best of each, the
-//! steal and missed-job counts of the 2-thread pools, and the ratio of the contended 2-thread
-//! decode to the idle 1-thread decode. Target: ≥ 0.5.
+//! (`Proportional4`, `Owned`, and `Proportional4` with the contention back-off off) while two
+//! busy-loop threads of this process compete for the cores. Rounds interleave the
+//! configurations; printed: the median and best of each, the steal, missed-job and back-off
+//! counts of the 2-thread pools, and the ratio of the contended 2-thread decode to the idle
+//! 1-thread decode. Target: ≥ 0.5.
 
 use core::hint::black_box;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
@@ -135,18 +136,25 @@ fn decode(path: &Path, rounds: usize) -> rml::Result<()> {
     let p1 = ThreadPool::builder().threads(1).build()?;
     let pp = ThreadPool::builder().threads(2).schedule(Schedule::Proportional4).build()?;
     let po = ThreadPool::builder().threads(2).schedule(Schedule::Owned).build()?;
+    // The same as `pp` without the contention back-off, for comparison in the same run.
+    let pn = ThreadPool::builder()
+        .threads(2)
+        .schedule(Schedule::Proportional4)
+        .contention_backoff(false)
+        .build()?;
     let names = [
         "1 thread, idle",
         "2 threads proportional4, idle",
         "2 threads owned, idle",
         "2 threads proportional4, 2 busy threads",
         "2 threads owned, 2 busy threads",
+        "2 threads proportional4 no back-off, 2 busy",
     ];
     let mut samples = vec![Vec::new(); names.len()];
     let (sp, so) = (pp.stats(), po.stats());
     let mut busy_stats = [PoolStats::default(); 2];
     for round in 0..=rounds {
-        let mut r = [0.0; 5];
+        let mut r = [0.0; 6];
         r[0] = tps(&p1)?;
         r[1] = tps(&pp)?;
         r[2] = tps(&po)?;
@@ -155,6 +163,7 @@ fn decode(path: &Path, rounds: usize) -> rml::Result<()> {
             let b = [pp.stats(), po.stats()];
             r[3] = tps(&pp)?;
             r[4] = tps(&po)?;
+            r[5] = tps(&pn)?;
             if round > 0 {
                 for (acc, (now, before)) in
                     busy_stats.iter_mut().zip([pp.stats(), po.stats()].iter().zip(b.iter()))
@@ -163,6 +172,8 @@ fn decode(path: &Path, rounds: usize) -> rml::Result<()> {
                     acc.steals += d.steals;
                     acc.missed += d.missed;
                     acc.chunks += d.chunks;
+                    acc.backed_off += d.backed_off;
+                    acc.dispatches += d.dispatches;
                 }
             }
         }
@@ -202,10 +213,21 @@ fn decode(path: &Path, rounds: usize) -> rml::Result<()> {
         busy_stats[1].missed
     );
     println!(
-        "  contended 2-thread / idle 1-thread: proportional4 {:.2}, owned {:.2} (target >= 0.5); \
-         idle owned / proportional4 {:.3}",
+        "  under load only, calls run on the caller after stalls (contention back-off): \
+         proportional4 {} of {}, owned {} of {}; all rounds with the warm-up: {}, {}",
+        busy_stats[0].backed_off,
+        busy_stats[0].backed_off + busy_stats[0].dispatches,
+        busy_stats[1].backed_off,
+        busy_stats[1].backed_off + busy_stats[1].dispatches,
+        dp.backed_off,
+        dpo.backed_off
+    );
+    println!(
+        "  contended 2-thread / idle 1-thread: proportional4 {:.2}, owned {:.2} (target >= 0.5), \
+         proportional4 without the back-off {:.2}; idle owned / proportional4 {:.3}",
         med[3] / med[0],
         med[4] / med[0],
+        med[5] / med[0],
         med[2] / med[1]
     );
     Ok(())

@@ -143,5 +143,216 @@ write("gguf", "smollm2_like", gguf_file(kvs, tensors))
 write("gguf", "metadata_only", gguf_file(kvs, []))
 write("gguf", "tensors_only", gguf_file([], tensors))
 write("gguf", "align64", gguf_file([(b"general.alignment", 4, struct.pack("<I", 64))], tensors, 64))
+# ---------------------------------------------------------------- real GGUF files, every type
+# ggml type id -> (elements, bytes) per block.
+BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+          10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
+          20: (32, 18), 30: (1, 2)}
+
+
+def read_gguf(path):
+    """(kvs as [(key, type, encoded value)], {ggml type: [(name, ne, data bytes)]}) of a file."""
+    b = open(path, "rb").read()
+    _, _, n_t, n_kv = struct.unpack_from("<4sIQQ", b, 0)
+    pos, kvs, align = 24, [], 32
+    for _ in range(n_kv):
+        (kl,) = struct.unpack_from("<Q", b, pos)
+        key = b[pos + 8 : pos + 8 + kl]
+        pos += 8 + kl
+        (t,) = struct.unpack_from("<I", b, pos)
+        pos += 4
+        start = pos
+        _, pos = read_value(b, pos, t, 1 << 30)
+        if key == b"general.alignment":
+            (align,) = struct.unpack_from("<I", b, start)
+        kvs.append((key, t, b[start:pos]))
+    infos = []
+    for _ in range(n_t):
+        (kl,) = struct.unpack_from("<Q", b, pos)
+        name = b[pos + 8 : pos + 8 + kl].decode()
+        pos += 8 + kl
+        (nd,) = struct.unpack_from("<I", b, pos)
+        ne = list(struct.unpack_from("<%dQ" % nd, b, pos + 4))
+        pos += 4 + 8 * nd
+        ty, off = struct.unpack_from("<IQ", b, pos)
+        pos += 12
+        infos.append((name, ne, ty, off))
+    data_start = pos + (-pos) % align
+    by_type = {}
+    for name, ne, ty, off in infos:
+        by_type.setdefault(ty, []).append((name, ne, b[data_start + off : data_start + off + 4096]))
+    return kvs, by_type
+
+
+def cut_arrays(kvs, keep):
+    out = []
+    for k, t, v in kvs:
+        if t == 9:
+            v, _ = read_value(v, 0, 9, keep)
+        out.append((k, t, v))
+    return out
+
+
+def one_row(ty, name, ne, raw, blocks=1):
+    """A 1-row slice of a real tensor: `blocks` blocks of its first bytes."""
+    elems, nbytes = BLOCKS[ty]
+    per = max(1, 256 // elems) if elems == 1 else 1   # float rows: 256 values
+    return (name, [elems * per * blocks, 1], ty, raw[: nbytes * per * blocks])
+
+
+ggufs = sorted(glob.glob(os.path.join(data, "**", "*.gguf"), recursive=True))
+real_blocks = {}  # ggml type -> bytes of a few real blocks
+vocabs = {}
+for path in ggufs:
+    tag = os.path.basename(path)[: -len(".gguf")]
+    fkvs, by_type = read_gguf(path)
+    for ty, ts in by_type.items():
+        if ty in BLOCKS:
+            real_blocks.setdefault(ty, ts[0][2])
+    small = cut_arrays(fkvs, 8)
+    rows = [one_row(ty, ts[0][0], ts[0][1], ts[0][2]) for ty, ts in sorted(by_type.items()) if ty in BLOCKS]
+    # Every type of the file, one real row each (mixed-type files stay mixed).
+    write("gguf", tag + "_rows", gguf_file(small, rows))
+    name, ne, ty, blob = rows[-1]
+    # Wrong sizes: a row claiming one block more than the file holds, and a row that is not
+    # a whole number of blocks.
+    write("gguf", tag + "_short", gguf_file(small, rows[:-1] + [(name, [ne[0] * 2, 1], ty, blob)])[:-1])
+    if BLOCKS[ty][0] > 1:
+        write("gguf", tag + "_partial_block", gguf_file(small, [(name, [ne[0] - 1, 1], ty, blob)]))
+    # Model config: metadata under the architecture's prefix, with the embedding / output.
+    cfg_tensors = [(n, ne_, t, b_) for n, ne_, t, b_ in rows if n in ("token_embd.weight", "output.weight")]
+    write("model_config", tag, gguf_file(small, cfg_tensors))
+    # Tokenizer: the whole real vocabulary (tiny models have 256-512 tokens).
+    tok = [(k, t, v) for k, t, v in fkvs if k.startswith(b"tokenizer.") and k != b"tokenizer.chat_template"]
+    key = b"".join(v for _, _, v in tok)
+    if key not in vocabs:
+        vocabs[key] = tag
+        head = [(k, t, v) for k, t, v in fkvs if k in (b"general.architecture", b"general.name")]
+        write("gguf_tokenizer", tag, gguf_file(head + tok, []))
+# Synthetic: every type in one file, plus F16, at 2 rows each.
+allrows = []
+for ty in sorted(BLOCKS):
+    blob = real_blocks.get(ty) or bytes((i * 37) & 0xFF for i in range(4096))
+    name, ne, ty, b1 = one_row(ty, "blk.0.t%d.weight" % ty, None, blob, 2)
+    allrows.append((name, [ne[0] // 2, 2], ty, b1))
+write("gguf", "every_type", gguf_file(small, allrows))
+
+# ---------------------------------------------------------------- gguf_tokenizer (synthetic)
+def u32(x):
+    return struct.pack("<I", x)
+
+
+def arr(et, items):
+    enc = {8: gstr, 6: lambda x: struct.pack("<f", x), 5: lambda x: struct.pack("<i", x)}[et]
+    return struct.pack("<IQ", et, len(items)) + b"".join(enc(x) for x in items)
+
+
+def vocab_file(kvs):
+    return gguf_file([(b"general.architecture", 8, gstr("llama")), (b"general.name", 8, gstr("fuzz é 日本"))] + kvs, [])
+
+
+# SentencePiece with byte fallback: <unk> <s> </s>, 256 byte tokens, then pieces by score.
+pieces = ["\u2581", "\u2581t", "he", "\u2581the", "\u2581a", "in", "\u2581w", "or", "ld", "\u2581wor",
+          "\u2581world", "ll", "\u2581He", "\u2581Hello", "é", "日", "本"]
+spm_tokens = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)] + pieces
+spm_types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)
+spm_scores = [0.0, 0.0, 0.0] + [0.0] * 256 + [-float(i) for i in range(len(pieces))]
+base = [(b"tokenizer.ggml.model", 8, gstr("llama")),
+        (b"tokenizer.ggml.tokens", 9, arr(8, spm_tokens)),
+        (b"tokenizer.ggml.scores", 9, arr(6, spm_scores)),
+        (b"tokenizer.ggml.token_type", 9, arr(5, spm_types)),
+        (b"tokenizer.ggml.bos_token_id", 4, u32(1)),
+        (b"tokenizer.ggml.eos_token_id", 4, u32(2)),
+        (b"tokenizer.ggml.unknown_token_id", 4, u32(0))]
+write("gguf_tokenizer", "spm_bytes", vocab_file(base))
+write("gguf_tokenizer", "spm_flags", vocab_file(base + [
+    (b"tokenizer.ggml.add_bos_token", 7, b"\x00"), (b"tokenizer.ggml.add_eos_token", 7, b"\x01"),
+    (b"tokenizer.ggml.add_space_prefix", 7, b"\x00")]))
+write("gguf_tokenizer", "spm_user_defined", vocab_file(base[:3] + [
+    (b"tokenizer.ggml.token_type", 9, arr(5, spm_types[:-3] + [4, 5, 1]))] + base[4:]))
+write("gguf_tokenizer", "spm_no_bytes", vocab_file([
+    (b"tokenizer.ggml.model", 8, gstr("llama")),
+    (b"tokenizer.ggml.tokens", 9, arr(8, ["<unk>", "<s>", "</s>"] + pieces))]))
+# Byte-level BPE: the 256 byte characters, merges, a control token; each pre-tokenizer.
+def bytes_to_unicode():
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for _, c in sorted(zip(bs, cs))]
+
+
+bl = bytes_to_unicode()
+merges = ["\u0120 t", "h e", "\u0120t he", "l l", "o r", "\u0120w or", "\u0120wor l", "\u0120worl d", "1 2"]
+merged = ["\u0120t", "he", "\u0120the", "ll", "or", "\u0120wor", "\u0120worl", "\u0120world", "12"]
+bpe_tokens = bl + merged + ["<|endoftext|>", "<|im_start|>"]
+bpe_types = [1] * (len(bpe_tokens) - 2) + [3, 4]
+for pre in ["default", "smollm", "qwen2", "llama-bpe"]:
+    write("gguf_tokenizer", "bpe_" + pre, vocab_file([
+        (b"tokenizer.ggml.model", 8, gstr("gpt2")), (b"tokenizer.ggml.pre", 8, gstr(pre)),
+        (b"tokenizer.ggml.tokens", 9, arr(8, bpe_tokens)),
+        (b"tokenizer.ggml.token_type", 9, arr(5, bpe_types)),
+        (b"tokenizer.ggml.merges", 9, arr(8, merges)),
+        (b"tokenizer.ggml.bos_token_id", 4, u32(len(bpe_tokens) - 2)),
+        (b"tokenizer.ggml.eos_token_id", 4, u32(len(bpe_tokens) - 2)),
+        (b"tokenizer.ggml.add_bos_token", 7, b"\x01")]))
+
+# ---------------------------------------------------------------- model_config (config.json)
+for path in sorted(glob.glob(os.path.join(data, "**", "config*.json"), recursive=True)):
+    write("model_config", os.path.relpath(path, data).replace(os.sep, "_"), open(path, "rb").read())
+
+# ---------------------------------------------------------------- safetensors_packed
+NAMES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K",
+         12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 20: "IQ4_NL"}
+
+
+def packed_file(entries, metadata):
+    """entries: [(name, dtype, shape, bytes)] with real bytes."""
+    header, off, blobs = {}, 0, []
+    for name, dtype, shape, blob in entries:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(blob)]}
+        blobs.append(blob)
+        off += len(blob)
+    header["__metadata__"] = metadata
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+for ty, name in NAMES.items():
+    bb = BLOCKS[ty][1]
+    blob = (real_blocks.get(ty) or bytes(4096))[: 2 * bb]
+    blob = blob + bytes(2 * bb - len(blob))
+    meta = {"format": "pt", "rml.dtype.w": name}
+    write("safetensors_packed", name, packed_file([("w", "U8", [2, bb], blob), ("n", "F32", [2], bytes(8))], meta))
+    write("safetensors_packed", name + "_ragged", packed_file([("w", "U8", [2, bb - 1], blob[: 2 * bb - 2])], meta))
+    write("safetensors_packed", name + "_flat", packed_file([("w", "U8", [2 * bb], blob)], meta))
+allp = [("t%d" % ty, "U8", [1, BLOCKS[ty][1]], (real_blocks.get(ty) or bytes(4096))[: BLOCKS[ty][1]].ljust(BLOCKS[ty][1], b"\0"))
+        for ty in NAMES]
+write("safetensors_packed", "every_type", packed_file(allp, {"rml.dtype.t%d" % ty: n for ty, n in NAMES.items()}))
+write("safetensors_packed", "unknown_dtype", packed_file(allp[:1], {"rml.dtype.t2": "Q9_9"}))
+write("safetensors_packed", "missing_tensor", packed_file(allp[:1], {"rml.dtype.gone": "Q8_0"}))
+write("safetensors_packed", "on_f32", packed_file([("f", "F32", [2, 34], bytes(272))], {"rml.dtype.f": "Q8_0"}))
+write("safetensors_packed", "empty_rows", packed_file([("z", "U8", [0, 34], b"")], {"rml.dtype.z": "Q8_0"}))
+
+# ---------------------------------------------------------------- safetensors_index
+def index(wm, **extra):
+    return json.dumps({"metadata": {"total_size": 1234}, "weight_map": wm, **extra}, indent=2).encode()
+
+
+shard = "model-%05d-of-00002.safetensors"
+write("safetensors_index", "two_shards", index({
+    "model.embed_tokens.weight": shard % 1, "model.layers.0.self_attn.q_proj.weight": shard % 1,
+    "model.norm.weight": shard % 2, "lm_head.weight": shard % 2}))
+write("safetensors_index", "path_shard", index({"a": "../model.safetensors", "b": "sub/x.safetensors"}))
+write("safetensors_index", "dot_shards", index({"a": ".", "b": "..", "c": "", "d": "a\\b"}))
+write("safetensors_index", "not_string", index({"a": 3, "b": None}))
+write("safetensors_index", "no_weight_map", json.dumps({"metadata": {}}).encode())
+write("safetensors_index", "duplicate_key", b'{"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}}')
+write("safetensors_index", "unicode", index({"w\u00e9\u65e5": "m\u00e9.safetensors", "": "z"}))
+
 for t in sorted(os.listdir(out)):
     print("make_seeds: %s: %d seeds" % (t, len(os.listdir(os.path.join(out, t)))))

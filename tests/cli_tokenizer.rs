@@ -101,3 +101,26 @@ fn unsupported_gguf_tokenizers_are_named() {
     let e = Tokenizer::from_gguf_vocab("gpt2", None, &["a", "a"], &[], &[]).unwrap_err();
     assert!(e.to_string().contains("twice"), "{e}");
 }
+
+/// Found by the `gguf_tokenizer` fuzz target: a `gpt2` vocabulary with no tokens gave a
+/// tokenizer of 0 tokens (the SentencePiece path already refused it).
+#[test]
+fn empty_gguf_vocabulary_is_refused() {
+    let e = Tokenizer::from_gguf_vocab("gpt2", Some("qwen2"), &[], &[], &[]).unwrap_err();
+    assert_eq!(e.code(), rml::Code::DataLoss, "{e}");
+    assert!(e.to_string().contains("tokenizer.ggml.tokens is empty"), "{e}");
+    // The same through GGUF metadata (an empty `tokenizer.ggml.tokens` array), both paths.
+    use rml::format::write::{GgufWriter, Value};
+    for model in ["gpt2", "llama"] {
+        let mut w = GgufWriter::new();
+        w.set("general.architecture", Value::Str("llama".into())).unwrap();
+        w.set("tokenizer.ggml.model", Value::Str(model.into())).unwrap();
+        let empty = Value::Array(rml::format::gguf::MetaType::String, Vec::new());
+        w.set("tokenizer.ggml.tokens", empty).unwrap();
+        let file = w.header().unwrap();
+        let g = rml::format::gguf::Gguf::parse(&file).unwrap();
+        let e = Tokenizer::from_gguf(&g).unwrap_err();
+        assert_eq!(e.code(), rml::Code::DataLoss, "{model}: {e}");
+        assert!(e.to_string().contains("tokenizer.ggml.tokens is empty"), "{model}: {e}");
+    }
+}

@@ -61,6 +61,7 @@ fn warm_dispatch_allocates_nothing() {
         for threads in [2, 4] {
             // A short spin window so that the sleep/wake path is exercised too.
             let pool = ThreadPool::builder()
+                .contention_backoff(false)
                 .threads(threads)
                 .spin_time(Duration::from_micros(20))
                 .build()

@@ -9,6 +9,12 @@ use std::sync::{mpsc, Mutex};
 
 use rml::exec::{Schedule, ThreadPool};
 
+/// A pool of `threads` that always dispatches (no back-off under contention): these tests
+/// check the protocol, whose counts a back-off on a loaded machine would change.
+fn protocol_pool(threads: usize) -> ThreadPool {
+    ThreadPool::builder().contention_backoff(false).threads(threads).build().unwrap()
+}
+
 /// Threads of this process, from /proc (Linux); `None` elsewhere.
 fn os_threads() -> Option<usize> {
     Some(std::fs::read_dir("/proc/self/task").ok()?.count())
@@ -18,7 +24,7 @@ fn os_threads() -> Option<usize> {
 fn nested_three_deep_on_two_threads() {
     let (tx, rx) = mpsc::channel();
     let runner = std::thread::spawn(move || {
-        let pool = ThreadPool::new(2);
+        let pool = protocol_pool(2);
         const N: usize = 12;
         let cells: Vec<AtomicU32> = (0..N * N * N).map(|_| AtomicU32::new(0)).collect();
         let runners = Mutex::new(HashSet::new());

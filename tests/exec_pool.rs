@@ -16,6 +16,12 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use rml::exec::{ChunkPlan, Executor, InlineExecutor, Schedule, ThreadPool};
 
+/// A pool of `threads` that always dispatches (no back-off under contention): these tests
+/// check the protocol, whose counts a back-off on a loaded machine would change.
+fn protocol_pool(threads: usize) -> ThreadPool {
+    ThreadPool::builder().contention_backoff(false).threads(threads).build().unwrap()
+}
+
 /// Runs `f` on its own thread and fails the test if it does not finish within `secs`.
 fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
     must_finish(secs, "the test", f)
@@ -89,7 +95,7 @@ fn check_cover(exec: &dyn Executor, start: usize, n: usize, s: Schedule) {
 fn every_schedule_and_thread_count_covers_each_index_once() {
     watchdog(600, || {
         for threads in [1, 2, 3, 4, 8] {
-            let pool = ThreadPool::new(threads);
+            let pool = protocol_pool(threads);
             assert_eq!(pool.threads(), threads);
             for s in Schedule::ALL.into_iter().chain([Schedule::Grain(7)]) {
                 for n in [0, 1, 2, 7, 8, 9, 31, 64, 100, 1000] {
@@ -113,7 +119,7 @@ fn every_schedule_and_thread_count_covers_each_index_once() {
 #[test]
 fn panic_reaches_the_caller_and_the_pool_keeps_working() {
     watchdog(120, || {
-        let pool = ThreadPool::new(4);
+        let pool = protocol_pool(4);
         for s in Schedule::ALL.into_iter().chain([Schedule::Fixed8, Schedule::Grain(3)]) {
             for bad in [0, 499, 999] {
                 let ran = AtomicUsize::new(0);
@@ -169,7 +175,7 @@ fn panic_reaches_the_caller_and_the_pool_keeps_working() {
 #[test]
 fn alternating_tiny_dispatches_with_8_threads() {
     let total = watchdog(300, || {
-        let pool = ThreadPool::new(8);
+        let pool = protocol_pool(8);
         let count = AtomicUsize::new(0);
         let body = |r: Range<usize>| {
             count.fetch_add(r.len(), Relaxed);
@@ -194,7 +200,12 @@ fn alternating_tiny_dispatches_with_8_threads() {
 fn dropping_a_pool_with_sleeping_or_spinning_workers_returns() {
     // Spin 0: workers sleep as soon as they have nothing to do.
     let pool = must_finish(120, "waiting for 3 idle workers to go to sleep (spin 0)", || {
-        let pool = ThreadPool::builder().threads(4).spin_time(Duration::ZERO).build().unwrap();
+        let pool = ThreadPool::builder()
+            .contention_backoff(false)
+            .threads(4)
+            .spin_time(Duration::ZERO)
+            .build()
+            .unwrap();
         wait_until(|| pool.stats().sleeps >= 3);
         pool
     });
@@ -202,8 +213,12 @@ fn dropping_a_pool_with_sleeping_or_spinning_workers_returns() {
 
     // After a dispatch and a spin window that has expired: every worker has gone back to sleep.
     let pool = must_finish(120, "a dispatch, then 2 workers going back to sleep", || {
-        let pool =
-            ThreadPool::builder().threads(3).spin_time(Duration::from_micros(100)).build().unwrap();
+        let pool = ThreadPool::builder()
+            .contention_backoff(false)
+            .threads(3)
+            .spin_time(Duration::from_micros(100))
+            .build()
+            .unwrap();
         let s0 = pool.stats();
         pool.parallel_for(0..100, Schedule::Fixed8, &|_| {});
         assert_eq!(pool.stats().since(&s0).dispatches, 1);
@@ -214,8 +229,12 @@ fn dropping_a_pool_with_sleeping_or_spinning_workers_returns() {
 
     // While workers are still spinning (a one-hour spin window): the drop must stop the spin.
     let pool = must_finish(120, "a dispatch on a pool that spins for an hour", || {
-        let pool =
-            ThreadPool::builder().threads(3).spin_time(Duration::from_secs(3600)).build().unwrap();
+        let pool = ThreadPool::builder()
+            .contention_backoff(false)
+            .threads(3)
+            .spin_time(Duration::from_secs(3600))
+            .build()
+            .unwrap();
         pool.parallel_for(0..100, Schedule::Fixed8, &|_| {});
         assert_eq!(pool.stats().sleeps, 0, "a worker slept inside a one-hour spin window");
         pool
@@ -226,7 +245,12 @@ fn dropping_a_pool_with_sleeping_or_spinning_workers_returns() {
 #[test]
 fn sleeping_workers_are_woken_and_counted() {
     watchdog(60, || {
-        let pool = ThreadPool::builder().threads(3).spin_time(Duration::ZERO).build().unwrap();
+        let pool = ThreadPool::builder()
+            .contention_backoff(false)
+            .threads(3)
+            .spin_time(Duration::ZERO)
+            .build()
+            .unwrap();
         wait_until(|| pool.stats().sleeps >= 2);
         let before = pool.stats();
         let sum = AtomicUsize::new(0);
@@ -265,7 +289,7 @@ fn sleeping_workers_are_woken_and_counted() {
 #[test]
 fn stats_count_dispatches_chunks_inline_runs_and_steals() {
     watchdog(60, || {
-        let pool = ThreadPool::new(2);
+        let pool = protocol_pool(2);
         let s0 = pool.stats();
         pool.parallel_for(0..1000, Schedule::Grain(10), &|_| {}); // 8 chunks
         pool.parallel_for(0..5, Schedule::Grain(10), &|_| {}); // 1 chunk: inline
@@ -276,7 +300,7 @@ fn stats_count_dispatches_chunks_inline_runs_and_steals() {
         assert!(d.steals <= 8);
 
         // A pool without workers runs everything inline.
-        let one = ThreadPool::new(1);
+        let one = protocol_pool(1);
         one.parallel_for(0..100, Schedule::Fixed8, &|_| {});
         assert_eq!(one.stats().inline_runs, 1);
         assert_eq!(one.stats().dispatches, 0);
@@ -289,7 +313,7 @@ fn a_blocked_worker_makes_the_caller_steal() {
         // 2 threads, 8 chunks from the shared counter; chunk 0's runner waits until every other
         // chunk has run, so the other thread runs chunks 1..8: shares are 0..4 and 4..8, so
         // at least 3 of them belong to the waiting thread.
-        let pool = ThreadPool::new(2);
+        let pool = protocol_pool(2);
         let done = AtomicUsize::new(0);
         let who = Mutex::new(vec![None; 8]);
         pool.parallel_for(0..8, Schedule::Fixed8, &|_| {});
@@ -324,7 +348,7 @@ fn a_blocked_worker_makes_the_caller_steal() {
 #[test]
 fn concurrent_callers_take_turns() {
     watchdog(120, || {
-        let pool = ThreadPool::new(3);
+        let pool = protocol_pool(3);
         let total = AtomicUsize::new(0);
         std::thread::scope(|s| {
             for _ in 0..4 {
@@ -361,7 +385,7 @@ fn owned_rows_are_stolen_from_the_far_end() {
         // caller claims the front of its share, chunk 0, first, and holds it until the 7 other
         // chunks have run: so the worker runs its share front to back, then takes the
         // caller's share from the far end.
-        let pool = ThreadPool::new(2);
+        let pool = protocol_pool(2);
         let plan = ChunkPlan::new(0..64, Schedule::Owned, 2, false);
         assert_eq!((plan.num_chunks(), plan.share(0), plan.share(1)), (8, 0..4, 4..8));
         let done = AtomicUsize::new(0);
@@ -407,7 +431,12 @@ fn hold_worker_2(me: usize) {
 #[test]
 fn held_worker_does_not_delay_the_caller() {
     watchdog(120, || {
-        let pool = ThreadPool::builder().threads(3).before_join(hold_worker_2).build().unwrap();
+        let pool = ThreadPool::builder()
+            .contention_backoff(false)
+            .threads(3)
+            .before_join(hold_worker_2)
+            .build()
+            .unwrap();
         let check = |s: Schedule, n: usize| {
             let counts: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
             pool.parallel_for(0..n, s, &|r| {
@@ -438,5 +467,53 @@ fn held_worker_does_not_delay_the_caller() {
             check(s, 1000);
         }
         drop(pool);
+    });
+}
+
+#[test]
+fn a_worker_that_stalls_mid_chunk_makes_the_pool_back_off_to_the_caller() {
+    watchdog(300, || {
+        let me = std::thread::current().id();
+        // One pass: up to `calls` calls of 8 chunks in which a worker's chunk sleeps 3 ms (a
+        // worker preempted mid-chunk) while the caller's take 20 µs. Returns the calls
+        // that ran backed off, each checked to have run on the caller alone.
+        let pass = |pool: &ThreadPool, calls: usize| {
+            let mut backed = 0;
+            for _ in 0..calls {
+                let s0 = pool.stats();
+                let (total, on_caller) = (AtomicUsize::new(0), AtomicUsize::new(0));
+                pool.parallel_for(0..64, Schedule::Fixed8, &|r| {
+                    total.fetch_add(r.len(), Relaxed);
+                    if std::thread::current().id() == me {
+                        on_caller.fetch_add(r.len(), Relaxed);
+                        // Some work, so that the worker joins before the caller took every chunk.
+                        let t = std::time::Instant::now();
+                        while t.elapsed() < Duration::from_micros(20) {
+                            std::hint::spin_loop();
+                        }
+                    } else {
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                });
+                assert_eq!(total.load(Relaxed), 64, "every index once");
+                let d = pool.stats().since(&s0);
+                if d.backed_off == 1 {
+                    assert_eq!(d.dispatches, 0, "{d:?}");
+                    assert_eq!(on_caller.load(Relaxed), 64, "a backed-off call runs on the caller");
+                    backed += 1;
+                    if backed == 3 {
+                        break;
+                    }
+                }
+            }
+            backed
+        };
+        let on = ThreadPool::builder().threads(2).build().unwrap();
+        // Two stalls in 32 dispatches start a back-off; the bound only stops a pool that never
+        // backs off (a worker that never joins cannot stall it, so allow many tries).
+        assert_eq!(pass(&on, 2000), 3, "no back-off after stalls: {:?}", on.stats());
+        let off = ThreadPool::builder().threads(2).contention_backoff(false).build().unwrap();
+        assert_eq!(pass(&off, 100), 0);
+        assert_eq!(off.stats().backed_off, 0);
     });
 }

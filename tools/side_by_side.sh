@@ -53,7 +53,7 @@ for row in csv.DictReader(sys.stdin):
             "$rml" bench --model "$model" --activations "$act" --prompt "$p" --depth "$rdepth" \
                 --decode 32 --threads "$threads" --repeats 3 2>&1 | awk -v a="$act" -v p="$p" -v d="$d" \
                 '$1 ~ /^[0-9]+$/ && NF >= 3 {print "rml-" a, "pp" p, $1, $2; print "rml-" a, "tg@" d, $1, $3}
-                 $1 ~ /^[0-9]+$/ && NF >= 8 {print "rml-" a, "wGB/s@" d, $1, $4; print "rml-" a, "of-read@" d, $1, $9}' >>"$out"
+                 $1 ~ /^[0-9]+$/ && NF >= 8 {print "rml-" a, "wGB/s@" d, $1, $4; print "rml-" a, "of-read@" d, $1, $8}' >>"$out"
         done
     done
 done

@@ -254,8 +254,9 @@ impl Tokenizer {
     /// # Errors
     ///
     /// [`crate::Code::Unimplemented`] naming the model or pre-tokenizer type if it is not one
-    /// of the above; [`crate::Code::DataLoss`] for a merge without a space, a token type count
-    /// that does not match, duplicate tokens, or a merge naming an unknown token.
+    /// of the above; [`crate::Code::DataLoss`] for an empty vocabulary, a merge without a space,
+    /// a token type count that does not match, duplicate tokens, or a merge naming an unknown
+    /// token.
     pub fn from_gguf_vocab(
         model: &str,
         pre: Option<&str>,
@@ -289,6 +290,9 @@ impl Tokenizer {
                 )))
             }
         };
+        if tokens.is_empty() {
+            return Err(Error::data_loss("tokenizer.ggml.tokens is empty"));
+        }
         if !token_types.is_empty() && token_types.len() != tokens.len() {
             return Err(Error::data_loss(format_args!(
                 "tokenizer.ggml.token_type has {} entries for {} tokens",

@@ -35,6 +35,79 @@ pub const DEFAULT_SPIN_US: u64 = 200;
 /// Polls of the `done` counter the caller makes before it starts yielding its time slice.
 const CALLER_SPIN_POLLS: u32 = 256;
 
+/// Back-off under contention: a dispatch counts as stalled when the caller, after running its
+/// own chunks, waited more than this for workers that had joined it, and more than twice its
+/// own work time (so that ordinary imbalance in long jobs does not count).
+#[cfg(not(loom))]
+const STALL: Duration = Duration::from_micros(500);
+
+/// Stalled dispatches among the last 32 that make the pool back off.
+#[cfg(not(loom))]
+const STALLS_TO_BACK_OFF: u32 = 2;
+
+/// The first back-off runs this many `parallel_for` calls on the caller alone; each back-off
+/// that follows within [`CLEAN_TO_RESET`] dispatches of the last doubles it, up to
+/// [`BACK_OFF_MAX`].
+#[cfg(not(loom))]
+const BACK_OFF_MIN: u32 = 256;
+#[cfg(not(loom))]
+const BACK_OFF_MAX: u32 = 16384;
+/// Stall-free dispatches in a row after which the back-off length returns to its minimum.
+#[cfg(not(loom))]
+const CLEAN_TO_RESET: u32 = 256;
+
+/// The caller's memory of recent stalls (see [`ThreadPoolBuilder::contention_backoff`]).
+///
+/// When another process keeps the cores busy, the OS preempts a worker in the middle of its
+/// chunk and the caller waits a whole time slice (milliseconds) for it, dispatch after
+/// dispatch; the pool then does better running on the calling thread alone for a while (its
+/// workers spin out their window and sleep, leaving the cores to the caller and the load).
+/// Results do not change: every kernel gives the same bits for any chunking.
+#[cfg(not(loom))]
+#[derive(Debug, Default)]
+struct Backoff {
+    /// One bit per recent dispatch, 1 = stalled, the newest in bit 0.
+    recent: u32,
+    /// `parallel_for` calls still to run on the caller alone.
+    inline_left: u32,
+    /// Length of the next back-off (0 = not yet set: [`BACK_OFF_MIN`]).
+    next: u32,
+    /// Stall-free dispatches since the last stall.
+    clean: u32,
+}
+
+#[cfg(not(loom))]
+impl Backoff {
+    /// Whether this call runs on the caller alone (counting it down).
+    fn take_inline(&mut self) -> bool {
+        if self.inline_left == 0 {
+            return false;
+        }
+        self.inline_left -= 1;
+        true
+    }
+
+    /// Records whether a dispatch stalled; starts a back-off when [`STALLS_TO_BACK_OFF`] of
+    /// the last 32 did.
+    fn record(&mut self, stalled: bool) {
+        self.recent = (self.recent << 1) | u32::from(stalled);
+        if stalled {
+            self.clean = 0;
+        } else {
+            self.clean = self.clean.saturating_add(1);
+            if self.clean >= CLEAN_TO_RESET {
+                self.next = BACK_OFF_MIN;
+            }
+        }
+        if self.recent.count_ones() >= STALLS_TO_BACK_OFF {
+            let len = self.next.max(BACK_OFF_MIN);
+            self.inline_left = len;
+            self.next = (len * 2).min(BACK_OFF_MAX);
+            self.recent = 0;
+        }
+    }
+}
+
 /// The most threads a pool may have (the caller included): the job state word counts joined
 /// workers in 16 bits.
 pub(crate) const MAX_THREADS: usize = 1 << 16;
@@ -120,6 +193,9 @@ struct CallState {
     generation: usize,
     /// The value `done` reaches when every worker that joined the last job has left it.
     done_target: usize,
+    /// Recent stalls and the running back-off (only with `contention_backoff`).
+    #[cfg(not(loom))]
+    backoff: Backoff,
 }
 
 /// Per-thread statistics, written only by the thread that owns the slot (slot 0: whoever holds
@@ -138,6 +214,7 @@ struct Counters {
     dispatches: CounterAtomic,
     inline_runs: CounterAtomic,
     wakeups: CounterAtomic,
+    backed_off: CounterAtomic,
 }
 
 /// A hook a worker calls with its index each time it sees a new job, before it tries to join
@@ -175,6 +252,9 @@ struct Shared {
     spin: Duration,
     /// Called by a worker before each join (tests: hold a worker outside the job).
     before_join: Option<JoinHook>,
+    /// Whether the caller backs off to running alone after repeated stalls.
+    #[cfg_attr(loom, allow(dead_code))]
+    backoff: bool,
     /// Workers that have started running `worker::main` (the builder waits for all of them).
     started: CounterAtomic,
 }
@@ -227,6 +307,10 @@ pub struct PoolStats {
     /// Jobs a worker arrived at after the caller had closed them (every chunk was already
     /// claimed), so it took no part: a worker that the OS ran late, or that woke late.
     pub missed: u64,
+    /// `parallel_for` calls of two or more chunks that ran on the calling thread alone because
+    /// the pool was backing off after repeated stalls on preempted workers
+    /// ([`ThreadPoolBuilder::contention_backoff`]). Not counted in `dispatches`.
+    pub backed_off: u64,
 }
 
 impl PoolStats {
@@ -240,6 +324,7 @@ impl PoolStats {
             wakeups: self.wakeups.wrapping_sub(earlier.wakeups),
             steals: self.steals.wrapping_sub(earlier.steals),
             missed: self.missed.wrapping_sub(earlier.missed),
+            backed_off: self.backed_off.wrapping_sub(earlier.backed_off),
         }
     }
 }
@@ -251,6 +336,7 @@ pub struct ThreadPoolBuilder {
     spin: Option<Duration>,
     schedule: Option<Schedule>,
     before_join: Option<JoinHook>,
+    backoff: Option<bool>,
 }
 
 impl ThreadPoolBuilder {
@@ -290,6 +376,19 @@ impl ThreadPoolBuilder {
         self
     }
 
+    /// Whether the pool backs off under contention. Default: on. When the caller of a
+    /// dispatch, after running its own chunks, waits more than 500 µs (and more than twice its
+    /// own work) for workers that joined — a worker preempted mid-chunk by another process — in
+    /// 2 of the last 32 dispatches, the next 256 `parallel_for` calls run on the calling thread
+    /// alone (counted in [`PoolStats::backed_off`]), then the pool tries its workers again;
+    /// each back-off that follows within 256 stall-free dispatches doubles the length, up to
+    /// 16,384. Results are the same bits either way (the kernels' chunking contract). Off: every
+    /// call of two or more chunks is dispatched (tests of the protocol turn it off).
+    pub fn contention_backoff(mut self, on: bool) -> Self {
+        self.backoff = Some(on);
+        self
+    }
+
     /// Starts the workers.
     ///
     /// # Errors
@@ -322,7 +421,12 @@ impl ThreadPoolBuilder {
             shares: (0..threads).map(|_| Padded(AtomicU64::new(claims::EMPTY))).collect(),
             done: Padded(AtomicUsize::new(0)),
             sleeping: Padded(AtomicUsize::new(0)),
-            call: Mutex::new(CallState { generation: 0, done_target: 0 }),
+            call: Mutex::new(CallState {
+                generation: 0,
+                done_target: 0,
+                #[cfg(not(loom))]
+                backoff: Backoff::default(),
+            }),
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
             counters: Padded::default(),
@@ -333,6 +437,7 @@ impl ThreadPoolBuilder {
             threads,
             spin,
             before_join: self.before_join,
+            backoff: self.backoff.unwrap_or(true),
             started: CounterAtomic::new(0),
         });
         let mut pool = ThreadPool { shared, workers: Vec::with_capacity(threads - 1) };
@@ -474,6 +579,7 @@ impl ThreadPool {
         let mut s = PoolStats {
             dispatches: sh.counters.dispatches.load(Relaxed) as u64,
             inline_runs: sh.counters.inline_runs.load(Relaxed) as u64,
+            backed_off: sh.counters.backed_off.load(Relaxed) as u64,
             wakeups: sh.counters.wakeups.load(Relaxed) as u64,
             ..PoolStats::default()
         };
@@ -519,6 +625,13 @@ impl ThreadPool {
     fn dispatch(&self, plan: ChunkPlan, f: &(dyn Fn(Range<usize>) + Sync)) {
         let sh = &*self.shared;
         let mut call = lock(&sh.call);
+        #[cfg(not(loom))]
+        if sh.backoff && call.backoff.take_inline() {
+            drop(call);
+            sh.counters.backed_off.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+            f(plan.range());
+            return;
+        }
         let job = Job {
             panicked: AtomicBool::new(false),
             payload: UnsafeCell::new(None),
@@ -557,6 +670,8 @@ impl ThreadPool {
             sh.counters.wakeups.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         }
         sh.counters.dispatches.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        #[cfg(not(loom))]
+        let started = sh.backoff.then(std::time::Instant::now);
         worker::run_chunks(sh, f, &plan, &job, 0);
         // Every chunk is claimed (or a chunk panicked): close the job. The joins before the
         // close in the state word's modification order are exactly the workers we wait for;
@@ -567,15 +682,32 @@ impl ThreadPool {
         // increment is after its last access to the job, so once our Acquire load reads the
         // target, no worker touches the job again and this frame (and `job`) may die.
         let mut polls = 0u32;
+        #[cfg(not(loom))]
+        let mut waiting_since = None;
         while sh.done.load(Ordering::Acquire) != call.done_target {
             if polls < CALLER_SPIN_POLLS {
                 polls += 1;
                 spin_hint();
             } else {
+                #[cfg(not(loom))]
+                if started.is_some() && waiting_since.is_none() {
+                    waiting_since = Some(std::time::Instant::now());
+                }
                 thread::yield_now();
             }
         }
         job.live.kill();
+        // A stall: the spin ran out and the wait (from the end of the caller's own chunks,
+        // approximated by the start of its yields) was long against both STALL and the
+        // caller's own work.
+        #[cfg(not(loom))]
+        if let Some(t0) = started {
+            let stalled = waiting_since.is_some_and(|t1| {
+                let (work, waited) = (t1 - t0, t1.elapsed());
+                waited > STALL && waited > 2 * work
+            });
+            call.backoff.record(stalled);
+        }
         drop(call);
         if job.panicked.load(Ordering::Relaxed) {
             if let Some(payload) = job.payload.into_inner() {
@@ -733,6 +865,44 @@ fn decode_schedule(v: usize) -> Schedule {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// Runs `n` records of `stalled` and returns how many calls then run inline.
+    fn inline_after(b: &mut Backoff, stalled: &[bool]) -> u32 {
+        for &s in stalled {
+            b.record(s);
+        }
+        let mut n = 0;
+        while b.take_inline() {
+            n += 1;
+        }
+        n
+    }
+
+    #[test]
+    fn backoff_starts_after_two_stalls_in_32_and_doubles_until_a_clean_run() {
+        assert_eq!(STALLS_TO_BACK_OFF, 2, "the cases below are written for 2");
+        let mut b = Backoff::default();
+        // One stall among 32 dispatches: no back-off.
+        let mut one = [false; 31];
+        one[3] = true;
+        assert_eq!(inline_after(&mut b, &one), 0);
+        // The second within the window: the first back-off.
+        assert_eq!(inline_after(&mut b, &[true]), BACK_OFF_MIN);
+        // The window was cleared: two more stalls back off again, twice as long.
+        assert_eq!(inline_after(&mut b, &[true, false]), 0);
+        assert_eq!(inline_after(&mut b, &[true]), 2 * BACK_OFF_MIN);
+        // Stalls 32 or more dispatches apart never back off.
+        let mut spread = [false; 32 * 8];
+        spread.iter_mut().step_by(32).for_each(|s| *s = true);
+        assert_eq!(inline_after(&mut b, &spread), 0);
+        // CLEAN_TO_RESET clean dispatches reset the length; the cap holds.
+        inline_after(&mut b, &[false; CLEAN_TO_RESET as usize]);
+        assert_eq!(inline_after(&mut b, &[true; 2]), BACK_OFF_MIN);
+        for _ in 0..20 {
+            inline_after(&mut b, &[true; 2]);
+        }
+        assert_eq!(inline_after(&mut b, &[true; 2]), BACK_OFF_MAX);
+    }
 
     #[test]
     fn schedule_encoding_round_trips() {
