@@ -57,7 +57,7 @@ pub struct DecoderOptions {
     pub context_len: Option<usize>,
     /// f32 activations (exact), int8 activations for quantized weights (fastest), or
     /// [`Activations::Mixed`]: f32 for the q/k/v and gate/up projections, int8 for the rest
-    /// (closer to f32 than llama.cpp's int8 path; see [`Activations::for_normed_input`]).
+    /// (half int8's mean logit error; see [`Activations::for_normed_input`]).
     pub activations: Activations,
     /// Keep weights as stored, or quantize float matrices to Q8_0 at load.
     pub weight_format: WeightFormat,
