@@ -1,21 +1,26 @@
-//! AVX-512 int8 kernels for the K-quants × Q8_K activations: the super-block sums of
-//! `avx2_k.rs` on 512-bit registers, driven by its row loop ([`avx2_k::matmul`]) with four
-//! weight rows per prepared activation super-block.
+//! AVX-512 int8 kernels for the K-quants × Q8_K activations.
 //!
-//! Each 512-bit weight vector holds two runs of 32 values (or four of 16), laid out as they
-//! come from the packed bytes; the activations are permuted once per super-block to match
-//! ([`K512::prep`]), and the sub-block scales are spread over the matching i16 lanes with one
-//! `vpermw`. The sums are `maddubs` (u8 × i8 pairs into i16, never saturating) and
-//! `vpdpwssd` by the scales (i16 pairs into i32): exact, so with the shared f32 order
-//! the results are bit-identical to the scalar table.
+//! Each super-block is decoded once into element order ([`K512::decode`]: vector `k` holds
+//! the unsigned values of elements `64 k .. 64 k + 64`, its i16 lanes' sub-block scales spread
+//! by one `vpermw`, plus the weights of the activations' per-16 sums), so the activations are
+//! plain 64-byte loads. The sums are `maddubs` (u8 × i8 pairs into i16, never saturating) and
+//! `vpdpwssd` by the scales (i16 pairs into i32), the per-16 sums entering by one more
+//! `vpdpwssd` (their i32 lanes read as i16 pairs whose high half meets a zero weight): exact,
+//! so with the shared f32 order the results are bit-identical to the scalar table.
+//!
+//! Two drivers: the GEMV (`n = 1`) is the shared row loop of `avx2_k.rs` ([`avx2_k::matmul`],
+//! four weight rows per activation row); prefill goes in tiles of one weight row × up to eight
+//! activation rows ([`tile`]): the super-block decoded once for all of them, their sums reduced
+//! together ([`reduce8x16`]) and their f32 terms one 8-lane vector (lane = activation row).
 
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
-use super::avx2_k::{self, dot16, msum8, KBlock, KDot, Q2K, Q3K, Q4K, Q5K, Q6K};
-use crate::quant::q3_k::scales_q3;
-use crate::quant::q4_k::scales_mins_k4;
-use crate::quant::Q8Acts;
+use super::avx2_k::{
+    self, k4_scales_mins, q3_scales16, scales, KBlock, KDot, Q2K, Q3K, Q4K, Q5K, Q6K,
+};
+use super::avx512_q8::quad;
+use crate::quant::{Q8Acts, QK_K};
 
 /// Word `i` of a `vpermw` index that spreads the scales `s[i / 8]` over 8 i16 lanes each.
 const fn spread(s: [i16; 4]) -> [i16; 32] {
@@ -28,95 +33,113 @@ const fn spread(s: [i16; 4]) -> [i16; 32] {
     out
 }
 
-/// Q4_K / Q5_K: the sub-blocks in the lanes of the four weight vectors (low nibbles of bytes
-/// 0..64, high of 0..64, low of 64..128, high of 64..128).
-static IDX_K4: [[i16; 32]; 4] =
-    [spread([0, 0, 2, 2]), spread([1, 1, 3, 3]), spread([4, 4, 6, 6]), spread([5, 5, 7, 7])];
+/// 32-element sub-blocks (Q4_K / Q5_K): vector `k` holds sub-blocks `2 k`, `2 k + 1`.
+static IDX_32: [[i16; 32]; 4] =
+    [spread([0, 0, 1, 1]), spread([2, 2, 3, 3]), spread([4, 4, 5, 5]), spread([6, 6, 7, 7])];
 
-/// Q6_K: vector `k` holds elements `64 k ..`, sub-blocks `4 k .. 4 k + 4`.
-static IDX_Q6: [[i16; 32]; 4] =
+/// 16-element sub-blocks (Q2_K, Q3_K, Q6_K): vector `k` holds sub-blocks `4 k .. 4 k + 4`.
+static IDX_16: [[i16; 32]; 4] =
     [spread([0, 1, 2, 3]), spread([4, 5, 6, 7]), spread([8, 9, 10, 11]), spread([12, 13, 14, 15])];
 
-/// Q2_K / Q3_K: vector `g` holds elements `32 g ..` and `128 + 32 g ..`.
-static IDX_Q2: [[i16; 32]; 4] =
-    [spread([0, 1, 8, 9]), spread([2, 3, 10, 11]), spread([4, 5, 12, 13]), spread([6, 7, 14, 15])];
+/// i16 lane `2 i` takes word `8 + i / 2` (the min of the 32-element sub-block holding the
+/// per-16 sum `i`), lane `2 i + 1` is zeroed by the caller's mask.
+static IDX_MINS: [i16; 32] = {
+    let mut t = [0i16; 32];
+    let mut i = 0;
+    while i < 16 {
+        t[2 * i] = 8 + (i / 2) as i16;
+        i += 1;
+    }
+    t
+};
+
+/// One super-block's weights decoded for the int8 dot.
+#[derive(Clone, Copy)]
+struct KW {
+    /// Vector `k`: the unsigned values of elements `64 k .. 64 k + 64`.
+    u: [__m512i; 4],
+    /// Vector `k`: each i16 lane's sub-block scale.
+    sc: [__m512i; 4],
+    /// The weight of each per-16 activation sum, in the low 16 bits of i32 lane `j` (the high
+    /// 16 bits 0): the mins (Q2_K, Q4_K, Q5_K: the `msum`), or the offset correction
+    /// `-offset · sc_j` folded into the `isum` (Q3_K `- 4 ·`, Q6_K `- 32 ·`).
+    c: __m512i,
+}
 
 /// A K-quant super-block on 512-bit registers.
 trait K512: KBlock {
-    /// Prepared activations (four vectors laid out as this type's weight vectors).
+    /// The super-block at `blk` in element order.
     ///
     /// # Safety
     ///
-    /// 256 readable values at `x`; AVX-512 F available.
-    unsafe fn prep(x: *const i8) -> [__m512i; 4];
-
-    /// As [`KBlock::isums`] against prepared activations.
-    ///
-    /// # Safety
-    ///
-    /// As [`KBlock::isums`]; AVX-512 F/BW/VL/VNNI available.
-    unsafe fn isums512(blk: *const u8, x: &[__m512i; 4], bsums: *const i32) -> (i32, i32);
+    /// `blk` is a whole super-block; AVX-512 F/BW/VL available.
+    unsafe fn decode(blk: *const u8) -> KW;
 }
 
-/// The 512-bit tier: [`K512::isums512`].
+/// `(isum, msum)` lane vectors of decoded weights against the 256 activations at `x` with
+/// per-16 sums `bsums`: their lane totals are [`KBlock::isums`]' pair (`msum` zero without
+/// [`KBlock::MINS`]).
+///
+/// # Safety
+///
+/// 256 readable values at `x`, 16 sums at `bsums`; AVX-512 F/BW/VNNI available.
+#[inline(always)]
+unsafe fn dot_k<K: K512>(kw: &KW, x: *const i8, bsums: *const i32) -> (__m512i, __m512i) {
+    // SAFETY: the reads stay inside the 256 values and 16 sums (caller contract).
+    unsafe {
+        let mut acc = _mm512_setzero_si512();
+        for k in 0..4 {
+            let xv = _mm512_loadu_si512(x.add(64 * k).cast());
+            acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(kw.u[k], xv), kw.sc[k]);
+        }
+        let b = _mm512_loadu_si512(bsums.cast());
+        if K::MINS {
+            (acc, _mm512_dpwssd_epi32(_mm512_setzero_si512(), b, kw.c))
+        } else {
+            (_mm512_dpwssd_epi32(acc, b, kw.c), _mm512_setzero_si512())
+        }
+    }
+}
+
+/// The 512-bit tier of the shared row loop: [`K512::decode`] then [`dot_k`] per row.
 pub(super) struct On512<K>(PhantomData<K>);
 
 impl<K: K512> KDot for On512<K> {
     type K = K;
-    type X = [__m512i; 4];
+    type X = *const i8;
 
     #[inline(always)]
-    unsafe fn prep(x: *const i8) -> [__m512i; 4] {
-        // SAFETY: forwarded caller contract.
-        unsafe { K::prep(x) }
+    unsafe fn prep(x: *const i8) -> *const i8 {
+        x
     }
 
     #[inline(always)]
-    unsafe fn isums(blk: *const u8, x: &[__m512i; 4], bsums: *const i32) -> (i32, i32) {
+    unsafe fn isums(blk: *const u8, x: &*const i8, bsums: *const i32) -> (i32, i32) {
         // SAFETY: forwarded caller contract.
-        unsafe { K::isums512(blk, x, bsums) }
+        unsafe {
+            let (is, ms) = dot_k::<K>(&K::decode(blk), *x, bsums);
+            let ms = if K::MINS { _mm512_reduce_add_epi32(ms) } else { 0 };
+            (_mm512_reduce_add_epi32(is), ms)
+        }
     }
 }
 
-/// The 256 activations as four vectors, `x[64 k .. 64 k + 64]` in vector `k`.
+/// The 32 bytes at `p` in both 256-bit halves, the high half shifted right by `shift` bits
+/// per 16-bit lane (so a half's low bits are the wanted field).
 ///
 /// # Safety
 ///
-/// 256 readable values; AVX-512 F available.
+/// 32 readable bytes at `p`; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn load4(x: *const i8) -> [__m512i; 4] {
-    // SAFETY: 256 readable values (caller contract).
-    unsafe { core::array::from_fn(|k| _mm512_loadu_si512(x.add(64 * k).cast())) }
-}
-
-/// The 256-bit halves `[a.lo, b.lo]`, `[a.hi, b.hi]` of two vectors.
-///
-/// # Safety
-///
-/// AVX-512 F available.
-#[inline(always)]
-unsafe fn halves(a: __m512i, b: __m512i) -> (__m512i, __m512i) {
-    // SAFETY: register-only intrinsics.
-    unsafe { (_mm512_shuffle_i64x2::<0x44>(a, b), _mm512_shuffle_i64x2::<0xEE>(a, b)) }
-}
-
-/// `acc + Σ (u · x) · scale`, the i16 scales spread by `idx` from the i16 scales `sc`.
-///
-/// # Safety
-///
-/// AVX-512 F/BW/VNNI available.
-#[inline(always)]
-unsafe fn acc_scaled(
-    acc: __m512i,
-    u: __m512i,
-    x: __m512i,
-    sc: __m512i,
-    idx: &[i16; 32],
-) -> __m512i {
-    // SAFETY: register-only intrinsics and a 64-byte read of `idx`.
+unsafe fn both_halves(p: *const u8, lo_shift: u16, hi_shift: u16) -> __m512i {
+    // SAFETY: 32 bytes at `p` (caller contract).
     unsafe {
-        let scale = _mm512_permutexvar_epi16(_mm512_loadu_si512(idx.as_ptr().cast()), sc);
-        _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, x), scale)
+        let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.cast()));
+        let cnt = _mm512_inserti64x4::<1>(
+            _mm512_set1_epi16(lo_shift as i16),
+            _mm256_set1_epi16(hi_shift as i16),
+        );
+        _mm512_srlv_epi16(v, cnt)
     }
 }
 
@@ -136,219 +159,300 @@ unsafe fn bits2(a: usize, b: usize) -> __m512i {
     }
 }
 
-/// The shared Q4_K/Q5_K sum (see `avx2_k.rs`): nibbles from the 128 bytes at `qs`, `16`
-/// added in sub-block `j` where bit `j` of the 32 bytes at `qh` is set (Q5_K).
+/// The scales of four vectors spread by `idx` from the i16 scales `sc`.
 ///
 /// # Safety
 ///
-/// 12 readable bytes at `sp`, 128 at `qs`, 32 at `qh` when given, 16 sums at `bsums`;
-/// AVX-512 F/BW/VL/VNNI available.
+/// AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn isums_k4(
-    sp: *const u8,
-    qs: *const u8,
-    qh: Option<*const u8>,
-    x: &[__m512i; 4],
-    bsums: *const i32,
-) -> (i32, i32) {
+unsafe fn spread4(sc: __m512i, idx: &[[i16; 32]; 4]) -> [__m512i; 4] {
+    // SAFETY: register-only intrinsics and 64-byte reads of `idx`.
+    unsafe {
+        let mut out = [_mm512_setzero_si512(); 4];
+        for (o, idx) in out.iter_mut().zip(idx) {
+            *o = _mm512_permutexvar_epi16(_mm512_loadu_si512(idx.as_ptr().cast()), sc);
+        }
+        out
+    }
+}
+
+/// The correction weights `-off · sc_j` of 16 signed i16 scales (lanes 0..16 of `sc`), each in
+/// the low half of an i32 lane.
+///
+/// # Safety
+///
+/// AVX-512 F/BW available.
+#[inline(always)]
+unsafe fn correction(sc: __m512i, off: i16) -> __m512i {
+    // SAFETY: register-only intrinsics. `|off · sc_j| <= 32 · 128` fits i16.
+    unsafe {
+        let c = _mm512_mullo_epi16(sc, _mm512_set1_epi16(-off));
+        _mm512_cvtepu16_epi32(_mm512_castsi512_si256(c))
+    }
+}
+
+/// The shared Q4_K/Q5_K decode: nibbles from the 128 bytes at `qs` (bytes `32 k ..` give
+/// elements `64 k ..` low nibbles first), `16` added in sub-block `j` where bit `j` of the 32
+/// bytes at `qh` is set (Q5_K); scales and mins from the 12 packed bytes at `sp`.
+///
+/// # Safety
+///
+/// 16 readable bytes at `sp - 4`, 128 at `qs`, 32 at `qh` when given; AVX-512 F/BW/VL
+/// available.
+#[inline(always)]
+unsafe fn decode_k4(sp: *const u8, qs: *const u8, qh: Option<*const u8>) -> KW {
     // SAFETY: the reads stay inside the ranges of the caller contract.
     unsafe {
-        let sm = scales_mins_k4(core::slice::from_raw_parts(sp, 12));
-        let sm = _mm_loadu_si128(sm.as_ptr().cast());
+        let sm = k4_scales_mins(sp);
         let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(sm));
-        let m4 = _mm512_set1_epi8(0x0F);
-        let sixteen = _mm512_set1_epi8(0x10);
-        let hz = qh.map(|p| _mm512_broadcast_i64x4(_mm256_loadu_si256(p.cast())));
-        let mut acc = _mm512_setzero_si512();
-        for c in 0..2 {
-            let q = _mm512_loadu_si512(qs.add(64 * c).cast());
-            let lo = _mm512_and_si512(q, m4);
-            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
-            for (i, mut u) in [lo, hi].into_iter().enumerate() {
-                let k = 2 * c + i;
-                if let Some(hz) = hz {
-                    // Sub-blocks 4c + i (low half) and 4c + i + 2 (high half).
-                    let j = 4 * c + i;
-                    let set = _mm512_test_epi8_mask(hz, bits2(j, j + 2));
-                    u = _mm512_mask_add_epi8(u, set, u, sixteen);
-                }
-                acc = acc_scaled(acc, u, x[k], sc, &IDX_K4[k]);
+        let mut u = [_mm512_setzero_si512(); 4];
+        for (k, u) in u.iter_mut().enumerate() {
+            *u = _mm512_and_si512(both_halves(qs.add(32 * k), 0, 4), _mm512_set1_epi8(0x0F));
+            if let Some(p) = qh {
+                let hz = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.cast()));
+                let set = _mm512_test_epi8_mask(hz, bits2(2 * k, 2 * k + 1));
+                *u = _mm512_mask_add_epi8(*u, set, *u, _mm512_set1_epi8(0x10));
             }
         }
-        (_mm512_reduce_add_epi32(acc), msum8(_mm_srli_si128::<8>(sm), bsums))
+        let mins = _mm512_loadu_si512(IDX_MINS.as_ptr().cast());
+        KW { u, sc: spread4(sc, &IDX_32), c: _mm512_maskz_permutexvar_epi16(0x5555_5555, mins, sc) }
     }
 }
 
-/// The Q4_K/Q5_K activations: `[x[0..32], x[64..96]]`, `[x[32..64], x[96..128]]` and the same
-/// for `128..256`.
+/// The Q2_K/Q3_K values: 2-bit fields of the 64 bytes at `qs` (element `128 h + 32 g + l` at
+/// bits `2 g` of byte `32 h + l`), with Q3_K's third bit from the 32 bytes at `hm` (element
+/// `128 h + 32 g + l` at bit `4 h + g` of byte `l`) added as `+ 4`.
 ///
 /// # Safety
 ///
-/// 256 readable values; AVX-512 F available.
+/// 64 readable bytes at `qs`, 32 at `hm` when given; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn prep_k4(x: *const i8) -> [__m512i; 4] {
-    // SAFETY: forwarded caller contract.
+unsafe fn values_q2(qs: *const u8, hm: Option<*const u8>) -> [__m512i; 4] {
+    // SAFETY: 64 bytes at `qs`, 32 at `hm` (caller contract).
     unsafe {
-        let [a, b, c, d] = load4(x);
-        let (lo0, hi0) = halves(a, b);
-        let (lo1, hi1) = halves(c, d);
-        [lo0, hi0, lo1, hi1]
-    }
-}
-
-/// The Q2_K/Q3_K activations: vector `g` is `[x[32 g ..], x[128 + 32 g ..]]` (32 each).
-///
-/// # Safety
-///
-/// 256 readable values; AVX-512 F available.
-#[inline(always)]
-unsafe fn prep_q2(x: *const i8) -> [__m512i; 4] {
-    // SAFETY: forwarded caller contract.
-    unsafe {
-        let [a, b, c, d] = load4(x);
-        let (g0, g1) = halves(a, c);
-        let (g2, g3) = halves(b, d);
-        [g0, g1, g2, g3]
-    }
-}
-
-/// The Q2_K/Q3_K sum: the 2-bit values of the 64 bytes at `qs` (vector `g`: bits `2 g` of
-/// bytes 0..32 then 32..64, elements `32 g ..` and `128 + 32 g ..`), `high(g, u)` adding the
-/// third bit (Q3_K), times the 16 i16 scales `sc`.
-///
-/// # Safety
-///
-/// 64 readable bytes at `qs`; AVX-512 F/BW/VL/VNNI available.
-#[inline(always)]
-unsafe fn sum_q2(
-    qs: *const u8,
-    sc: __m512i,
-    x: &[__m512i; 4],
-    mut high: impl FnMut(usize, __m512i) -> __m512i,
-) -> i32 {
-    // SAFETY: 64 bytes at `qs` (caller contract).
-    unsafe {
-        let q = _mm512_loadu_si512(qs.cast());
-        let three = _mm512_set1_epi8(3);
-        let mut acc = _mm512_setzero_si512();
-        for g in 0..4 {
-            let low = _mm512_and_si512(_mm512_srl_epi16(q, _mm_cvtsi32_si128(2 * g as i32)), three);
-            acc = acc_scaled(acc, high(g, low), x[g], sc, &IDX_Q2[g]);
+        let mut out = [_mm512_setzero_si512(); 4];
+        for (k, o) in out.iter_mut().enumerate() {
+            let (h, g) = (k / 2, 2 * (k % 2));
+            let v = both_halves(qs.add(32 * h), 2 * g as u16, 2 * g as u16 + 2);
+            *o = _mm512_and_si512(v, _mm512_set1_epi8(3));
+            if let Some(p) = hm {
+                let hz = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.cast()));
+                let set = _mm512_test_epi8_mask(hz, bits2(4 * h + g, 4 * h + g + 1));
+                *o = _mm512_mask_add_epi8(*o, set, *o, _mm512_set1_epi8(4));
+            }
         }
-        _mm512_reduce_add_epi32(acc)
+        out
     }
 }
 
 impl K512 for Q2K {
     #[inline(always)]
-    unsafe fn prep(x: *const i8) -> [__m512i; 4] {
-        // SAFETY: forwarded caller contract.
-        unsafe { prep_q2(x) }
-    }
-
-    #[inline(always)]
-    unsafe fn isums512(blk: *const u8, x: &[__m512i; 4], bsums: *const i32) -> (i32, i32) {
+    unsafe fn decode(blk: *const u8) -> KW {
         // SAFETY: 84-byte super-block: scales at 0..16, values at 16..80 (caller contract).
         unsafe {
             let sb = _mm_loadu_si128(blk.cast());
             let m4 = _mm_set1_epi8(0x0F);
             let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, m4)));
-            let mins = _mm_and_si128(_mm_srli_epi16::<4>(sb), m4);
-            (sum_q2(blk.add(16), sc, x, |_, u| u), dot16::<false>(mins, bsums))
+            let mins = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16::<4>(sb), m4));
+            KW { u: values_q2(blk.add(16), None), sc: spread4(sc, &IDX_16), c: mins }
         }
     }
 }
 
 impl K512 for Q3K {
     #[inline(always)]
-    unsafe fn prep(x: *const i8) -> [__m512i; 4] {
-        // SAFETY: forwarded caller contract.
-        unsafe { prep_q2(x) }
-    }
-
-    #[inline(always)]
-    unsafe fn isums512(blk: *const u8, x: &[__m512i; 4], bsums: *const i32) -> (i32, i32) {
+    unsafe fn decode(blk: *const u8) -> KW {
         // SAFETY: 110-byte super-block: high bits at 0..32, low pairs at 32..96, scales at
         // 96..108 (caller contract).
         unsafe {
-            let s = scales_q3(core::slice::from_raw_parts(blk.add(96), 12));
-            let s8 = _mm_loadu_si128(s.as_ptr().cast());
-            let sc = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(s8));
-            let hz = _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.cast()));
-            let four = _mm512_set1_epi8(4);
-            // Element 128 h + 32 g + l has its high bit at bit 4 h + g of hmask[l].
-            let is = sum_q2(blk.add(32), sc, x, |g, u| {
-                let set = _mm512_test_epi8_mask(hz, bits2(g, 4 + g));
-                _mm512_mask_add_epi8(u, set, u, four)
-            });
-            (is - 4 * dot16::<true>(s8, bsums), 0)
+            let sc = _mm512_zextsi256_si512(q3_scales16(blk.add(96)));
+            // u = q + 4.
+            let u = values_q2(blk.add(32), Some(blk));
+            KW { u, sc: spread4(sc, &IDX_16), c: correction(sc, 4) }
         }
     }
 }
 
 impl K512 for Q4K {
     #[inline(always)]
-    unsafe fn prep(x: *const i8) -> [__m512i; 4] {
-        // SAFETY: forwarded caller contract.
-        unsafe { prep_k4(x) }
-    }
-
-    #[inline(always)]
-    unsafe fn isums512(blk: *const u8, x: &[__m512i; 4], bsums: *const i32) -> (i32, i32) {
+    unsafe fn decode(blk: *const u8) -> KW {
         // SAFETY: 144-byte super-block: scales at 4..16, values at 16..144 (caller contract).
-        unsafe { isums_k4(blk.add(4), blk.add(16), None, x, bsums) }
+        unsafe { decode_k4(blk.add(4), blk.add(16), None) }
     }
 }
 
 impl K512 for Q5K {
     #[inline(always)]
-    unsafe fn prep(x: *const i8) -> [__m512i; 4] {
-        // SAFETY: forwarded caller contract.
-        unsafe { prep_k4(x) }
-    }
-
-    #[inline(always)]
-    unsafe fn isums512(blk: *const u8, x: &[__m512i; 4], bsums: *const i32) -> (i32, i32) {
+    unsafe fn decode(blk: *const u8) -> KW {
         // SAFETY: 176-byte super-block: scales at 4..16, fifth bits at 16..48, nibbles at
         // 48..176 (caller contract).
-        unsafe { isums_k4(blk.add(4), blk.add(48), Some(blk.add(16)), x, bsums) }
+        unsafe { decode_k4(blk.add(4), blk.add(48), Some(blk.add(16))) }
     }
 }
 
 impl K512 for Q6K {
     #[inline(always)]
-    unsafe fn prep(x: *const i8) -> [__m512i; 4] {
-        // SAFETY: forwarded caller contract.
-        unsafe { load4(x) }
-    }
-
-    #[inline(always)]
-    unsafe fn isums512(blk: *const u8, x: &[__m512i; 4], bsums: *const i32) -> (i32, i32) {
+    unsafe fn decode(blk: *const u8) -> KW {
         // SAFETY: 210-byte super-block: low nibbles at 0..128, high pairs at 128..192, scales
         // at 192..208 (caller contract).
         unsafe {
             let s8 = _mm_loadu_si128(blk.add(192).cast());
             let sc = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(s8));
             let (m4, m2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
-            let mut acc = _mm512_setzero_si512();
-            for h in 0..2 {
+            // Vector 2 h + i: elements 128 h + 64 i ..: nibble i of ql[64 h ..], bits 2 g of
+            // qh[32 h ..] with g = 2 i (low half), 2 i + 1 (high half); u = q + 32.
+            let mut u = [_mm512_setzero_si512(); 4];
+            for (k, u) in u.iter_mut().enumerate() {
+                let (h, i) = (k / 2, k % 2);
                 let l = _mm512_loadu_si512(blk.add(64 * h).cast());
-                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.add(128 + 32 * h).cast()));
-                // Vector 2h + i: elements 128 h + 64 i ..: nibble i of ql, bits 2 g of qh
-                // with g = 2 i (low half), 2 i + 1 (high half).
-                for i in 0..2 {
-                    let lo = if i == 0 { l } else { _mm512_srli_epi16::<4>(l) };
-                    let cnt = _mm512_inserti64x4::<1>(
-                        _mm512_set1_epi16(4 * i as i16),
-                        _mm256_set1_epi16(4 * i as i16 + 2),
-                    );
-                    let hb = _mm512_and_si512(_mm512_srlv_epi16(qh, cnt), m2);
-                    let u = _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_slli_epi16::<4>(hb));
-                    acc = acc_scaled(acc, u, x[2 * h + i], sc, &IDX_Q6[2 * h + i]);
+                let lo = if i == 0 { l } else { _mm512_srli_epi16::<4>(l) };
+                let hb = both_halves(blk.add(128 + 32 * h), 4 * i as u16, 4 * i as u16 + 2);
+                let hb = _mm512_and_si512(hb, m2);
+                *u = _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_slli_epi16::<4>(hb));
+            }
+            KW { u, sc: spread4(sc, &IDX_16), c: correction(sc, 32) }
+        }
+    }
+}
+
+/// Lane `t` of the result is the total of `v[t]`'s 16 lanes (lanes in order, exact in i32).
+///
+/// # Safety
+///
+/// AVX-512 F available.
+#[inline(always)]
+unsafe fn reduce8x16(v: [__m512i; 8]) -> __m256i {
+    // SAFETY: register-only intrinsics.
+    unsafe {
+        // Within each 128-bit lane L: [Σ_L v0, Σ_L v1, Σ_L v2, Σ_L v3] (and v4..v8).
+        let q0 = quad([v[0], v[1], v[2], v[3]]);
+        let q1 = quad([v[4], v[5], v[6], v[7]]);
+        // 128-bit lanes [q0.L0 + q0.L2, q0.L1 + q0.L3, q1.L0 + q1.L2, q1.L1 + q1.L3].
+        let s = _mm512_add_epi32(
+            _mm512_shuffle_i64x2::<0b01_00_01_00>(q0, q1),
+            _mm512_shuffle_i64x2::<0b11_10_11_10>(q0, q1),
+        );
+        // 128-bit lanes [s.L0 + s.L1, s.L2 + s.L3, ..].
+        let t = _mm512_add_epi32(
+            _mm512_shuffle_i64x2::<0b10_00_10_00>(s, s),
+            _mm512_shuffle_i64x2::<0b11_01_11_01>(s, s),
+        );
+        _mm512_castsi512_si256(t)
+    }
+}
+
+/// One weight row (`nb` super-blocks at `w`) × `N <= 8` activation rows (row `t` of the tile's
+/// block `i` at `qs + (t * nb + i) * 256`, `d` at `t * nb + i`, sums at `16 (t * nb + i)`),
+/// into `y[t * ldy]`.
+///
+/// Per super-block `b`: the weights decoded once, [`dot_k`] for each activation row, the
+/// sums reduced together ([`reduce8x16`]), the oracle's term `(d · dx) · isum [- (dmin · dx) ·
+/// msum]` for all rows as one vector (lane `t`) into accumulator `b % 8`; at the end the
+/// fixed sum of [`crate::kernels::scalar::hsum8`] over the eight accumulators, lane by lane.
+///
+/// # Safety
+///
+/// `nb` super-blocks at `w`, `N` activation rows of `nb` blocks, `y[t * ldy]` writable for
+/// `t < N`; AVX2, F16C and AVX-512 F/BW/VL/VNNI available.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<K: K512, const N: usize>(
+    w: *const u8,
+    nb: usize,
+    qs: *const i8,
+    d: *const f32,
+    sums: *const i32,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: every super-block and activation block read is in the tile (caller contract);
+    // the gather reads `d[t * nb + b]` for `t < N` only.
+    unsafe {
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let offs = _mm256_mullo_epi32(lane, _mm256_set1_epi32(nb as i32));
+        let live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(N as i32), lane));
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for b in 0..nb {
+            let blk = w.add(b * K::BYTES);
+            let kw = K::decode(blk);
+            let (mut is, mut ms) = ([_mm512_setzero_si512(); 8], [_mm512_setzero_si512(); 8]);
+            for t in 0..N {
+                let i = t * nb + b;
+                (is[t], ms[t]) = dot_k::<K>(&kw, qs.add(i * QK_K), sums.add(i * 16));
+            }
+            let (dw, dmin) = scales::<K>(blk);
+            let dx = _mm256_mask_i32gather_ps::<4>(_mm256_setzero_ps(), d.add(b), offs, live);
+            let isv = _mm256_cvtepi32_ps(reduce8x16(is));
+            let mut term = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dw), dx), isv);
+            if K::MINS {
+                let msv = _mm256_cvtepi32_ps(reduce8x16(ms));
+                let m = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), dx), msv);
+                term = _mm256_sub_ps(term, m);
+            }
+            acc[b % 8] = _mm256_add_ps(acc[b % 8], term);
+        }
+        let a = acc;
+        let s = _mm256_add_ps(
+            _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+            _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])),
+        );
+        let mut out = [0f32; 8];
+        _mm256_storeu_ps(out.as_mut_ptr(), s);
+        for (t, v) in out.iter().enumerate().take(N) {
+            *y.add(t * ldy) = *v;
+        }
+    }
+}
+
+/// AVX-512 K-quant matmul: the GEMV through the shared row loop (four rows per activation
+/// row); more activation rows in [`tile`]s of one weight row × eight activation rows (then
+/// four, two, one), the tile's activations staying in L1 across the weight rows.
+///
+/// # Safety
+///
+/// As [`crate::kernels::MatmulQ8Fn`] with `xq` in the Q8_K format; AVX2, F16C and AVX-512
+/// F/BW/VL/VNNI available.
+#[inline(always)]
+unsafe fn matmul_512<K: K512>(
+    w: *const u8,
+    rb: usize,
+    rows: usize,
+    xq: &Q8Acts<'_>,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    if n == 1 {
+        // SAFETY: forwarded caller contract.
+        unsafe { avx2_k::matmul::<On512<K>, 4>(w, rb, rows, xq, n, y, ldy) };
+        return;
+    }
+    let nb = xq.nb();
+    let (qs, d, sums) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.sum().as_ptr());
+    let mut t = 0;
+    while t < n {
+        let step = match n - t {
+            8.. => 8,
+            4..=7 => 4,
+            2 | 3 => 2,
+            _ => 1,
+        };
+        let o = t * nb;
+        for r in 0..rows {
+            // SAFETY: row `r < rows` of `nb` super-blocks, activation rows `t .. t + step <=
+            // n <= xq.n()` from block `o`, outputs `y[(t + i) * ldy + r]` (caller contract).
+            unsafe {
+                let (wr, yr) = (w.add(r * rb), y.add(t * ldy + r));
+                let (q, dd, s) = (qs.add(o * QK_K), d.add(o), sums.add(o * 16));
+                match step {
+                    8 => tile::<K, 8>(wr, nb, q, dd, s, yr, ldy),
+                    4 => tile::<K, 4>(wr, nb, q, dd, s, yr, ldy),
+                    2 => tile::<K, 2>(wr, nb, q, dd, s, yr, ldy),
+                    _ => tile::<K, 1>(wr, nb, q, dd, s, yr, ldy),
                 }
             }
-            (_mm512_reduce_add_epi32(acc) - 32 * dot16::<true>(s8, bsums), 0)
         }
+        t += step;
     }
 }
 
@@ -370,7 +474,7 @@ macro_rules! entries {
             ldy: usize,
         ) {
             // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { avx2_k::matmul::<On512<$k>, 4>(w, rb, rows, xq, n, y, ldy) }
+            unsafe { matmul_512::<$k>(w, rb, rows, xq, n, y, ldy) }
         }
     )* };
 }

@@ -1,58 +1,45 @@
 //! VNNI int8 kernels for the 32-element types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) ×
 //! Q8 activations, for two tiers:
 //!
-//! - **AVX-512** (F/BW/VL + AVX512-VNNI): 512-bit `vpdpbusd` over two blocks at once (block
-//!   `j` and `j + 4` of each group of eight), four weight rows per activation load, the eight
-//!   block sums of a row reduced in three shuffle steps, and the f16 block scales picked out
-//!   of the row with one or two `vpermt2w` instead of eight scalar inserts.
+//! - **AVX-512** (F/BW/VL + AVX512-VNNI): tiles of `R` weight rows × `N` activation rows
+//!   ([`tile`]: `1 × 8`, `1 × 4`, `1 × 2` for prefill, `2 × 1` for the GEMV). Per group of
+//!   eight blocks each weight row is decoded once ([`VBlock::decode2`]: blocks `2 j`, `2 j + 1`
+//!   in element order in one 512-bit vector, unsigned) and dotted by 512-bit `vpdpbusd` with
+//!   every activation row of the tile, read as plain 64-byte loads; two outputs' block sums are
+//!   reduced together ([`reduce2`]) and their f32 terms share one vector, the f16 block scales
+//!   picked out of the row with one or two `vpermt2w`.
 //! - **AVX-VNNI** (the VEX-encoded 256-bit `vpdpbusd`): the AVX2 kernel of `avx2_q8.rs` with
 //!   `vpdpbusd` in place of `maddubs` + `madd` ([`super::VexOps`]).
 //!
 //! The integer block sums are exact (a quad is at most `4 · 255 · 127`, far inside i32), and
 //! the f32 part is the oracle's order exactly ([`crate::kernels::scalar::accumulate8`]: block
 //! `b`'s term into lane `b % 8`, separate multiply and add, then the fixed horizontal sum), so
-//! every entry is bit-identical to the scalar table. Operands per dtype as in `avx2_q8.rs`
-//! ([`QBlock`]): the signed types (Q8_0, IQ4_NL's codebook values) by the sign trick, the
-//! unsigned nibbles (and Q5's fifth bits) directly, with `- OFFSET · Σ x` after (Q4_0, Q5_0).
+//! every entry is bit-identical to the scalar table. The AVX-512 operands depend on the weights
+//! only: the unsigned nibbles (and Q5's fifth bits) as they are, the signed values (Q8_0,
+//! IQ4_NL's codebook) offset by `+ 128`; each takes `- OFF · Σ x` after ([`VBlock::OFF`]).
 
 use core::arch::x86_64::*;
 
 use super::avx2_q8::{self, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
-use super::{hsum_ps, term, EvexOps, VexOps};
+use super::{hsum_ps, VexOps};
 use crate::quant::{Q8Acts, QK};
 
-/// A 32-element block as seen by the AVX-512 kernel (on top of its [`QBlock`] operands).
+/// A 32-element block as seen by the AVX-512 tile ([`tile`]), on top of its [`QBlock`]
+/// constants.
 trait VBlock: QBlock {
-    /// [`VBlock::operands2`] puts the two blocks in the 256-bit halves (else in alternate
-    /// 128-bit lanes); see [`reduce_pairs`].
-    const HALVES: bool;
+    /// The block's dot with `x` is `Σ u · x - OFF · Σ x` for the unsigned operand `u` of
+    /// [`VBlock::decode2`]: the nibbles of Q4_0 (`+ 8`) and Q5_0 (`+ 16`), Q8_0's and IQ4_NL's
+    /// values `+ 128` (the offset form of the signed types: the operand depends on the weights
+    /// only, so one decode serves every activation row), 0 for Q4_1 / Q5_1.
+    const OFF: i32;
 
-    /// The operand pair of blocks `blk0` (low half) and `blk1` (high half) against `x`, the
-    /// two blocks' activations as prepared by [`VBlock::prepare_x`].
+    /// The unsigned operands of blocks `blk0` (bytes 0..32, element order) and `blk1` (bytes
+    /// 32..64), so that two consecutive blocks' activations are one plain 64-byte load.
     ///
     /// # Safety
     ///
     /// Both are whole blocks; AVX-512 F/BW/VL available.
-    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i);
-
-    /// The activations of two blocks (`x0` the first, `x1` the second, 32 values each) laid
-    /// out to match [`VBlock::operands2`]'s weight lanes.
-    ///
-    /// # Safety
-    ///
-    /// 32 readable values at each; AVX-512 F available.
-    #[inline(always)]
-    unsafe fn prepare_x(x0: *const i8, x1: *const i8) -> __m512i {
-        // SAFETY: forwarded caller contract.
-        unsafe {
-            if Self::HALVES {
-                let a = _mm256_loadu_si256(x0.cast());
-                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), _mm256_loadu_si256(x1.cast()))
-            } else {
-                prepare_x_q4(x0, x1)
-            }
-        }
-    }
+    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i;
 
     /// The f16 scales (lanes 0..8) and, with [`QBlock::MIN`], minimums (lanes 8..16) of the
     /// eight blocks at `wb`, as 16-bit lanes of a 256-bit vector.
@@ -63,52 +50,53 @@ trait VBlock: QBlock {
     #[inline(always)]
     unsafe fn scales8(wb: *const u8) -> __m256i {
         // SAFETY: forwarded caller contract.
-        unsafe { scales8_split(wb, Self::BYTES, Self::MIN) }
+        unsafe { scales8_split(wb, Self::BYTES, Self::MIN, 8) }
     }
 }
 
-/// Two Q4 blocks' nibbles (16 bytes at `qs0` and at `qs1`) as 64 u8 lanes laid out
-/// `[low nibbles of 0, low of 1, high of 0, high of 1]` (16 each).
+/// Two Q4 blocks' nibbles (16 bytes at `qs0` and at `qs1`) as 64 u8 lanes in element order:
+/// `[low nibbles of 0, high of 0, low of 1, high of 1]` (16 each).
 ///
 /// # Safety
 ///
 /// 16 readable bytes at each; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn nibbles64(qs0: *const u8, qs1: *const u8) -> __m512i {
-    // SAFETY: 16 bytes readable at each (caller contract).
+unsafe fn nibbles2(qs0: *const u8, qs1: *const u8) -> __m512i {
+    // SAFETY: 16 bytes at each (caller contract).
     unsafe {
-        let v = _mm256_loadu2_m128i(qs1.cast(), qs0.cast());
-        let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(v), _mm256_srli_epi16::<4>(v));
+        let a = _mm256_broadcastsi128_si256(_mm_loadu_si128(qs0.cast()));
+        let b = _mm256_broadcastsi128_si256(_mm_loadu_si128(qs1.cast()));
+        let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+        // 128-bit lanes 1 and 3 (i16 lanes 8..16, 24..32) take the high nibbles.
+        let z = _mm512_mask_srli_epi16::<4>(z, 0xFF00_FF00, z);
         _mm512_and_si512(z, _mm512_set1_epi8(0x0F))
     }
 }
 
-/// Two Q5 blocks' values: [`nibbles64`] of the 16 bytes at `qs0` / `qs1` with `16` added
+/// Two Q5 blocks' values: [`nibbles2`] of the 16 bytes at `qs0` / `qs1` with `16` added
 /// where the fifth bit (the little-endian u32 at `qh0` / `qh1`) is set, in the same lanes.
 ///
 /// # Safety
 ///
 /// 16 readable bytes at `qs0`, `qs1`, 4 at `qh0`, `qh1`; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn q5_values64(qs0: *const u8, qs1: *const u8, qh0: *const u8, qh1: *const u8) -> __m512i {
+unsafe fn q5_values2(qs0: *const u8, qs1: *const u8, qh0: *const u8, qh1: *const u8) -> __m512i {
     // SAFETY: the reads are in bounds (caller contract); the rest is register-only.
     unsafe {
         let h0 = qh0.cast::<u32>().read_unaligned() as u64;
         let h1 = qh1.cast::<u32>().read_unaligned() as u64;
-        // Lanes: elements 0..16 of block 0, of block 1, then elements 16..32 of each.
-        let k = (h0 & 0xFFFF) | (h1 & 0xFFFF) << 16 | (h0 >> 16) << 32 | (h1 >> 16) << 48;
-        let q = nibbles64(qs0, qs1);
-        _mm512_mask_add_epi8(q, k, q, _mm512_set1_epi8(0x10))
+        let q = nibbles2(qs0, qs1);
+        _mm512_mask_add_epi8(q, h0 | h1 << 32, q, _mm512_set1_epi8(0x10))
     }
 }
 
 /// The f16 words at word offsets `stride * j` (`j < 4`, or `j < 8` when they fit) of the `len
 /// <= 128` bytes at `wb`, as lanes `0..` (and, with `min`, the words one further as lanes
-/// `8..`).
+/// `8..`); words past `len` read as 0.
 ///
 /// # Safety
 ///
-/// `len` readable bytes at `wb` holding every word picked; AVX-512 F/BW available.
+/// `len` readable bytes at `wb`; AVX-512 F/BW available.
 #[inline(always)]
 unsafe fn pick_words(wb: *const u8, len: usize, stride: u16, min: bool) -> __m512i {
     // SAFETY: masked loads touch only the `len` readable bytes (caller contract).
@@ -169,77 +157,55 @@ static SPLIT_IDX: [i16; 32] = [
     0,
 ];
 
-/// [`VBlock::scales8`] for eight blocks of `bytes` bytes (`bytes` even) at `wb`: the scales
-/// (and minimums, at the next word) of blocks 0..4 and 4..8, each four picked from their own
-/// `4 · bytes` bytes (or 128 when less), so nothing past the eight blocks is read.
+/// [`VBlock::scales8`] for the first `m <= 8` of eight blocks of `bytes` bytes (`bytes` even)
+/// at `wb`: the scales (and minimums, at the next word) of blocks 0..4 and 4..8, each four
+/// picked from their own `4 · bytes` bytes (or 128 when less), so nothing past the `m` blocks
+/// is read; the lanes of blocks `m..8` are 0.
 ///
 /// # Safety
 ///
-/// Eight whole blocks at `wb`; AVX-512 F/BW available.
+/// `m` whole blocks at `wb`; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn scales8_split(wb: *const u8, bytes: usize, min: bool) -> __m256i {
-    // SAFETY: each pick reads inside its four blocks (caller contract).
+unsafe fn scales8_split(wb: *const u8, bytes: usize, min: bool, m: usize) -> __m256i {
+    // SAFETY: each pick reads inside its blocks (caller contract).
     unsafe {
-        let (len, stride) = ((4 * bytes).min(128), (bytes / 2) as u16);
-        let lo = pick_words(wb, len, stride, min);
-        let hi = pick_words(wb.add(4 * bytes), len, stride, min);
+        let stride = (bytes / 2) as u16;
+        let lo = pick_words(wb, (m.min(4) * bytes).min(128), stride, min);
+        let hi = if m > 4 {
+            pick_words(wb.add(4 * bytes), ((m - 4) * bytes).min(128), stride, min)
+        } else {
+            _mm512_setzero_si512()
+        };
         let hi = _mm512_permutexvar_epi16(_mm512_loadu_si512(SPLIT_IDX.as_ptr().cast()), hi);
         _mm512_castsi512_si256(_mm512_mask_blend_epi16(0xF0F0, lo, hi))
     }
 }
 
-/// Two blocks' activations ordered as [`nibbles64`]'s lanes: `[x0[0..16], x1[0..16],
-/// x0[16..32], x1[16..32]]`.
-///
-/// # Safety
-///
-/// 32 readable values at each; AVX-512 F available.
-#[inline(always)]
-unsafe fn prepare_x_q4(x0: *const i8, x1: *const i8) -> __m512i {
-    // SAFETY: 32 values at each (caller contract).
-    unsafe {
-        let a = _mm256_loadu_si256(x0.cast());
-        let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), _mm256_loadu_si256(x1.cast()));
-        // 128-bit lanes [a.lo, a.hi, b.lo, b.hi] -> [a.lo, b.lo, a.hi, b.hi].
-        _mm512_shuffle_i64x2::<0b11_01_10_00>(z, z)
-    }
-}
-
-/// The sign trick on 64 lanes: `|w|` and `x` negated where `w < 0`.
-///
-/// # Safety
-///
-/// AVX-512 F/BW available.
-#[inline(always)]
-unsafe fn signed_operands2(w: __m512i, x: __m512i) -> (__m512i, __m512i) {
-    // SAFETY: register-only intrinsics.
-    unsafe {
-        let neg = _mm512_movepi8_mask(w);
-        (_mm512_abs_epi8(w), _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x))
-    }
-}
+/// The 0x80 byte: `w ^ 0x80 = w + 128` turns an i8 into its offset u8.
+const SIGN: i8 = -128;
 
 impl VBlock for Q8_0B {
-    const HALVES: bool = true;
+    const OFF: i32 = 128;
 
     #[inline(always)]
-    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
+    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i {
         // SAFETY: 32 bytes at `blk0 + 2` and `blk1 + 2` (caller contract).
         unsafe {
             let w0 = _mm256_loadu_si256(blk0.add(2).cast());
             let w1 = _mm256_loadu_si256(blk1.add(2).cast());
-            signed_operands2(_mm512_inserti64x4::<1>(_mm512_castsi256_si512(w0), w1), x)
+            let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(w0), w1);
+            _mm512_xor_si512(w, _mm512_set1_epi8(SIGN))
         }
     }
 }
 
 impl VBlock for Q4_0B {
-    const HALVES: bool = false;
+    const OFF: i32 = 8;
 
     #[inline(always)]
-    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
+    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i {
         // SAFETY: 16 bytes at `blk0 + 2` and `blk1 + 2` (caller contract).
-        unsafe { (nibbles64(blk0.add(2), blk1.add(2)), x) }
+        unsafe { nibbles2(blk0.add(2), blk1.add(2)) }
     }
 
     #[inline(always)]
@@ -249,20 +215,27 @@ impl VBlock for Q4_0B {
     }
 }
 
+/// The IQ4_NL codebook plus 128, as bytes (the offset form of [`Iq4NlB`]'s values).
+static KVALUES_128: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (crate::quant::iq4_nl::KVALUES[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+};
+
 impl VBlock for Iq4NlB {
-    const HALVES: bool = false;
+    const OFF: i32 = 128;
 
     #[inline(always)]
-    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
-        // SAFETY: 16 bytes at `blk0 + 2` and `blk1 + 2` (caller contract); the codebook is 16
+    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i {
+        // SAFETY: 16 bytes at `blk0 + 2` and `blk1 + 2` (caller contract); the table is 16
         // bytes.
         unsafe {
-            let kv = _mm_loadu_si128(crate::quant::iq4_nl::KVALUES.as_ptr().cast());
-            let w = _mm512_shuffle_epi8(
-                _mm512_broadcast_i32x4(kv),
-                nibbles64(blk0.add(2), blk1.add(2)),
-            );
-            signed_operands2(w, x)
+            let kv = _mm_loadu_si128(KVALUES_128.as_ptr().cast());
+            _mm512_shuffle_epi8(_mm512_broadcast_i32x4(kv), nibbles2(blk0.add(2), blk1.add(2)))
         }
     }
 
@@ -274,12 +247,12 @@ impl VBlock for Iq4NlB {
 }
 
 impl VBlock for Q4_1B {
-    const HALVES: bool = false;
+    const OFF: i32 = 0;
 
     #[inline(always)]
-    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
+    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i {
         // SAFETY: 16 bytes at `blk0 + 4` and `blk1 + 4` (caller contract).
-        unsafe { (nibbles64(blk0.add(4), blk1.add(4)), x) }
+        unsafe { nibbles2(blk0.add(4), blk1.add(4)) }
     }
 
     #[inline(always)]
@@ -301,129 +274,265 @@ impl VBlock for Q4_1B {
 }
 
 impl VBlock for Q5_0B {
-    const HALVES: bool = false;
+    const OFF: i32 = 16;
 
     #[inline(always)]
-    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
+    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i {
         // SAFETY: qh at byte 2, 16 nibble bytes at 6 of each block (caller contract).
-        unsafe { (q5_values64(blk0.add(6), blk1.add(6), blk0.add(2), blk1.add(2)), x) }
+        unsafe { q5_values2(blk0.add(6), blk1.add(6), blk0.add(2), blk1.add(2)) }
     }
 }
 
 impl VBlock for Q5_1B {
-    const HALVES: bool = false;
+    const OFF: i32 = 0;
 
     #[inline(always)]
-    unsafe fn operands2(blk0: *const u8, blk1: *const u8, x: __m512i) -> (__m512i, __m512i) {
+    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i {
         // SAFETY: qh at byte 4, 16 nibble bytes at 8 of each block (caller contract).
-        unsafe { (q5_values64(blk0.add(8), blk1.add(8), blk0.add(4), blk1.add(4)), x) }
+        unsafe { q5_values2(blk0.add(8), blk1.add(8), blk0.add(4), blk1.add(4)) }
     }
 }
 
-/// AVX-512: `R` weight rows (row `i` at `w + i * rb`) · one activation row, into `out[0..R]`.
-///
-/// Per group of eight blocks, the activations of blocks `j` and `j + 4` are prepared once and
-/// used by all `R` rows; each row's pair sums are reduced to eight block sums by
-/// [`reduce_pairs`], and its scales come from [`VBlock::scales8`].
-///
-/// # Safety
-///
-/// `R` rows of `nb` blocks; `qs`, `d`, `s`, `sum` hold `nb * 32`, `nb`, `nb`, `nb` values;
-/// AVX2, F16C and AVX-512 F/BW/VL/VNNI available.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn rows_dot_512<Q: VBlock, const R: usize>(
-    w: *const u8,
-    rb: usize,
-    nb: usize,
-    qs: *const i8,
-    d: *const f32,
-    s: *const f32,
-    sum: *const i32,
-    out: &mut [f32; R],
-) {
-    // SAFETY: every block index below is `< nb` (caller contract).
-    unsafe {
-        let mut acc = [_mm256_setzero_ps(); R];
-        let mut b = 0;
-        while b + 8 <= nb {
-            let xb = qs.add(b * QK);
-            let mut p = [[_mm512_setzero_si512(); 4]; R];
-            for j in 0..4 {
-                let xv = Q::prepare_x(xb.add(j * QK), xb.add((j + 4) * QK));
-                for (r, p) in p.iter_mut().enumerate() {
-                    let wb = w.add(r * rb + b * Q::BYTES);
-                    let (u, sg) =
-                        Q::operands2(wb.add(j * Q::BYTES), wb.add((j + 4) * Q::BYTES), xv);
-                    p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, sg);
-                }
-            }
-            let dx = _mm256_loadu_ps(d.add(b));
-            let sx = if Q::MIN { _mm256_loadu_ps(s.add(b)) } else { _mm256_setzero_ps() };
-            let corr = if Q::OFFSET != 0 {
-                let sx = _mm256_loadu_si256(sum.add(b).cast());
-                _mm256_mullo_epi32(sx, _mm256_set1_epi32(Q::OFFSET))
-            } else {
-                _mm256_setzero_si256()
-            };
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let wb = w.add(r * rb + b * Q::BYTES);
-                let mut isum = reduce_pairs(p[r], Q::HALVES);
-                if Q::OFFSET != 0 {
-                    isum = _mm256_sub_epi32(isum, corr);
-                }
-                let sc = Q::scales8(wb);
-                let dm = _mm512_cvtph_ps(sc);
-                let dw = _mm512_castps512_ps256(dm);
-                let ms = if Q::MIN {
-                    let mw = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(dm)));
-                    Some((mw, sx))
-                } else {
-                    None
-                };
-                *acc = term(*acc, isum, dw, dx, ms);
-            }
-            b += 8;
-        }
-        for (r, o) in out.iter_mut().enumerate() {
-            let mut a = acc[r];
-            if b < nb {
-                a = avx2_q8::tail_blocks::<Q, EvexOps>(a, w.add(r * rb), b, nb, qs, d, s, sum);
-            }
-            *o = hsum_ps(a);
-        }
-    }
-}
-
-/// Eight block sums from four pair vectors: pair `j` holds blocks `j` and `j + 4`, four i32
-/// lanes per 128-bit lane; block `j` owns 128-bit lanes 0 and 1 (`halves`, Q8_0's
-/// `[block j | block j + 4]` by 256-bit halves) or 0 and 2 (the Q4 layout of
-/// [`nibbles64`]). Returns block `j`'s total in lane `j`.
+/// Within each 128-bit lane: `[a0 + a2, b0 + b2, a1 + a3, b1 + b3]`.
 ///
 /// # Safety
 ///
 /// AVX-512 F available.
 #[inline(always)]
-unsafe fn reduce_pairs(p: [__m512i; 4], halves: bool) -> __m256i {
+pub(super) unsafe fn pair(a: __m512i, b: __m512i) -> __m512i {
+    // SAFETY: register-only intrinsics.
+    unsafe { _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b)) }
+}
+
+/// Within each 128-bit lane `L`: `[Σ_L p0, Σ_L p1, Σ_L p2, Σ_L p3]`.
+///
+/// # Safety
+///
+/// AVX-512 F available.
+#[inline(always)]
+pub(super) unsafe fn quad(p: [__m512i; 4]) -> __m512i {
     // SAFETY: register-only intrinsics.
     unsafe {
-        // Within each 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3].
-        let pair =
-            |a, b| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
         let (p01, p23) = (pair(p[0], p[1]), pair(p[2], p[3]));
-        // Within each 128-bit lane L: [Σ_L p0, Σ_L p1, Σ_L p2, Σ_L p3].
-        let mut q =
-            _mm512_add_epi32(_mm512_unpacklo_epi64(p01, p23), _mm512_unpackhi_epi64(p01, p23));
-        if halves {
-            // [L0, L1, L2, L3] -> [L0, L2, L1, L3]: block j's lanes become 0 and 2.
-            q = _mm512_shuffle_i64x2::<0b11_01_10_00>(q, q);
-        }
-        // Lanes 0 + 2 (blocks 0..4) and 1 + 3 (blocks 4..8).
-        _mm256_add_epi32(_mm512_castsi512_si256(q), _mm512_extracti64x4_epi64::<1>(q))
+        _mm512_add_epi32(_mm512_unpacklo_epi64(p01, p23), _mm512_unpackhi_epi64(p01, p23))
     }
 }
 
-/// AVX-512: four rows at a time per activation row, the rest one by one.
+/// [`reduce2`]'s picks: output lane `i < 8` is block `i` of the first output (`+ 16`: of the
+/// second), from 128-bit lanes 0 / 2 ([`REDUCE_LO`]) and 1 / 3 ([`REDUCE_HI`]).
+static REDUCE_LO: [i32; 16] = [0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27];
+/// See [`REDUCE_LO`].
+static REDUCE_HI: [i32; 16] = [4, 12, 5, 13, 6, 14, 7, 15, 20, 28, 21, 29, 22, 30, 23, 31];
+
+/// The eight block sums of two outputs from their four pair vectors each: pair `j` holds
+/// blocks `2 j` (256-bit half 0) and `2 j + 1` (half 1) as eight i32 partial sums each.
+/// Returns output `a`'s block `i` total in lane `i`, output `b`'s in lane `8 + i`.
+///
+/// # Safety
+///
+/// AVX-512 F available.
+#[inline(always)]
+unsafe fn reduce2(a: [__m512i; 4], b: [__m512i; 4]) -> __m512i {
+    // SAFETY: register-only intrinsics and two 64-byte reads of statics.
+    unsafe {
+        let (qa, qb) = (quad(a), quad(b));
+        let lo = _mm512_loadu_si512(REDUCE_LO.as_ptr().cast());
+        let hi = _mm512_loadu_si512(REDUCE_HI.as_ptr().cast());
+        _mm512_add_epi32(
+            _mm512_permutex2var_epi32(qa, lo, qb),
+            _mm512_permutex2var_epi32(qa, hi, qb),
+        )
+    }
+}
+
+/// The activations of one tile: row `t` of the tile's block `i` at `qs + (t * nb + i) * 32`,
+/// `d`, `s`, `sum` likewise at `t * nb + i`.
+#[derive(Clone, Copy)]
+struct TileX {
+    nb: usize,
+    qs: *const i8,
+    d: *const f32,
+    s: *const f32,
+    sum: *const i32,
+}
+
+/// The 256-bit halves `lo`, `hi` as one vector.
+///
+/// # Safety
+///
+/// AVX-512 F available.
+#[inline(always)]
+unsafe fn join_ps(lo: __m256, hi: __m256) -> __m512 {
+    // SAFETY: register-only intrinsics.
+    unsafe {
+        let z = _mm512_castps_pd(_mm512_castps256_ps512(lo));
+        _mm512_castpd_ps(_mm512_insertf64x4::<1>(z, _mm256_castps_pd(hi)))
+    }
+}
+
+/// Activation row `t`'s scales, scaled sums (with [`QBlock::MIN`]) and sums (with
+/// [`VBlock::OFF`]) of the `lm` blocks from `b` (zero past them).
+///
+/// # Safety
+///
+/// The blocks are in `x`; AVX-512 F/VL available.
+#[inline(always)]
+unsafe fn acts<Q: VBlock>(x: TileX, t: usize, b: usize, lm: __mmask8) -> (__m256, __m256, __m256i) {
+    // SAFETY: masked loads of blocks inside row `t` (caller contract).
+    unsafe {
+        let i = t * x.nb + b;
+        let dx = _mm256_maskz_loadu_ps(lm, x.d.add(i));
+        let sx = if Q::MIN { _mm256_maskz_loadu_ps(lm, x.s.add(i)) } else { dx };
+        let sum = if Q::OFF != 0 {
+            _mm256_maskz_loadu_epi32(lm, x.sum.add(i))
+        } else {
+            _mm256_setzero_si256()
+        };
+        (dx, sx, sum)
+    }
+}
+
+/// The pair vectors of one weight row's decoded blocks `u` (pairs `j < ⌈m / 2⌉`; the rest 0)
+/// against activation row `t`'s blocks `b .. b + m`.
+///
+/// # Safety
+///
+/// The blocks are in `x` (the lone last block of an odd `m` is read with a mask);
+/// AVX-512 F/BW/VNNI available.
+#[inline(always)]
+unsafe fn dot4(u: &[__m512i; 4], x: TileX, t: usize, b: usize, m: usize) -> [__m512i; 4] {
+    // SAFETY: reads inside the row's blocks `b .. b + m` (caller contract).
+    unsafe {
+        let xb = x.qs.add((t * x.nb + b) * QK);
+        let mut p = [_mm512_setzero_si512(); 4];
+        for (j, p) in p.iter_mut().enumerate().take(m.div_ceil(2)) {
+            let xv = if 2 * j + 1 < m {
+                _mm512_loadu_si512(xb.add(64 * j).cast())
+            } else {
+                _mm512_maskz_loadu_epi8(0xFFFF_FFFF, xb.add(64 * j).cast())
+            };
+            *p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j], xv);
+        }
+        p
+    }
+}
+
+/// One group of `m <= 8` blocks starting at block `b` of an `R` × `N` tile (weight row `r` at
+/// `w + r * rb`, activation row `t` of `x`), added to the pair accumulators `acc`.
+///
+/// Each weight row's blocks are decoded once ([`VBlock::decode2`], pairs `2 j`, `2 j + 1`)
+/// and dotted with every activation row (plain 64-byte loads); outputs `o = r · N + t` go in
+/// pairs `(2 p, 2 p + 1)` (the last alone when `R · N` is odd) whose sums are reduced together
+/// ([`reduce2`]) and whose f32 terms share one 512-bit vector: lanes `0..8` output `2 p`,
+/// `8..16` output `2 p + 1`, block `b + i` into lane `i` (the oracle's lane `(b + i) % 8`, `b`
+/// being a multiple of 8), `acc + (dw · dx) · isum [+ mw · s]` unfused, lanes of blocks past
+/// `m` left as they are.
+///
+/// # Safety
+///
+/// `R` rows of `x.nb` blocks, `N` activation rows of `x.nb` blocks, `b + m <= x.nb`;
+/// AVX2, F16C and AVX-512 F/BW/VL/VNNI available.
+#[inline(always)]
+unsafe fn group<Q: VBlock, const R: usize, const N: usize, const P: usize>(
+    w: *const u8,
+    rb: usize,
+    x: TileX,
+    b: usize,
+    m: usize,
+    acc: &mut [__m512; P],
+) {
+    // SAFETY: every block read is `< b + m <= nb` of a tile row (caller contract); the
+    // activation and scale reads past block `m` are masked off.
+    unsafe {
+        let np = m.div_ceil(2);
+        let mut u = [[_mm512_setzero_si512(); 4]; R];
+        let mut dm = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            let wb = w.add(r * rb + b * Q::BYTES);
+            for (j, u) in u[r].iter_mut().enumerate().take(np) {
+                let b0 = wb.add(2 * j * Q::BYTES);
+                // A lone last block pairs with itself; its lanes are masked off below.
+                let b1 = if 2 * j + 1 < m { b0.add(Q::BYTES) } else { b0 };
+                *u = Q::decode2(b0, b1);
+            }
+            let sc = if m == 8 { Q::scales8(wb) } else { scales8_split(wb, Q::BYTES, Q::MIN, m) };
+            dm[r] = _mm512_cvtph_ps(sc);
+        }
+        let lm: __mmask8 = ((1u16 << m) - 1) as u8;
+        for (p, acc) in acc.iter_mut().enumerate() {
+            let (oa, ob) = (2 * p, (2 * p + 1).min(R * N - 1));
+            let (ra, ta, rb_, tb) = (oa / N, oa % N, ob / N, ob % N);
+            let pa = dot4(&u[ra], x, ta, b, m);
+            let pb = if ob != oa { dot4(&u[rb_], x, tb, b, m) } else { pa };
+            let mut isum = reduce2(pa, pb);
+            let (dxa, sxa, suma) = acts::<Q>(x, ta, b, lm);
+            let (dxb, sxb, sumb) =
+                if tb != ta { acts::<Q>(x, tb, b, lm) } else { (dxa, sxa, suma) };
+            if Q::OFF != 0 {
+                let s = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(suma), sumb);
+                let sh = _mm_cvtsi32_si128(Q::OFF.trailing_zeros() as i32);
+                isum = _mm512_sub_epi32(isum, _mm512_sll_epi32(s, sh));
+            }
+            // [dw of row ra | dw of row rb], [mw of ra | mw of rb].
+            let dw = _mm512_shuffle_f32x4::<0x44>(dm[ra], dm[rb_]);
+            let mut c =
+                _mm512_mul_ps(_mm512_mul_ps(dw, join_ps(dxa, dxb)), _mm512_cvtepi32_ps(isum));
+            if Q::MIN {
+                let mw = _mm512_shuffle_f32x4::<0xEE>(dm[ra], dm[rb_]);
+                c = _mm512_add_ps(c, _mm512_mul_ps(mw, join_ps(sxa, sxb)));
+            }
+            *acc = if m == 8 {
+                _mm512_add_ps(*acc, c)
+            } else {
+                _mm512_mask_add_ps(*acc, lm as u16 | (lm as u16) << 8, *acc, c)
+            };
+        }
+    }
+}
+
+/// AVX-512: an `R` × `N` tile (`P = ⌈R · N / 2⌉` output pairs) of weight rows at `w + r * rb`
+/// times activation rows `x`, into `y[t * ldy + r]`: the groups of eight blocks in order, then
+/// the partial last group, each by [`group`]; each output ends with [`hsum_ps`] of its eight
+/// lanes, the oracle's [`crate::kernels::scalar::accumulate8`] order exactly.
+///
+/// # Safety
+///
+/// As [`group`] for every group; `y[t * ldy + r]` writable for `r < R`, `t < N`.
+#[inline(always)]
+unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
+    w: *const u8,
+    rb: usize,
+    x: TileX,
+    y: *mut f32,
+    ldy: usize,
+) {
+    debug_assert_eq!(P, (R * N).div_ceil(2));
+    // SAFETY: blocks `b .. b + m <= nb` (caller contract); outputs `y[t * ldy + r]`.
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); P];
+        let mut b = 0;
+        while b + 8 <= x.nb {
+            group::<Q, R, N, P>(w, rb, x, b, 8, &mut acc);
+            b += 8;
+        }
+        if b < x.nb {
+            group::<Q, R, N, P>(w, rb, x, b, x.nb - b, &mut acc);
+        }
+        for (p, acc) in acc.iter().enumerate() {
+            let (oa, ob) = (2 * p, 2 * p + 1);
+            *y.add(oa % N * ldy + oa / N) = hsum_ps(_mm512_castps512_ps256(*acc));
+            if ob < R * N {
+                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*acc)));
+                *y.add(ob % N * ldy + ob / N) = hsum_ps(hi);
+            }
+        }
+    }
+}
+
+/// AVX-512: the block in tiles. Activation rows go eight at a time (then four, two) against
+/// one weight row at a time ([`tile`] `1 × 8`, the row's blocks decoded once for the eight),
+/// the tile's activations staying in L1 across the rows; a last single activation row (and
+/// `n = 1`, the GEMV) takes the weight rows two at a time (`2 × 1`), an odd last row alone.
 ///
 /// # Safety
 ///
@@ -440,30 +549,39 @@ unsafe fn matmul_512<Q: VBlock>(
 ) {
     let nb = xq.nb();
     let (qs, d, s, sum) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.s().as_ptr(), xq.sum().as_ptr());
-    let mut r = 0;
-    while r < rows {
-        let four = rows - r >= 4;
-        for t in 0..n {
-            let o = t * nb;
-            // SAFETY: rows `r .. r + 4 (or 1) <= rows` of `nb` blocks, activation row
-            // `t < n <= xq.n()`, outputs `y[t * ldy + r ..]` writable (caller contract).
+    let mut t = 0;
+    while t < n {
+        let step = match n - t {
+            8.. => 8,
+            4..=7 => 4,
+            2 | 3 => 2,
+            _ => 1,
+        };
+        let o = t * nb;
+        // SAFETY: activation rows `t .. t + step <= n <= xq.n()` start at block `o`; the
+        // pointers below stay inside `xq`'s arrays (offsets of whole rows).
+        let x =
+            unsafe { TileX { nb, qs: qs.add(o * QK), d: d.add(o), s: s.add(o), sum: sum.add(o) } };
+        let mut r = 0;
+        while r < rows {
+            // SAFETY: rows `r ..` of `nb` blocks inside the block, outputs `y[(t + i) * ldy +
+            // r + j]` writable (caller contract).
             unsafe {
-                let (qs, d, s, sum) = (qs.add(o * QK), d.add(o), s.add(o), sum.add(o));
-                let wr = w.add(r * rb);
-                if four {
-                    let mut out = [0f32; 4];
-                    rows_dot_512::<Q, 4>(wr, rb, nb, qs, d, s, sum, &mut out);
-                    for (i, v) in out.iter().enumerate() {
-                        *y.add(t * ldy + r + i) = *v;
+                let (wr, yr) = (w.add(r * rb), y.add(t * ldy + r));
+                match step {
+                    8 => tile::<Q, 1, 8, 4>(wr, rb, x, yr, ldy),
+                    4 => tile::<Q, 1, 4, 2>(wr, rb, x, yr, ldy),
+                    2 => tile::<Q, 1, 2, 1>(wr, rb, x, yr, ldy),
+                    _ if rows - r >= 2 => {
+                        tile::<Q, 2, 1, 1>(wr, rb, x, yr, ldy);
+                        r += 1;
                     }
-                } else {
-                    let mut out = [0f32; 1];
-                    rows_dot_512::<Q, 1>(wr, rb, nb, qs, d, s, sum, &mut out);
-                    *y.add(t * ldy + r) = out[0];
+                    _ => tile::<Q, 1, 1, 1>(wr, rb, x, yr, ldy),
                 }
             }
+            r += 1;
         }
-        r += if four { 4 } else { 1 };
+        t += step;
     }
 }
 

@@ -138,8 +138,6 @@ pub(super) trait Dot256 {
 pub(super) struct Avx2Ops;
 /// AVX-VNNI: VEX `vpdpbusd` / `vpdpwssd`.
 pub(super) struct VexOps;
-/// AVX512-VNNI + VL: EVEX `vpdpbusd` / `vpdpwssd` on 256-bit registers.
-pub(super) struct EvexOps;
 
 impl Dot256 for Avx2Ops {
     #[inline(always)]
@@ -166,20 +164,6 @@ impl Dot256 for VexOps {
     unsafe fn madd_acc(acc: __m256i, p: __m256i, scale: __m256i) -> __m256i {
         // SAFETY: as above.
         unsafe { _mm256_dpwssd_avx_epi32(acc, p, scale) }
-    }
-}
-
-impl Dot256 for EvexOps {
-    #[inline(always)]
-    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
-        // SAFETY: register-only AVX512-VNNI + VL intrinsic (caller contract: available).
-        unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s) }
-    }
-
-    #[inline(always)]
-    unsafe fn madd_acc(acc: __m256i, p: __m256i, scale: __m256i) -> __m256i {
-        // SAFETY: as above.
-        unsafe { _mm256_dpwssd_epi32(acc, p, scale) }
     }
 }
 
