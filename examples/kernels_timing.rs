@@ -1,7 +1,11 @@
 //! Best-of-N timings of the kernels against the same peers as `benches/kernels.rs`, for
 //! machines shared with other work, where the minimum is steadier than criterion's median.
 //!
-//! `cargo run --release --example kernels_timing -- [gemm|quant|bandwidth|all]`
+//! `cargo run --release --example kernels_timing -- [gemm|quant|bandwidth|types|all] [TYPE..]`
+//!
+//! `types`: the int8 GEMV of every quantized type (or the ones named) on every x86 tier, the
+//! shapes of `gemv_types`, best of several interleaved rounds, with time per weight relative
+//! to Q4_1's best tier.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -232,8 +236,124 @@ fn bandwidth(best: &Kernels) {
     }
 }
 
+/// The weights of `gemv_types` (`benches/kernels.rs`): quantized values where the type has a
+/// quantizer, else random bytes with small f16 scales.
+fn type_weights(dtype: DType, rows: usize, k: usize) -> AlignedBlock {
+    let info = rml::quant::info(dtype);
+    let rb = dtype.row_bytes(k).unwrap();
+    let mut bytes = vec![0u8; rows * rb];
+    if let Some(q) = info.quantize {
+        let wv = values(rows * k, 5);
+        for (src, dst) in wv.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
+            q(src, dst).unwrap();
+        }
+    } else {
+        let mut s = 0x1234_5678u32;
+        for b in bytes.iter_mut() {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            *b = s as u8;
+        }
+        let offsets: &[usize] = match dtype {
+            DType::IQ4_NL => &[0],
+            DType::Q2_K => &[80, 82],
+            DType::Q3_K => &[108],
+            DType::Q4_K | DType::Q5_K => &[0, 2],
+            DType::Q6_K => &[208],
+            _ => &[],
+        };
+        let h = half::f16::from_f32(0.01).to_le_bytes();
+        for blk in bytes.chunks_exact_mut(info.block_bytes) {
+            for &o in offsets {
+                blk[o..o + 2].copy_from_slice(&h);
+            }
+        }
+    }
+    AlignedBlock::try_from_slice(&bytes).unwrap()
+}
+
+fn types(only: &[String]) {
+    let tiers: Vec<&Kernels> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512]
+        .into_iter()
+        .filter_map(|isa| kernels::table(isa).ok())
+        .collect();
+    let tiers =
+        if tiers.is_empty() { vec![kernels::table(kernels::best()).unwrap()] } else { tiers };
+    let all: Vec<DType> =
+        rml::quant::TYPES.iter().filter(|t| t.act.is_some()).map(|t| t.dtype).collect();
+    let picked: Vec<DType> = all
+        .iter()
+        .copied()
+        .filter(|t| {
+            t == &DType::Q4_1 || only.is_empty() || only.iter().any(|o| *o == t.to_string())
+        })
+        .collect();
+    for (rows, k) in [(576, 1536), (1536, 576), (8192, 8192)] {
+        let x = values(k, 6);
+        let mut y = vec![0f32; rows];
+        let mut s = vec![0u8; scratch_bytes(k, 1, Activations::Int8)];
+        let iters = if rows * k > 1 << 22 { 6 } else { 300 };
+        let mut rows_out = Vec::new();
+        for &dtype in &picked {
+            if k % dtype.block_size() != 0 {
+                continue;
+            }
+            let data = type_weights(dtype, rows, k);
+            let w = Matrix::new(dtype, rows, k, data.as_slice()).unwrap();
+            let mut t = vec![f64::MAX; tiers.len()];
+            for _ in 0..3 {
+                for (i, kern) in tiers.iter().enumerate() {
+                    t[i] = t[i].min(best_of(iters, || {
+                        gemm_with(
+                            kern,
+                            &InlineExecutor,
+                            None,
+                            &w,
+                            black_box(&x),
+                            1,
+                            &mut y,
+                            Activations::Int8,
+                            &mut s,
+                        )
+                        .unwrap()
+                    }));
+                }
+            }
+            rows_out.push((dtype, t));
+        }
+        let q41 = rows_out
+            .iter()
+            .find(|(d, _)| *d == DType::Q4_1)
+            .map(|(_, t)| t.iter().copied().fold(f64::MAX, f64::min))
+            .unwrap();
+        print!("{rows}x{k} (µs)");
+        for kern in &tiers {
+            print!(" {:>9}", kern.isa().to_string());
+        }
+        println!("  best ×Q4_1");
+        for (dtype, t) in &rows_out {
+            let (bi, b) =
+                t.iter()
+                    .copied()
+                    .enumerate()
+                    .fold((0, f64::MAX), |a, (i, v)| if v < a.1 { (i, v) } else { a });
+            print!("{:>12}", dtype.to_string());
+            for v in t {
+                print!(" {:9.1}", v * 1e6);
+            }
+            println!("  {:>9} {:.2}", tiers[bi].isa().to_string(), b / q41);
+        }
+    }
+}
+
 fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    if what == "types" {
+        let only: Vec<String> = std::env::args().skip(2).collect();
+        types(&only);
+        return;
+    }
     let best = kernels::table(kernels::best()).unwrap();
     if what == "all" || what == "gemm" {
         gemm(best);

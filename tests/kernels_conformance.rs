@@ -385,6 +385,12 @@ fn long_k(kern: &Kernels) {
         (DType::Q5_0, Case { rows: 9, k: 1056, n: 49, seed: 8 }),
         (DType::Q4_K, Case { rows: 9, k: 1536, n: 49, seed: 9 }),
         (DType::Q6_K, Case { rows: 5, k: 2048, n: 9, seed: 10 }),
+        // Long rows with tails (blocks past a group of eight, super-blocks past four).
+        (DType::Q5_1, Case { rows: 6, k: 1120, n: 3, seed: 11 }),
+        (DType::Q8_0, Case { rows: 5, k: 4160, n: 2, seed: 12 }),
+        (DType::Q4_1, Case { rows: 6, k: 4128, n: 2, seed: 13 }),
+        (DType::Q3_K, Case { rows: 5, k: 2304, n: 3, seed: 14 }),
+        (DType::Q5_K, Case { rows: 5, k: 2304, n: 3, seed: 15 }),
     ];
     for (dtype, c) in &cases {
         check_f32(kern, *dtype, c).unwrap();

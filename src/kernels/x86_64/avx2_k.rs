@@ -18,8 +18,6 @@ use core::marker::PhantomData;
 
 use super::{hsum_epi32, Avx2Ops, Dot256, VexOps};
 use crate::kernels::scalar::hsum8;
-use crate::quant::q3_k::scales_q3;
-use crate::quant::q4_k::scales_mins_k4;
 use crate::quant::{Q8Acts, QK_K};
 
 /// A K-quant super-block as the int8 kernels see it.
@@ -81,6 +79,80 @@ pub(super) unsafe fn msum8(m: __m128i, bsums: *const i32) -> i32 {
         // hadd: [p0, p1, p4, p5 | p2, p3, p6, p7] (p_j = bsum_2j + bsum_2j+1): reorder.
         let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(b0, b1));
         hsum_epi32(_mm256_mullo_epi32(_mm256_cvtepu8_epi32(m), p))
+    }
+}
+
+/// The 16 per-16 activation sums at `bsums` as i16 lanes in order (each is at most
+/// `16 · 127` in magnitude, so the saturating narrowing is exact).
+///
+/// # Safety
+///
+/// 16 readable sums at `bsums`; AVX2 available.
+#[inline(always)]
+pub(super) unsafe fn bsums16(bsums: *const i32) -> __m256i {
+    // SAFETY: 16 sums readable (caller contract); the rest is register-only.
+    unsafe {
+        let b0 = _mm256_loadu_si256(bsums.cast());
+        let b1 = _mm256_loadu_si256(bsums.add(8).cast());
+        // packs: 64-bit quarters [0..4, 8..12, 4..8, 12..16]: swap the middle two.
+        _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(b0, b1))
+    }
+}
+
+/// The 16 Q3_K sub-block scales (`crate::quant::q3_k::scales_q3`, each `-32..=31`) of the 12
+/// packed bytes at `sp` as i16 lanes in order, unpacked in registers.
+///
+/// # Safety
+///
+/// The 16 bytes at `sp - 4 .. sp + 12` are readable (the scales sit at 96..108 of the
+/// 110-byte super-block); AVX2 available.
+#[inline(always)]
+pub(super) unsafe fn q3_scales16(sp: *const u8) -> __m256i {
+    // SAFETY: 16 readable bytes at `sp - 4` (caller contract); the rest is register-only.
+    unsafe {
+        // Bytes 0..8: a0..a7 (low nibbles: scales 0..8, high nibbles: 8..16), 8..12: c0..c3.
+        let t = _mm_srli_si128::<4>(_mm_loadu_si128(sp.sub(4).cast()));
+        let lo = _mm_unpacklo_epi64(t, _mm_srli_epi16::<4>(t));
+        let lo = _mm_and_si128(lo, _mm_set1_epi8(0x0F));
+        // Scale j takes bits 2 (j / 4), +1 of c[j % 4] as its bits 4, 5.
+        let c = _mm_shuffle_epi8(
+            t,
+            _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11),
+        );
+        let hi = _mm_slli_epi32::<4>(_mm_srlv_epi32(c, _mm_setr_epi32(0, 2, 4, 6)));
+        let hi = _mm_and_si128(hi, _mm_set1_epi8(0x30));
+        let s8 = _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
+        _mm256_cvtepi8_epi16(s8)
+    }
+}
+
+/// The 8 scales then 8 mins of a Q4_K/Q5_K super-block (`scales_mins_k4`, each `0..=63`)
+/// from the 12 packed bytes at `sp`, as u8 lanes, unpacked in registers.
+///
+/// # Safety
+///
+/// The 16 bytes at `sp - 4 .. sp + 12` are readable (the scales sit at 4..16 of the
+/// super-block); AVX2 available.
+#[inline(always)]
+pub(super) unsafe fn k4_scales_mins(sp: *const u8) -> __m128i {
+    // SAFETY: 16 readable bytes at `sp - 4` (caller contract); the rest is register-only.
+    unsafe {
+        // Packed byte i is lane i + 4 of `v`.
+        let v = _mm_loadu_si128(sp.sub(4).cast());
+        // Low parts: s[0..4] & 63, s[8..12] & 15, s[4..8] & 63, s[8..12] >> 4.
+        let a = _mm_shuffle_epi8(
+            v,
+            _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15),
+        );
+        let a = _mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4));
+        let a =
+            _mm_and_si128(a, _mm_setr_epi32(0x3F3F_3F3F, 0x0F0F_0F0F, 0x3F3F_3F3F, 0x0F0F_0F0F));
+        // High parts of entries 4..8 and 12..16: bits 6, 7 of s[0..4] and s[4..8] as bits 4, 5.
+        let m = -128i8;
+        let b =
+            _mm_shuffle_epi8(v, _mm_setr_epi8(m, m, m, m, 4, 5, 6, 7, m, m, m, m, 8, 9, 10, 11));
+        let b = _mm_and_si128(_mm_srli_epi16::<2>(b), _mm_set1_epi8(0x30));
+        _mm_or_si128(a, b)
     }
 }
 
@@ -167,7 +239,7 @@ unsafe fn sum16<D: Dot256>(
     sc: __m256i,
     x: *const i8,
     mut values: impl FnMut(usize, usize) -> __m256i,
-) -> i32 {
+) -> __m256i {
     // SAFETY: the activation reads stay inside the 256 values (caller contract).
     unsafe {
         let mut acc = _mm256_setzero_si256();
@@ -177,7 +249,26 @@ unsafe fn sum16<D: Dot256>(
                 acc = acc_scaled::<D>(acc, values(h, g), xv, scale_pair(sc, h, g));
             }
         }
-        hsum_epi32(acc)
+        acc
+    }
+}
+
+/// `acc - k · madd(sc, bsums)` (the offset `k` of the unsigned values taken back with the
+/// per-16 sums), summed: the exact `Σ sc_j Σ (u - k) x` of a signed 16-element-sub-block type.
+///
+/// # Safety
+///
+/// 16 readable sums at `bsums`; AVX2 available.
+#[inline(always)]
+pub(super) unsafe fn offset_sum<const SHIFT: i32>(
+    acc: __m256i,
+    sc: __m256i,
+    bsums: *const i32,
+) -> i32 {
+    // SAFETY: forwarded caller contract; the rest is register-only.
+    unsafe {
+        let corr = _mm256_madd_epi16(sc, bsums16(bsums));
+        hsum_epi32(_mm256_sub_epi32(acc, _mm256_slli_epi32::<SHIFT>(corr)))
     }
 }
 
@@ -203,7 +294,7 @@ impl KBlock for Q2K {
                     _mm256_set1_epi8(3),
                 )
             });
-            (is, dot16::<false>(mins, bsums))
+            (hsum_epi32(is), dot16::<false>(mins, bsums))
         }
     }
 }
@@ -218,9 +309,7 @@ impl KBlock for Q3K {
         // SAFETY: the reads stay inside the super-block (110 bytes: high bits at 0..32, low
         // pairs at 32..96, scales at 96..108) and the 256 activations (caller contract).
         unsafe {
-            let s = scales_q3(core::slice::from_raw_parts(blk.add(96), 12));
-            let s8 = _mm_loadu_si128(s.as_ptr().cast());
-            let sc = _mm256_cvtepi8_epi16(s8);
+            let sc = q3_scales16(blk.add(96));
             let hm = _mm256_loadu_si256(blk.cast());
             let q =
                 [_mm256_loadu_si256(blk.add(32).cast()), _mm256_loadu_si256(blk.add(64).cast())];
@@ -233,7 +322,7 @@ impl KBlock for Q3K {
                 _mm256_or_si256(low, bit_to(hm, (4 * h + g) as i32, 2))
             });
             // Σ sc_j Σ (u - 4) x = Σ sc_j Σ u x - 4 Σ sc_j bsum_j.
-            (is - 4 * dot16::<true>(s8, bsums), 0)
+            (offset_sum::<2>(is, sc, bsums), 0)
         }
     }
 }
@@ -243,7 +332,7 @@ impl KBlock for Q3K {
 ///
 /// # Safety
 ///
-/// 128 readable bytes at `qs`, 12 at `sp`, 256 values at `x`, 16 sums at `bsums`; AVX2 and
+/// 128 readable bytes at `qs`, 16 at `sp - 4`, 256 values at `x`, 16 sums at `bsums`; AVX2 and
 /// `D`'s features available.
 #[inline(always)]
 unsafe fn isums_k4<D: Dot256>(
@@ -255,8 +344,7 @@ unsafe fn isums_k4<D: Dot256>(
 ) -> (i32, i32) {
     // SAFETY: the reads stay inside the ranges of the caller contract.
     unsafe {
-        let sm = scales_mins_k4(core::slice::from_raw_parts(sp, 12));
-        let sm = _mm_loadu_si128(sm.as_ptr().cast());
+        let sm = k4_scales_mins(sp);
         let sc = _mm256_cvtepu8_epi16(sm);
         let m4 = _mm256_set1_epi8(0x0F);
         let mut acc = _mm256_setzero_si256();
@@ -318,8 +406,7 @@ impl KBlock for Q6K {
         // SAFETY: the reads stay inside the super-block (210 bytes: low nibbles at 0..128,
         // high pairs at 128..192, scales at 192..208) and the 256 activations.
         unsafe {
-            let s8 = _mm_loadu_si128(blk.add(192).cast());
-            let sc = _mm256_cvtepi8_epi16(s8);
+            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192).cast()));
             let m4 = _mm256_set1_epi8(0x0F);
             let ql = [
                 _mm256_loadu_si256(blk.cast()),
@@ -341,7 +428,7 @@ impl KBlock for Q6K {
                 _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_slli_epi16::<4>(hb))
             });
             // Σ sc_j Σ (u - 32) x = Σ sc_j Σ u x - 32 Σ sc_j bsum_j.
-            (is - 32 * dot16::<true>(s8, bsums), 0)
+            (offset_sum::<5>(is, sc, bsums), 0)
         }
     }
 }

@@ -16,10 +16,10 @@
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
-use super::avx2_k::{self, scales, KBlock, KDot, Q2K, Q3K, Q4K, Q5K, Q6K};
+use super::avx2_k::{
+    self, k4_scales_mins, q3_scales16, scales, KBlock, KDot, Q2K, Q3K, Q4K, Q5K, Q6K,
+};
 use super::avx512_q8::quad;
-use crate::quant::q3_k::scales_q3;
-use crate::quant::q4_k::scales_mins_k4;
 use crate::quant::{Q8Acts, QK_K};
 
 /// Word `i` of a `vpermw` index that spreads the scales `s[i / 8]` over 8 i16 lanes each.
@@ -197,13 +197,13 @@ unsafe fn correction(sc: __m512i, off: i16) -> __m512i {
 ///
 /// # Safety
 ///
-/// 12 readable bytes at `sp`, 128 at `qs`, 32 at `qh` when given; AVX-512 F/BW/VL available.
+/// 16 readable bytes at `sp - 4`, 128 at `qs`, 32 at `qh` when given; AVX-512 F/BW/VL
+/// available.
 #[inline(always)]
 unsafe fn decode_k4(sp: *const u8, qs: *const u8, qh: Option<*const u8>) -> KW {
     // SAFETY: the reads stay inside the ranges of the caller contract.
     unsafe {
-        let sm = scales_mins_k4(core::slice::from_raw_parts(sp, 12));
-        let sm = _mm_loadu_si128(sm.as_ptr().cast());
+        let sm = k4_scales_mins(sp);
         let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(sm));
         let mut u = [_mm512_setzero_si512(); 4];
         for (k, u) in u.iter_mut().enumerate() {
@@ -265,9 +265,7 @@ impl K512 for Q3K {
         // SAFETY: 110-byte super-block: high bits at 0..32, low pairs at 32..96, scales at
         // 96..108 (caller contract).
         unsafe {
-            let s = scales_q3(core::slice::from_raw_parts(blk.add(96), 12));
-            let s8 = _mm_loadu_si128(s.as_ptr().cast());
-            let sc = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(s8));
+            let sc = _mm512_zextsi256_si512(q3_scales16(blk.add(96)));
             // u = q + 4.
             let u = values_q2(blk.add(32), Some(blk));
             KW { u, sc: spread4(sc, &IDX_16), c: correction(sc, 4) }
