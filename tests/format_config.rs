@@ -333,3 +333,21 @@ fn syntax_errors_inside_a_value_name_the_key() {
     let e = parse_config(r#"{"vocab_size": 1,, "x": 2}"#).unwrap_err();
     assert!(e.message().contains("not a valid JSON object"), "{e}");
 }
+
+/// Found by the `model_config` and `hf_config` fuzz targets: a 228-byte config.json with
+/// `"num_hidden_layers": 666666666666656` made the parser build one layer kind per layer
+/// (gigabytes) before anything refused it.
+#[test]
+fn absurd_layer_count_refused_before_allocating() {
+    let text =
+        "{ \"hea\": \"silu\",\n  \"hidden_size\": 256,\n  \"initializer_raion_heads\": 8,\n  \
+                \"num_hidden_layers\": 666666666666656,\n  \"mmmmmmmmmmodel_type\": \"qwen3\",\n  \
+                \"num_attention_heads\": 8,\n\n  \"n&um_sliding_window\": false,\n  \
+                \"vocab_size\": 512\n}\n";
+    let e = parse_config(text).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("num_hidden_layers 666666666666656"), "{e}");
+    // Two layers get past that check (to the missing intermediate_size).
+    let e = parse_config(&text.replace("666666666666656", "2")).unwrap_err();
+    assert!(e.message().contains("intermediate_size"), "{e}");
+}

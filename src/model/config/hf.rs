@@ -36,6 +36,9 @@ use crate::model::config::{LayerKind, ModelConfig, RopeScaling};
 /// The largest `config.json` accepted, in bytes (real ones are about 1 KB).
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;
 
+/// The most decoder layers a `config.json` may declare (the GGUF path has the same cap).
+pub const MAX_LAYERS: usize = 1 << 16;
+
 /// Parses a `config.json` text into a validated [`ModelConfig`].
 ///
 /// # Errors
@@ -199,7 +202,14 @@ fn parse_config_inner(text: &str) -> Result<ModelConfig> {
                     Ok((l + 1) % p != 0)
                 }
             };
-            let mut kinds = Vec::with_capacity(num_hidden_layers.min(1 << 16));
+            // One entry per layer is built below: refuse a count no model has before
+            // allocating for it (a 200-byte config.json asked for 10^15 layers).
+            if num_hidden_layers > MAX_LAYERS {
+                return Err(Error::invalid_argument(format_args!(
+                    "num_hidden_layers {num_hidden_layers} is above rml's limit of {MAX_LAYERS}"
+                )));
+            }
+            let mut kinds = Vec::with_capacity(num_hidden_layers);
             for l in 0..num_hidden_layers {
                 kinds.push(if slide(l)? { LayerKind::Sliding } else { LayerKind::Global });
             }
