@@ -628,8 +628,36 @@ pub fn gelu_tanh(x: f32) -> f32 {
 pub fn geglu_tanh(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "geglu_tanh: length mismatch");
     for (g, &u) in gate.iter_mut().zip(up) {
-        *g = gelu_tanh(*g) * u;
+        *g = gelu_tanh_fast(*g) * u;
     }
+}
+
+/// [`gelu_tanh`] as `x / (1 + e^(-2 z))` (the same function: `0.5 (1 + tanh z) = 1 / (1 +
+/// e^(-2 z))`) with a branch-free `e^y` ([`exp_poly`]) the compiler vectorises; within a few
+/// f32 ulps of [`gelu_tanh`] (libm's `tanhf`).
+#[inline(always)]
+fn gelu_tanh_fast(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let z = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+    x / (1.0 + exp_poly(-2.0 * z))
+}
+
+/// `e^y`, branch-free (Cephes' `expf`): `y` clamped to `[-87, 88]`, `n = round(y / ln 2)` by
+/// the `1.5 · 2^23` shift, `r = y - n ln 2` in two parts, a degree-5 polynomial, times `2^n`
+/// built in the exponent bits. Relative error about 1e-7; NaN stays NaN.
+#[inline(always)]
+fn exp_poly(y: f32) -> f32 {
+    const LOG2E: f32 = core::f32::consts::LOG2_E;
+    const SHIFT: f32 = 12_582_912.0;
+    let y = y.clamp(-87.0, 88.0);
+    let n = (y * LOG2E + SHIFT) - SHIFT;
+    let r = (y - n * 0.693_359_4) - n * -2.121_944_4e-4;
+    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
+        + 1.666_666_5e-1)
+        * r
+        + 5.000_000_1e-1;
+    let e = (p * r * r + r) + 1.0;
+    e * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
 /// Soft-capping in place: `x[i] = cap * tanh(x[i] / cap)` (Gemma's
