@@ -1,5 +1,6 @@
-//! Teacher-forced agreement of rml's int8-activation logits (and, when given, llama.cpp's)
-//! with rml's own f32-activation logits, the yardstick (3e-5 from PyTorch on the SmolLM2
+//! Teacher-forced agreement of rml's int8-activation and mixed-activation logits
+//! ([`Activations::Int8`], [`Activations::Mixed`]; and, when given, llama.cpp's) with rml's
+//! own f32-activation logits, the yardstick (3e-5 from PyTorch on the SmolLM2
 //! fixture).
 //!
 //! ```text
@@ -9,8 +10,8 @@
 //! For every prompt of `tests/data/agreement/prompts.json` (chat prompts wrapped in the
 //! SmolLM2 chat template) it tokenizes with `tests/data/smollm2-135m/tokenizer.json`, writes
 //! the ids to `OUT_DIR/NAME.tokens` (u32 little-endian; an existing file is reused), runs them through the model once with
-//! f32 and once with int8 activations (every position's logits), and reports per prompt and
-//! over all positions: argmax agreement (the share of positions whose top token is the f32
+//! f32, once with int8 and once with mixed activations (every position's logits), and reports
+//! per prompt, over the short prompts (all but `long_code`) and over all positions: argmax agreement (the share of positions whose top token is the f32
 //! one), and the mean and largest absolute logit difference. If `OUT_DIR/NAME.llama.f32`
 //! exists (llama.cpp's logits for the same ids, `positions × vocab` f32 little-endian, as
 //! written by `tools/llamacpp_logits.py`), llama.cpp is compared with the same yardstick.
@@ -127,8 +128,13 @@ fn main() -> Result<()> {
         model_path.display(),
         rml::kernels::active()?.isa()
     );
-    println!("{:<18} {:>6}  {:<44} {:<44}", "prompt", "tokens", "rml int8", "llama.cpp");
+    println!(
+        "{:<18} {:>6}  {:<44} {:<44} {:<44}",
+        "prompt", "tokens", "rml int8", "rml mixed", "llama.cpp"
+    );
     let (mut all_rml, mut all_llama, mut llama_prompts) = (Agree::default(), Agree::default(), 0);
+    let (mut all_mixed, mut short_rml, mut short_mixed, mut short_llama) =
+        (Agree::default(), Agree::default(), Agree::default(), Agree::default());
     for p in &prompts {
         let name = p["name"].as_str().unwrap_or("?");
         let text = p["text"].as_str().unwrap_or("");
@@ -151,24 +157,45 @@ fn main() -> Result<()> {
         let mut a = Agree::default();
         a.add(&yard, &int8, vocab);
         all_rml.merge(&a);
+        let mixed = logits(&model, &pool, &ids, Activations::Mixed)?;
+        let mut m = Agree::default();
+        m.add(&yard, &mixed, vocab);
+        all_mixed.merge(&m);
+        let short = name != "long_code";
+        if short {
+            short_rml.merge(&a);
+            short_mixed.merge(&m);
+        }
         let llama = match read_f32(&out.join(format!("{name}.llama.f32"))) {
             Some(l) if l.len() == yard.len() => {
                 let mut b = Agree::default();
                 b.add(&yard, &l, vocab);
                 all_llama.merge(&b);
+                if short {
+                    short_llama.merge(&b);
+                }
                 llama_prompts += 1;
                 b.show()
             }
             Some(l) => format!("(llama logits have {} values, want {})", l.len(), yard.len()),
             None => "(no llama.cpp logits)".into(),
         };
-        println!("{name:<18} {:>6}  {:<44} {llama}", ids.len(), a.show());
+        println!("{name:<18} {:>6}  {:<44} {:<44} {llama}", ids.len(), a.show(), m.show());
     }
     println!(
-        "{:<18} {:>6}  {:<44} {} ({llama_prompts} prompts)",
+        "{:<18} {:>6}  {:<44} {:<44} {}",
+        "SHORT",
+        short_rml.positions,
+        short_rml.show(),
+        short_mixed.show(),
+        short_llama.show()
+    );
+    println!(
+        "{:<18} {:>6}  {:<44} {:<44} {} ({llama_prompts} prompts)",
         "ALL",
         all_rml.positions,
         all_rml.show(),
+        all_mixed.show(),
         all_llama.show()
     );
     Ok(())

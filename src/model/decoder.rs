@@ -55,7 +55,9 @@ pub const DEFAULT_MAX_CONTEXT: usize = 4096;
 pub struct DecoderOptions {
     /// Positions the KV cache holds; `None`: `min(max_position_embeddings, 4096)`.
     pub context_len: Option<usize>,
-    /// f32 activations (exact) or int8 activations for quantized weights (fast).
+    /// f32 activations (exact), int8 activations for quantized weights (fastest), or
+    /// [`Activations::Mixed`]: f32 for the q/k/v and gate/up projections, int8 for the rest
+    /// (half int8's mean logit error; see [`Activations::for_normed_input`]).
     pub activations: Activations,
     /// Keep weights as stored, or quantize float matrices to Q8_0 at load.
     pub weight_format: WeightFormat,
@@ -782,6 +784,7 @@ impl<'a> DecoderLM<'a> {
         let groups = nh / nkv;
         let eps = c.rms_norm_eps as f32;
         let (act, sched) = (options.activations, options.schedule);
+        let normed = act.for_normed_input();
         let scale = c.attention_scale();
         let layout = w.rope_layout;
         let act_fn = c.arch.activation;
@@ -843,7 +846,7 @@ impl<'a> DecoderLM<'a> {
                 ops::rms_norm(&x[r.clone()], lw.attn_norm.as_slice(), eps, &mut xn[r]);
             }
             let qkv = [&lw.q.matrix()?, &lw.k.matrix()?, &lw.v.matrix()?];
-            ops::gemm_fused(exec, sched, qkv, xn, n, [&mut *q, &mut *k, &mut *v], act, scratch)
+            ops::gemm_fused(exec, sched, qkv, xn, n, [&mut *q, &mut *k, &mut *v], normed, scratch)
                 .map_err(|e| nonfinite_input(e, xn, h, p0))?;
             if let Some([bq, bk, bv]) = &lw.qkv_bias {
                 for t in 0..n {
@@ -922,7 +925,7 @@ impl<'a> DecoderLM<'a> {
                 ops::rms_norm(&x[r.clone()], lw.ffn_norm.as_slice(), eps, &mut xn[r]);
             }
             let gate_up = [&lw.gate.matrix()?, &lw.up.matrix()?];
-            ops::gemm_fused(exec, sched, gate_up, xn, n, [&mut *gate, &mut *up], act, scratch)
+            ops::gemm_fused(exec, sched, gate_up, xn, n, [&mut *gate, &mut *up], normed, scratch)
                 .map_err(|e| nonfinite_input(e, xn, h, p0))?;
             match act_fn {
                 Activation::Silu => ops::swiglu(gate, up),
