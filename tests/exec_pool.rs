@@ -475,7 +475,7 @@ fn a_worker_that_stalls_mid_chunk_makes_the_pool_back_off_to_the_caller() {
     watchdog(300, || {
         let me = std::thread::current().id();
         // One pass: up to `calls` calls of 8 chunks in which a worker's chunk sleeps 3 ms (a
-        // worker preempted mid-chunk) while the caller's take 20 µs. Returns the calls
+        // worker preempted mid-chunk) while the caller's do tens of µs of work. Returns the calls
         // that ran backed off, each checked to have run on the caller alone.
         let pass = |pool: &ThreadPool, calls: usize| {
             let mut backed = 0;
@@ -486,11 +486,13 @@ fn a_worker_that_stalls_mid_chunk_makes_the_pool_back_off_to_the_caller() {
                     total.fetch_add(r.len(), Relaxed);
                     if std::thread::current().id() == me {
                         on_caller.fetch_add(r.len(), Relaxed);
-                        // Some work, so that the worker joins before the caller took every chunk.
-                        let t = std::time::Instant::now();
-                        while t.elapsed() < Duration::from_micros(20) {
-                            std::hint::spin_loop();
+                        // Some work (tens of µs), so that the worker joins before the caller
+                        // took every chunk.
+                        let mut x = 1u64;
+                        for i in 0..20_000u64 {
+                            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005) ^ i);
                         }
+                        std::hint::black_box(x);
                     } else {
                         std::thread::sleep(Duration::from_millis(3));
                     }
