@@ -80,7 +80,7 @@ fuzz_target!(|input: Input| {
                 let l = live.swap_remove(usize::from(index) % live.len());
                 // SAFETY: `l.ptr` is live and valid for `l.size` bytes.
                 let bytes = unsafe { std::slice::from_raw_parts(l.ptr.as_ptr(), l.size) };
-                assert!(bytes.iter().all(|&b| b == l.tag), "a block's bytes changed");
+                assert!(all_equal(bytes, l.tag), "a block's bytes changed");
                 // SAFETY: from `aligned_alloc`, freed once (removed from `live`).
                 unsafe { aligned_free(l.ptr) };
                 expect_frees += 1;
@@ -94,7 +94,7 @@ fuzz_target!(|input: Input| {
                         let addr = s.as_ptr() as usize;
                         assert!(align <= 4096);
                         assert_eq!(addr % align, 0);
-                        assert!(s.iter().all(|&b| b == 0), "arena slice not zeroed");
+                        assert!(all_equal(s, 0), "arena slice not zeroed");
                         s.fill(0xA5);
                         check_slice(&mut slices, base, cap, addr, n);
                         assert_eq!(arena.used(), addr - base + n);
@@ -145,6 +145,15 @@ fuzz_target!(|input: Input| {
     assert_eq!(after.live_bytes, before.live_bytes, "bytes leaked");
     assert_eq!(after.allocations - after.frees, before.allocations - before.frees);
 });
+
+/// Whether every byte of `bytes` is `v`: the first byte is `v` and each byte equals the next,
+/// compared as two overlapping slices, so the comparison is one `memcmp` (which ASan checks
+/// once per range) instead of a load per byte (each instrumented), which made this target
+/// run at about 1,600 inputs/s.
+fn all_equal(bytes: &[u8], v: u8) -> bool {
+    bytes.first().is_none_or(|&b| b == v)
+        && bytes[1.min(bytes.len())..] == bytes[..bytes.len().saturating_sub(1)]
+}
 
 /// Checks an arena slice lies in the arena and overlaps no slice since the last reset.
 fn check_slice(slices: &mut Vec<(usize, usize)>, base: usize, cap: usize, addr: usize, len: usize) {
