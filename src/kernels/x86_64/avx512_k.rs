@@ -8,8 +8,9 @@
 //! `vpdpwssd` (their i32 lanes read as i16 pairs whose high half meets a zero weight): exact,
 //! so with the shared f32 order the results are bit-identical to the scalar table.
 //!
-//! Two drivers: the GEMV (`n = 1`) is the shared row loop of `avx2_k.rs` ([`avx2_k::matmul`],
-//! four weight rows per activation row); prefill goes in tiles of one weight row × up to eight
+//! Two drivers: the GEMV (`n = 1`) goes in groups of four weight rows (eight for types
+//! without mins) whose sums are reduced together ([`gemv_rows`]), the remaining rows through
+//! the shared row loop of `avx2_k.rs` ([`avx2_k::matmul`]); prefill goes in tiles of one weight row × up to eight
 //! activation rows ([`tile`]): the super-block decoded once for all of them, their sums reduced
 //! together ([`reduce8x16`]) and their f32 terms one 8-lane vector (lane = activation row).
 
@@ -404,8 +405,77 @@ unsafe fn tile<K: K512, const N: usize>(
     }
 }
 
-/// AVX-512 K-quant matmul: the GEMV through the shared row loop (four rows per activation
-/// row); more activation rows in [`tile`]s of one weight row × eight activation rows (then
+/// GEMV of `R` weight rows (row `i` at `w + i * rb`, `R = 4` for types with mins, `R = 8`
+/// without) against activation row 0, into `y[i]`.
+///
+/// Per super-block `b`: each row's super-block decoded and dotted with the same 256
+/// activations ([`dot_k`]), every row's `isum` (and `msum`) reduced in one [`reduce8x16`]
+/// (lanes `0..R` the `isum`s, lanes `4..8` the `msum`s with mins), then the oracle's term
+/// `(d · dx) · isum [- (dmin · dx) · msum]` for all rows at once (lane = row) into
+/// accumulator `b % 8`, and at the end [`crate::kernels::scalar::hsum8`]'s order lane by lane:
+/// the scalar table's bits, with one joint reduction per super-block instead of two
+/// horizontal sums per row.
+///
+/// # Safety
+///
+/// `R` rows of `xq.nb()` super-blocks at `w + i * rb`, `xq` at least one activation row,
+/// `y[..R]` writable; AVX2, F16C and AVX-512 F/BW/VL/VNNI available.
+#[inline(always)]
+unsafe fn gemv_rows<K: K512, const R: usize>(
+    w: *const u8,
+    rb: usize,
+    xq: &Q8Acts<'_>,
+    y: *mut f32,
+) {
+    let nb = xq.nb();
+    let (qs, d, sums) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.sum().as_ptr());
+    // SAFETY: super-blocks `b < nb` of rows `< R`, activation blocks `b < nb` of row 0, outputs
+    // `y[..R]` (caller contract).
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for b in 0..nb {
+            let x = qs.add(b * QK_K);
+            let bs = sums.add(b * 16);
+            let mut v = [_mm512_setzero_si512(); 8];
+            let mut dw = [0f32; 8];
+            let mut dm = [0f32; 8];
+            for i in 0..R {
+                let blk = w.add(i * rb + b * K::BYTES);
+                let (is, ms) = dot_k::<K>(&K::decode(blk), x, bs);
+                v[i] = is;
+                if K::MINS {
+                    v[4 + i] = ms;
+                }
+                (dw[i], dm[i]) = scales::<K>(blk);
+            }
+            let red = _mm256_cvtepi32_ps(reduce8x16(v));
+            let dx = _mm256_set1_ps(*d.add(b));
+            let dwv = _mm256_loadu_ps(dw.as_ptr());
+            let mut term = _mm256_mul_ps(_mm256_mul_ps(dwv, dx), red);
+            if K::MINS {
+                // Lanes 0..4: the `msum`s (lanes 4..8 of the reduction) times `dmin · dx`.
+                let msv = _mm256_permute2f128_ps::<0x01>(red, red);
+                let m = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(dm.as_ptr()), dx), msv);
+                term = _mm256_sub_ps(term, m);
+            }
+            acc[b % 8] = _mm256_add_ps(acc[b % 8], term);
+        }
+        let a = acc;
+        let s = _mm256_add_ps(
+            _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+            _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])),
+        );
+        let mut out = [0f32; 8];
+        _mm256_storeu_ps(out.as_mut_ptr(), s);
+        for (i, o) in out.iter().enumerate().take(R) {
+            *y.add(i) = *o;
+        }
+    }
+}
+
+/// AVX-512 K-quant matmul: the GEMV in groups of rows with one joint reduction per
+/// super-block ([`gemv_rows`]), the remaining rows through the shared row loop; more
+/// activation rows in [`tile`]s of one weight row × eight activation rows (then
 /// four, two, one), the tile's activations staying in L1 across the weight rows.
 ///
 /// # Safety
@@ -423,8 +493,36 @@ unsafe fn matmul_512<K: K512>(
     ldy: usize,
 ) {
     if n == 1 {
-        // SAFETY: forwarded caller contract.
-        unsafe { avx2_k::matmul::<On512<K>, 4>(w, rb, rows, xq, n, y, ldy) };
+        // Groups of 4 rows (types with mins: their 4 `isum` and 4 `msum` vectors fill one
+        // joint reduction) or 8 rows (no mins); the remaining rows by the shared row loop.
+        let g = if K::MINS { 4 } else { 8 };
+        let full = rows / g * g;
+        let mut r = 0;
+        while r < full {
+            // SAFETY: rows `r .. r + g <= rows` and their outputs (caller contract).
+            unsafe {
+                if K::MINS {
+                    gemv_rows::<K, 4>(w.add(r * rb), rb, xq, y.add(r));
+                } else {
+                    gemv_rows::<K, 8>(w.add(r * rb), rb, xq, y.add(r));
+                }
+            }
+            r += g;
+        }
+        if full < rows {
+            // SAFETY: the last `rows - full` rows and their outputs (caller contract).
+            unsafe {
+                avx2_k::matmul::<On512<K>, 1>(
+                    w.add(full * rb),
+                    rb,
+                    rows - full,
+                    xq,
+                    n,
+                    y.add(full),
+                    ldy,
+                )
+            };
+        }
         return;
     }
     let nb = xq.nb();
