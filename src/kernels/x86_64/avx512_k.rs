@@ -437,27 +437,35 @@ unsafe fn gemv_rows<K: K512, const R: usize>(
             let x = qs.add(b * QK_K);
             let bs = sums.add(b * 16);
             let mut v = [_mm512_setzero_si512(); 8];
-            let mut dw = [0f32; 8];
-            let mut dm = [0f32; 8];
             for i in 0..R {
-                let blk = w.add(i * rb + b * K::BYTES);
-                let (is, ms) = dot_k::<K>(&K::decode(blk), x, bs);
+                let (is, ms) = dot_k::<K>(&K::decode(w.add(i * rb + b * K::BYTES)), x, bs);
                 v[i] = is;
                 if K::MINS {
                     v[4 + i] = ms;
                 }
-                (dw[i], dm[i]) = scales::<K>(blk);
             }
             let red = _mm256_cvtepi32_ps(reduce8x16(v));
             let dx = _mm256_set1_ps(*d.add(b));
-            let dwv = _mm256_loadu_ps(dw.as_ptr());
-            let mut term = _mm256_mul_ps(_mm256_mul_ps(dwv, dx), red);
-            if K::MINS {
-                // Lanes 0..4: the `msum`s (lanes 4..8 of the reduction) times `dmin · dx`.
-                let msv = _mm256_permute2f128_ps::<0x01>(red, red);
-                let m = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(dm.as_ptr()), dx), msv);
-                term = _mm256_sub_ps(term, m);
-            }
+            // The rows' f16 scales, read straight into one vector: with mins the `(d, dmin)`
+            // pairs of rows 0..4 (f16 lanes `[d0, m0, d1, m1, ..]`), else `d` of rows 0..8.
+            let at = |i: usize| w.add(i * rb + b * K::BYTES + K::D_AT);
+            let term = if K::MINS {
+                let pair = |i: usize| at(i).cast::<i32>().read_unaligned();
+                let h = _mm_setr_epi32(pair(0), pair(1), pair(2), pair(3));
+                let dm = _mm256_permutevar8x32_ps(
+                    _mm256_cvtph_ps(h),
+                    _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7),
+                );
+                // Lanes 0..4 `(d · dx) · isum`, lanes 4..8 `(dmin · dx) · msum`; their
+                // difference in lanes 0..4.
+                let t = _mm256_mul_ps(_mm256_mul_ps(dm, dx), red);
+                _mm256_sub_ps(t, _mm256_permute2f128_ps::<0x01>(t, t))
+            } else {
+                let one = |i: usize| at(i).cast::<i16>().read_unaligned();
+                let h =
+                    _mm_setr_epi16(one(0), one(1), one(2), one(3), one(4), one(5), one(6), one(7));
+                _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(h), dx), red)
+            };
             acc[b % 8] = _mm256_add_ps(acc[b % 8], term);
         }
         let a = acc;
