@@ -342,6 +342,25 @@ unsafe fn reduce8x16(v: [__m512i; 8]) -> __m256i {
     }
 }
 
+/// [`crate::kernels::scalar::hsum8`]'s fixed order over eight accumulators, lane by lane.
+///
+/// # Safety
+///
+/// AVX available.
+#[inline(always)]
+unsafe fn hsum8_lanes(a: [__m256; 8]) -> [f32; 8] {
+    // SAFETY: register-only intrinsics and a store into a local array.
+    unsafe {
+        let s = _mm256_add_ps(
+            _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+            _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])),
+        );
+        let mut out = [0f32; 8];
+        _mm256_storeu_ps(out.as_mut_ptr(), s);
+        out
+    }
+}
+
 /// One weight row (`nb` super-blocks at `w`) × `N <= 8` activation rows (row `t` of the tile's
 /// block `i` at `qs + (t * nb + i) * 256`, `d` at `t * nb + i`, sums at `16 (t * nb + i)`),
 /// into `y[t * ldy]`.
@@ -392,13 +411,7 @@ unsafe fn tile<K: K512, const N: usize>(
             }
             acc[b % 8] = _mm256_add_ps(acc[b % 8], term);
         }
-        let a = acc;
-        let s = _mm256_add_ps(
-            _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
-            _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])),
-        );
-        let mut out = [0f32; 8];
-        _mm256_storeu_ps(out.as_mut_ptr(), s);
+        let out = hsum8_lanes(acc);
         for (t, v) in out.iter().enumerate().take(N) {
             *y.add(t * ldy) = *v;
         }
@@ -468,13 +481,7 @@ unsafe fn gemv_rows<K: K512, const R: usize>(
             };
             acc[b % 8] = _mm256_add_ps(acc[b % 8], term);
         }
-        let a = acc;
-        let s = _mm256_add_ps(
-            _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
-            _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])),
-        );
-        let mut out = [0f32; 8];
-        _mm256_storeu_ps(out.as_mut_ptr(), s);
+        let out = hsum8_lanes(acc);
         for (i, o) in out.iter().enumerate().take(R) {
             *y.add(i) = *o;
         }
