@@ -9,32 +9,31 @@
 //!
 //! - `gemv_types/<rows>x<k>`: int8 GEMV of every quantized type on every x86 tier the CPU has
 //!   (AVX2, AVX-VNNI, AVX-512; elsewhere the best ISA) on SmolLM2's shapes (576 × 1536,
-//!   1536 × 576; the K-quants only where `k` is whole super-blocks) and on a 8192 × 8192
-//!   matrix, with Q4_1 in the same group (throughput in bytes of weights; time per weight =
-//!   time / (rows · k)).
+//!   1536 × 576; the K-quants only where `k` is whole super-blocks), on a 8192 × 8192 matrix
+//!   and on a `rows × 8192` one of at least twice the last-level cache in every type (the
+//!   cache read from sysfs, 1 GiB if unknown; printed at the start), with Q4_1 in the same
+//!   group (throughput in weights, whose inverse is the time per weight, and in bytes of
+//!   weights); past the cache also a plain read loop over each type's bytes (`read-loop/<type>`,
+//!   the bandwidth roof). Setup in `benches/common/gemv_types.rs`, shared with
+//!   `examples/kernels_timing.rs`.
 //!
 //! `cargo bench --bench kernels -- --warm-up-time 1 --measurement-time 2`
 
 use std::hint::black_box;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::time::Duration;
+
+use criterion::{
+    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
 use rml::kernels::{self, quant, Isa, Kernels};
 use rml::mem::AlignedBlock;
 use rml::ops::{gemm_with, scratch_bytes, Activations, Matrix};
 use rml::{DType, InlineExecutor};
 
-/// Deterministic values in [-1, 1).
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
-        })
-        .collect()
-}
+#[path = "common/gemv_types.rs"]
+mod common;
+use common::{int8_tiers, int8_types, read_bytes, shapes, type_weights, values};
 
 fn f32_bytes(v: &[f32]) -> AlignedBlock {
     let bytes: Vec<u8> = v.iter().flat_map(|f| f.to_le_bytes()).collect();
@@ -219,64 +218,25 @@ fn gemv_quant(c: &mut Criterion) {
     }
 }
 
-/// `rows × k` weights of `dtype`: quantized from values where rml has a quantizer, else
-/// random bits with small f16 scales at ggml's offsets (no NaN, no subnormal products).
-fn type_weights(dtype: DType, rows: usize, k: usize) -> AlignedBlock {
-    let info = rml::quant::info(dtype);
-    let rb = dtype.row_bytes(k).unwrap();
-    let mut bytes = vec![0u8; rows * rb];
-    if let Some(q) = info.quantize {
-        let wv = values(rows * k, 5);
-        for (src, dst) in wv.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
-            q(src, dst).unwrap();
-        }
-    } else {
-        let mut s = 0x1234_5678u32;
-        for b in bytes.iter_mut() {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            *b = s as u8;
-        }
-        let offsets: &[usize] = match dtype {
-            DType::IQ4_NL => &[0],
-            DType::Q2_K => &[80, 82],
-            DType::Q3_K => &[108],
-            DType::Q4_K | DType::Q5_K => &[0, 2],
-            DType::Q6_K => &[208],
-            _ => &[],
-        };
-        let h = half::f16::from_f32(0.01).to_le_bytes();
-        for blk in bytes.chunks_exact_mut(info.block_bytes) {
-            for &o in offsets {
-                blk[o..o + 2].copy_from_slice(&h);
-            }
-        }
-    }
-    AlignedBlock::try_from_slice(&bytes).unwrap()
-}
-
-/// The int8 tiers to compare in `gemv_types`: every x86 tier the CPU has (AVX2, AVX-VNNI,
-/// AVX-512), else the best ISA alone.
-fn int8_tiers() -> Vec<&'static Kernels> {
-    let x86: Vec<_> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512]
-        .into_iter()
-        .filter_map(|isa| kernels::table(isa).ok())
-        .collect();
-    if x86.is_empty() {
-        vec![best()]
-    } else {
-        x86
-    }
-}
-
 fn gemv_types(c: &mut Criterion) {
     let tiers = int8_tiers();
-    let types: Vec<DType> =
-        rml::quant::TYPES.iter().filter(|t| t.act.is_some()).map(|t| t.dtype).collect();
-    for (rows, k) in [(576, 1536), (1536, 576), (8192, 8192)] {
+    let types = int8_types();
+    let (shapes, llc, found) = shapes(&types);
+    eprintln!(
+        "gemv_types: last-level cache {} MiB ({}); the largest shape is {}x{}",
+        llc >> 20,
+        if found { "detected" } else { "not detected, assumed" },
+        shapes[3].0,
+        shapes[3].1
+    );
+    for (i, (rows, k)) in shapes.into_iter().enumerate() {
+        let big = i == shapes.len() - 1;
         let mut g = c.benchmark_group(format!("gemv_types/{rows}x{k}"));
-        if rows * k > 1 << 22 {
+        if big {
+            // Past the last-level cache: a few iterations of a fraction of a second each.
+            g.sample_size(10).warm_up_time(Duration::from_secs(1));
+            g.measurement_time(Duration::from_secs(2)).sampling_mode(SamplingMode::Flat);
+        } else if rows * k > 1 << 22 {
             g.sample_size(10);
         }
         let x = values(k, 6);
@@ -288,12 +248,19 @@ fn gemv_types(c: &mut Criterion) {
             }
             let data = type_weights(dtype, rows, k);
             let w = Matrix::new(dtype, rows, k, data.as_slice()).unwrap();
-            g.throughput(Throughput::Bytes(data.as_slice().len() as u64));
+            let bytes = data.as_slice().len() as u64;
+            g.throughput(Throughput::ElementsAndBytes { elements: (rows * k) as u64, bytes });
             for &kern in &tiers {
                 g.bench_function(BenchmarkId::new(format!("int8-{}", kern.isa()), dtype), |b| {
                     b.iter(|| {
                         rml_gemm(kern, &w, black_box(&x), 1, &mut y, Activations::Int8, &mut s)
                     })
+                });
+            }
+            if big {
+                // The bandwidth roof: the same bytes by a plain read loop.
+                g.bench_function(BenchmarkId::new("read-loop", dtype), |b| {
+                    b.iter(|| read_bytes(black_box(data.as_slice())))
                 });
             }
         }

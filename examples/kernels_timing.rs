@@ -4,8 +4,11 @@
 //! `cargo run --release --example kernels_timing -- [gemm|quant|bandwidth|types|all] [TYPE..]`
 //!
 //! `types`: the int8 GEMV of every quantized type (or the ones named) on every x86 tier, the
-//! shapes of `gemv_types`, best of several interleaved rounds, with time per weight relative
-//! to Q4_1's best tier.
+//! shapes of `gemv_types` (the last one larger than the last-level cache), best of several
+//! interleaved rounds: µs per tier, then the best tier's time per weight, GB/s of weights,
+//! time relative to Q4_1's best tier (run in the same rounds as the type), and a plain read
+//! loop over the same bytes (GB/s, and the GEMV's GB/s as a percentage of it: near 100 % is
+//! bandwidth-bound).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -15,17 +18,9 @@ use rml::mem::AlignedBlock;
 use rml::ops::{gemm_with, scratch_bytes, Activations, Matrix};
 use rml::{DType, InlineExecutor};
 
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
-        })
-        .collect()
-}
+#[path = "../benches/common/gemv_types.rs"]
+mod common;
+use common::{int8_tiers, int8_types, read_bytes, shapes, type_weights, values};
 
 /// The fastest of `iters` runs, in seconds.
 fn best_of(iters: usize, mut f: impl FnMut()) -> f64 {
@@ -236,113 +231,149 @@ fn bandwidth(best: &Kernels) {
     }
 }
 
-/// The weights of `gemv_types` (`benches/kernels.rs`): quantized values where the type has a
-/// quantizer, else random bytes with small f16 scales.
-fn type_weights(dtype: DType, rows: usize, k: usize) -> AlignedBlock {
-    let info = rml::quant::info(dtype);
-    let rb = dtype.row_bytes(k).unwrap();
-    let mut bytes = vec![0u8; rows * rb];
-    if let Some(q) = info.quantize {
-        let wv = values(rows * k, 5);
-        for (src, dst) in wv.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
-            q(src, dst).unwrap();
-        }
-    } else {
-        let mut s = 0x1234_5678u32;
-        for b in bytes.iter_mut() {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            *b = s as u8;
-        }
-        let offsets: &[usize] = match dtype {
-            DType::IQ4_NL => &[0],
-            DType::Q2_K => &[80, 82],
-            DType::Q3_K => &[108],
-            DType::Q4_K | DType::Q5_K => &[0, 2],
-            DType::Q6_K => &[208],
-            _ => &[],
-        };
-        let h = half::f16::from_f32(0.01).to_le_bytes();
-        for blk in bytes.chunks_exact_mut(info.block_bytes) {
-            for &o in offsets {
-                blk[o..o + 2].copy_from_slice(&h);
+/// One type's times at one shape.
+struct TypeRow {
+    dtype: DType,
+    /// Seconds per GEMV, per tier.
+    t: Vec<f64>,
+    /// Seconds per read of the weights by [`read_bytes`].
+    read: f64,
+    /// Seconds per GEMV of Q4_1 on its best tier, measured in the same rounds.
+    q41: f64,
+    bytes: usize,
+}
+
+impl TypeRow {
+    /// The fastest tier and its time.
+    fn best(&self) -> (usize, f64) {
+        self.t
+            .iter()
+            .copied()
+            .enumerate()
+            .fold((0, f64::MAX), |a, (i, v)| if v < a.1 { (i, v) } else { a })
+    }
+}
+
+/// The int8 GEMV's setting at one shape.
+struct Gemv {
+    x: Vec<f32>,
+    y: Vec<f32>,
+    s: Vec<u8>,
+    iters: usize,
+}
+
+impl Gemv {
+    /// The fastest of [`Gemv::iters`] GEMVs of `w` with `kern`, in seconds.
+    fn time(&mut self, kern: &Kernels, w: &Matrix<'_>) -> f64 {
+        let Gemv { x, y, s, iters } = self;
+        best_of(*iters, || {
+            gemm_with(kern, &InlineExecutor, None, w, black_box(x), 1, y, Activations::Int8, s)
+                .unwrap()
+        })
+    }
+
+    /// Three interleaved rounds of every tier on `w`, the read loop over `data` and (with
+    /// `q41`) Q4_1's GEMV on one tier, so that all of them see the same machine.
+    fn row(
+        &mut self,
+        tiers: &[&Kernels],
+        dtype: DType,
+        data: &AlignedBlock,
+        w: &Matrix<'_>,
+        q41: Option<(&Kernels, &Matrix<'_>)>,
+    ) -> TypeRow {
+        let mut t = vec![f64::MAX; tiers.len()];
+        let (mut read, mut q) = (f64::MAX, f64::MAX);
+        for _ in 0..3 {
+            for (i, kern) in tiers.iter().enumerate() {
+                t[i] = t[i].min(self.time(kern, w));
+            }
+            read = read.min(best_of(self.iters, || {
+                black_box(read_bytes(black_box(data.as_slice())));
+            }));
+            if let Some((kern, w)) = q41 {
+                q = q.min(self.time(kern, w));
             }
         }
+        let mut row = TypeRow { dtype, t, read, q41: q, bytes: data.as_slice().len() };
+        if q41.is_none() {
+            row.q41 = row.best().1;
+        }
+        row
     }
-    AlignedBlock::try_from_slice(&bytes).unwrap()
 }
 
 fn types(only: &[String]) {
-    let tiers: Vec<&Kernels> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512]
-        .into_iter()
-        .filter_map(|isa| kernels::table(isa).ok())
-        .collect();
-    let tiers =
-        if tiers.is_empty() { vec![kernels::table(kernels::best()).unwrap()] } else { tiers };
-    let all: Vec<DType> =
-        rml::quant::TYPES.iter().filter(|t| t.act.is_some()).map(|t| t.dtype).collect();
+    let tiers = int8_tiers();
+    let all = int8_types();
     let picked: Vec<DType> = all
         .iter()
         .copied()
         .filter(|t| {
-            t == &DType::Q4_1 || only.is_empty() || only.iter().any(|o| *o == t.to_string())
+            t != &DType::Q4_1 && (only.is_empty() || only.iter().any(|o| *o == t.to_string()))
         })
         .collect();
-    for (rows, k) in [(576, 1536), (1536, 576), (8192, 8192)] {
-        let x = values(k, 6);
-        let mut y = vec![0f32; rows];
-        let mut s = vec![0u8; scratch_bytes(k, 1, Activations::Int8)];
-        let iters = if rows * k > 1 << 22 { 6 } else { 300 };
-        let mut rows_out = Vec::new();
+    // The large shape is sized over every type, so that it does not depend on the ones picked.
+    let (shapes, llc, found) = shapes(&all);
+    println!(
+        "last-level cache {} MiB ({}); the largest shape is {}x{}",
+        llc >> 20,
+        if found { "detected" } else { "not detected, assumed" },
+        shapes[3].0,
+        shapes[3].1
+    );
+    for (i, (rows, k)) in shapes.into_iter().enumerate() {
+        let iters = match rows * k {
+            _ if i == shapes.len() - 1 => 2,
+            n if n > 1 << 22 => 6,
+            _ => 300,
+        };
+        let mut g = Gemv {
+            x: values(k, 6),
+            y: vec![0f32; rows],
+            s: vec![0u8; scratch_bytes(k, 1, Activations::Int8)],
+            iters,
+        };
+        // Q4_1 first; its best tier then runs in every other type's rounds (the ratio of the
+        // two comes from the same stretch of time on a shared machine).
+        let q41_data = type_weights(DType::Q4_1, rows, k);
+        let q41_w = Matrix::new(DType::Q4_1, rows, k, q41_data.as_slice()).unwrap();
+        let q41_row = g.row(&tiers, DType::Q4_1, &q41_data, &q41_w, None);
+        let q41_kern = tiers[q41_row.best().0];
+        let mut rows_out = vec![q41_row];
         for &dtype in &picked {
             if k % dtype.block_size() != 0 {
                 continue;
             }
             let data = type_weights(dtype, rows, k);
             let w = Matrix::new(dtype, rows, k, data.as_slice()).unwrap();
-            let mut t = vec![f64::MAX; tiers.len()];
-            for _ in 0..3 {
-                for (i, kern) in tiers.iter().enumerate() {
-                    t[i] = t[i].min(best_of(iters, || {
-                        gemm_with(
-                            kern,
-                            &InlineExecutor,
-                            None,
-                            &w,
-                            black_box(&x),
-                            1,
-                            &mut y,
-                            Activations::Int8,
-                            &mut s,
-                        )
-                        .unwrap()
-                    }));
-                }
-            }
-            rows_out.push((dtype, t));
+            rows_out.push(g.row(&tiers, dtype, &data, &w, Some((q41_kern, &q41_w))));
         }
-        let q41 = rows_out
-            .iter()
-            .find(|(d, _)| *d == DType::Q4_1)
-            .map(|(_, t)| t.iter().copied().fold(f64::MAX, f64::min))
-            .unwrap();
+        rows_out.sort_by_key(|r| r.dtype as usize);
+        let weights = (rows * k) as f64;
         print!("{rows}x{k} (µs)");
         for kern in &tiers {
             print!(" {:>9}", kern.isa().to_string());
         }
-        println!("  best ×Q4_1");
-        for (dtype, t) in &rows_out {
-            let (bi, b) =
-                t.iter()
-                    .copied()
-                    .enumerate()
-                    .fold((0, f64::MAX), |a, (i, v)| if v < a.1 { (i, v) } else { a });
-            print!("{:>12}", dtype.to_string());
-            for v in t {
+        println!("      best  ns/weight   GB/s  Q4_1 µs  ×Q4_1  read GB/s  % of read");
+        for r in &rows_out {
+            let (bi, b) = r.best();
+            print!("{:>12}", r.dtype.to_string());
+            for v in &r.t {
                 print!(" {:9.1}", v * 1e6);
             }
-            println!("  {:>9} {:.2}", tiers[bi].isa().to_string(), b / q41);
+            let gbs = r.bytes as f64 / b / 1e9;
+            let read = r.bytes as f64 / r.read / 1e9;
+            println!(
+                " {:>9} {:10.4} {:6.2} {:8.1} {:6.2} {:10.2} {:9.0}%",
+                tiers[bi].isa().to_string(),
+                b / weights * 1e9,
+                gbs,
+                r.q41 * 1e6,
+                b / r.q41,
+                read,
+                100.0 * gbs / read
+            );
         }
     }
 }
