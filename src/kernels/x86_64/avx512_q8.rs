@@ -2,7 +2,7 @@
 //! Q8 activations, for two tiers:
 //!
 //! - **AVX-512** (F/BW/VL + AVX512-VNNI): tiles of `R` weight rows × `N` activation rows
-//!   ([`tile`]: `1 × 8`, `1 × 4`, `1 × 2` for prefill, `2 × 1` for the GEMV). Per group of
+//!   ([`tile`]: `1 × 8`, `1 × 4`, `1 × 2` for prefill, `4 × 1` for the GEMV). Per group of
 //!   eight blocks each weight row is decoded once ([`VBlock::decode2`]: blocks `2 j`, `2 j + 1`
 //!   in element order in one 512-bit vector, unsigned) and dotted by 512-bit `vpdpbusd` with
 //!   every activation row of the tile, read as plain 64-byte loads; two outputs' block sums are
@@ -532,7 +532,8 @@ unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
 /// AVX-512: the block in tiles. Activation rows go eight at a time (then four, two) against
 /// one weight row at a time ([`tile`] `1 × 8`, the row's blocks decoded once for the eight),
 /// the tile's activations staying in L1 across the rows; a last single activation row (and
-/// `n = 1`, the GEMV) takes the weight rows two at a time (`2 × 1`), an odd last row alone.
+/// `n = 1`, the GEMV) takes the weight rows four at a time (`4 × 1`: four rows' streams in
+/// flight, two output pairs), the last one to three rows as `2 × 1` and `1 × 1`.
 ///
 /// # Safety
 ///
@@ -572,6 +573,10 @@ unsafe fn matmul_512<Q: VBlock>(
                     8 => tile::<Q, 1, 8, 4>(wr, rb, x, yr, ldy),
                     4 => tile::<Q, 1, 4, 2>(wr, rb, x, yr, ldy),
                     2 => tile::<Q, 1, 2, 1>(wr, rb, x, yr, ldy),
+                    _ if rows - r >= 4 => {
+                        tile::<Q, 4, 1, 2>(wr, rb, x, yr, ldy);
+                        r += 3;
+                    }
                     _ if rows - r >= 2 => {
                         tile::<Q, 2, 1, 1>(wr, rb, x, yr, ldy);
                         r += 1;
