@@ -93,6 +93,25 @@ fn qwen2_gguf_bpe_matches_llama_cpp() {
     check(&tok, "tiny-qwen2", &["<|im_start|>", "<|im_end|>"]);
 }
 
+/// The Qwen2 GGUF vocabulary (pre-tokenized by rml's own splitter) written as a
+/// tokenizer.json names the regex it implements, and `tokenizers` reading that file back
+/// (compiling the regex) encodes every case to the same ids.
+#[test]
+fn qwen2_gguf_bpe_saved_as_tokenizer_json_reads_back() {
+    let tok = gguf_tokenizer("tiny-qwen2/gguf/tiny-qwen2-Q4_K_M.gguf");
+    let dir = std::env::temp_dir().join(format!("rml-qwen2-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tokenizer.json");
+    tok.save(&path).unwrap();
+    let json = std::fs::read_to_string(&path).unwrap();
+    assert!(json.contains(r#""type":"Split""#) && json.contains(r"\\p{N}|"), "{json:.400}");
+    let back = Tokenizer::from_file(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    for c in cases("tiny-qwen2") {
+        assert_eq!(back.encode(&c.text).unwrap(), tok.encode(&c.text).unwrap(), "{:?}", c.text);
+    }
+}
+
 #[test]
 fn qwen2_tokenizer_json_matches_transformers() {
     let tok = Tokenizer::from_file(&data("tiny-qwen2/tokenizer.json")).unwrap();

@@ -37,31 +37,40 @@ use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::{AddedToken, SplitDelimiterBehavior};
+use tokenizers::{
+    AddedToken, DecoderWrapper, ModelWrapper, NormalizerWrapper, PostProcessorWrapper,
+    TokenizerImpl,
+};
 
 use crate::error::{Error, Result};
 use crate::format::gguf::Gguf;
 
 pub mod chat;
+mod pretok;
 mod spm;
 
 pub use chat::{ChatTemplate, Message};
+use pretok::RegexBpePre;
 pub use spm::SpmVocab;
 use spm::{token_type, Spm};
 
-/// Qwen2's pre-tokenizer regex (llama.cpp's `LLAMA_VOCAB_PRE_TYPE_QWEN2`; also in Qwen2's
-/// tokenizer.json): contractions, letters with one leading non-letter, single digits,
-/// punctuation runs, newlines, spaces.
-const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-/// Llama 3's pre-tokenizer regex (`llama-bpe`): as Qwen2's with up to three digits per piece.
-const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// A byte-level BPE from a Qwen2 / Llama 3 GGUF vocabulary, pre-tokenized by rml's own
+/// splitter for their regexes (see `pretok.rs`).
+type RegexBpe = TokenizerImpl<
+    ModelWrapper,
+    NormalizerWrapper,
+    RegexBpePre,
+    PostProcessorWrapper,
+    DecoderWrapper,
+>;
 
 /// The model behind a [`Tokenizer`].
 enum Backend {
     /// Hugging Face `tokenizers` (a tokenizer.json, or a byte-level BPE rebuilt from GGUF).
     Hf(alloc::boxed::Box<tokenizers::Tokenizer>),
+    /// A byte-level BPE rebuilt from a Qwen2 / Llama 3 GGUF vocabulary.
+    RegexBpe(alloc::boxed::Box<RegexBpe>),
     /// SentencePiece from a GGUF vocabulary.
     Spm(alloc::boxed::Box<Spm>),
 }
@@ -91,6 +100,18 @@ impl core::fmt::Debug for Tokenizer {
     }
 }
 
+/// `$body` with `$t` bound to the `tokenizers` tokenizer of either kind, or `$spm` for
+/// SentencePiece.
+macro_rules! on_backend {
+    ($backend:expr, $t:ident => $body:expr, $s:ident => $spm:expr) => {
+        match $backend {
+            Backend::Hf($t) => $body,
+            Backend::RegexBpe($t) => $body,
+            Backend::Spm($s) => $spm,
+        }
+    };
+}
+
 fn tk_err(what: &str) -> impl FnOnce(tokenizers::Error) -> Error + '_ {
     move |e| Error::invalid_argument(format_args!("{what}: {e}"))
 }
@@ -106,8 +127,12 @@ fn config_token(cfg: &serde_json::Value, key: &str) -> Option<String> {
 
 impl Tokenizer {
     fn from_hf(inner: tokenizers::Tokenizer) -> Self {
+        Self::from_backend(Backend::Hf(alloc::boxed::Box::new(inner)))
+    }
+
+    fn from_backend(backend: Backend) -> Self {
         Tokenizer {
-            backend: Backend::Hf(alloc::boxed::Box::new(inner)),
+            backend,
             bos: None,
             eos: None,
             manual_special: false,
@@ -275,14 +300,14 @@ impl Tokenizer {
         enum Pre {
             Gpt2,
             DigitsThenGpt2,
-            Regex(&'static str),
+            Regex(RegexBpePre),
         }
         let pre_name = pre.unwrap_or("default");
         let pre = match pre_name {
             "default" | "gpt2" | "mpt" | "olmo" | "jais" => Pre::Gpt2,
             "smollm" | "starcoder" | "refact" | "codeshell" | "command-r" => Pre::DigitsThenGpt2,
-            "qwen2" => Pre::Regex(QWEN2_REGEX),
-            "llama-bpe" | "llama3" => Pre::Regex(LLAMA3_REGEX),
+            "qwen2" => Pre::Regex(RegexBpePre::QWEN2),
+            "llama-bpe" | "llama3" => Pre::Regex(RegexBpePre::LLAMA3),
             other => {
                 return Err(Error::unimplemented(format_args!(
                     "tokenizer.ggml.pre {other:?} is not supported; put the model's \
@@ -321,29 +346,6 @@ impl Tokenizer {
             .ignore_merges(matches!(pre_name, "llama-bpe" | "llama3"))
             .build()
             .map_err(|e| Error::data_loss(format_args!("GGUF tokenizer: {e}")))?;
-        let mut inner = tokenizers::Tokenizer::new(bpe);
-        match pre {
-            Pre::Gpt2 => {
-                inner.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
-            }
-            Pre::DigitsThenGpt2 => {
-                let seq: Vec<PreTokenizerWrapper> =
-                    vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()];
-                inner.with_pre_tokenizer(Some(Sequence::new(seq)));
-            }
-            Pre::Regex(re) => {
-                let split = Split::new(
-                    SplitPattern::Regex(re.to_string()),
-                    SplitDelimiterBehavior::Isolated,
-                    false,
-                )
-                .map_err(|e| Error::internal(format_args!("pre-tokenizer regex: {e}")))?;
-                let seq: Vec<PreTokenizerWrapper> =
-                    vec![split.into(), ByteLevel::new(false, true, false).into()];
-                inner.with_pre_tokenizer(Some(Sequence::new(seq)));
-            }
-        }
-        inner.with_decoder(Some(ByteLevelDecoder::default()));
         let added: Vec<AddedToken> = tokens
             .iter()
             .zip(token_types)
@@ -352,6 +354,24 @@ impl Tokenizer {
                 AddedToken::from(String::from(*t), ty == token_type::CONTROL).normalized(false)
             })
             .collect();
+        let pre = match pre {
+            Pre::Gpt2 => PreTokenizerWrapper::from(ByteLevel::new(false, true, true)),
+            Pre::DigitsThenGpt2 => {
+                let seq: Vec<PreTokenizerWrapper> =
+                    vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()];
+                Sequence::new(seq).into()
+            }
+            Pre::Regex(pre) => {
+                let mut inner = RegexBpe::new(bpe.into());
+                inner.with_pre_tokenizer(Some(pre));
+                inner.with_decoder(Some(ByteLevelDecoder::default()));
+                inner.add_special_tokens(&added);
+                return Ok(Self::from_backend(Backend::RegexBpe(alloc::boxed::Box::new(inner))));
+            }
+        };
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        inner.with_pre_tokenizer(Some(pre));
+        inner.with_decoder(Some(ByteLevelDecoder::default()));
         inner.add_special_tokens(&added);
         Ok(Self::from_hf(inner))
     }
@@ -364,61 +384,49 @@ impl Tokenizer {
     /// [`crate::Code::Unimplemented`] for a SentencePiece vocabulary (rml has no tokenizer.json
     /// form of it).
     pub fn save(&self, path: &Path) -> Result<()> {
-        match &self.backend {
-            Backend::Hf(inner) => inner
+        on_backend!(&self.backend,
+            inner => inner
                 .save(path, false)
                 .map_err(|e| Error::invalid_argument(format_args!("{}: {e}", path.display()))),
-            Backend::Spm(_) => Err(Error::unimplemented(format_args!(
+            _spm => Err(Error::unimplemented(format_args!(
                 "{}: a SentencePiece vocabulary from GGUF is not written as tokenizer.json",
                 path.display()
-            ))),
-        }
+            )))
+        )
     }
 
     /// The number of tokens, added tokens included.
     pub fn vocab_size(&self) -> usize {
-        match &self.backend {
-            Backend::Hf(inner) => inner.get_vocab_size(true),
-            Backend::Spm(spm) => spm.vocab_size(),
-        }
+        on_backend!(&self.backend, inner => inner.get_vocab_size(true), spm => spm.vocab_size())
     }
 
     /// The id of the token spelled exactly `token` (e.g. `"<|im_end|>"`).
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        match &self.backend {
-            Backend::Hf(inner) => inner.token_to_id(token),
-            Backend::Spm(spm) => spm.token_to_id(token),
-        }
+        on_backend!(&self.backend, inner => inner.token_to_id(token), spm => spm.token_to_id(token))
     }
 
     /// The spelling of token `id` as the vocabulary stores it (`▁` and byte-level characters
     /// included), or `None` outside the vocabulary.
     pub fn id_to_token(&self, id: u32) -> Option<String> {
-        match &self.backend {
-            Backend::Hf(inner) => inner.id_to_token(id),
-            Backend::Spm(spm) => spm.id_to_token(id).map(String::from),
-        }
+        on_backend!(&self.backend, inner => inner.id_to_token(id), spm => spm.id_to_token(id).map(String::from))
     }
 
     /// Whether `id` is a special (control) token, dropped by [`Tokenizer::decode`].
     pub fn is_special(&self, id: u32) -> bool {
-        match &self.backend {
-            Backend::Hf(inner) => {
+        on_backend!(&self.backend,
+            inner => {
                 let added = inner.get_added_vocabulary();
                 added.simple_id_to_token(id).is_some_and(|t| added.is_special_token(&t))
-            }
-            Backend::Spm(spm) => spm.is_control(id),
-        }
+            },
+            spm => spm.is_control(id)
+        )
     }
 
     /// Whether `id` is matched whole before the model runs: an added token of a
     /// tokenizer.json (special or not, e.g. Gemma's `<end_of_turn>`), or a control,
     /// user-defined or unknown token of a GGUF vocabulary.
     pub fn is_added(&self, id: u32) -> bool {
-        match &self.backend {
-            Backend::Hf(inner) => inner.get_added_vocabulary().simple_id_to_token(id).is_some(),
-            Backend::Spm(spm) => spm.is_added(id),
-        }
+        on_backend!(&self.backend, inner => inner.get_added_vocabulary().simple_id_to_token(id).is_some(), spm => spm.is_added(id))
     }
 
     /// The BOS token's id, if the model has one (GGUF `tokenizer.ggml.bos_token_id`,
@@ -460,9 +468,8 @@ impl Tokenizer {
     /// [`crate::Code::InvalidArgument`] with the tokenizer's message, or for a character a
     /// SentencePiece vocabulary cannot spell (no byte fallback, no unknown token).
     pub fn encode_with_special(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
-        match &self.backend {
-            Backend::Spm(spm) => spm.encode(text, add_special),
-            Backend::Hf(inner) => {
+        on_backend!(&self.backend,
+            inner => {
                 let post = add_special && !self.manual_special;
                 let enc = inner.encode_fast(text, post).map_err(tk_err("encode"))?;
                 let ids = enc.get_ids();
@@ -478,8 +485,9 @@ impl Tokenizer {
                     out.extend(self.eos);
                 }
                 Ok(out)
-            }
-        }
+            },
+            spm => spm.encode(text, add_special)
+        )
     }
 
     /// Decodes `ids` to text, dropping special tokens. For SentencePiece, `▁` becomes a space
@@ -490,10 +498,7 @@ impl Tokenizer {
     ///
     /// [`crate::Code::InvalidArgument`] with the tokenizer's message (e.g. an unknown id).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        match &self.backend {
-            Backend::Hf(inner) => inner.decode(ids, true).map_err(tk_err("decode")),
-            Backend::Spm(spm) => spm.decode(ids, false),
-        }
+        on_backend!(&self.backend, inner => inner.decode(ids, true).map_err(tk_err("decode")), spm => spm.decode(ids, false))
     }
 }
 
