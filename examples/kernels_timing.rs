@@ -8,7 +8,9 @@
 //! interleaved rounds: µs per tier, then the best tier's time per weight, GB/s of weights,
 //! time relative to Q4_1's best tier (run in the same rounds as the type), and a plain read
 //! loop over the same bytes (GB/s, and the GEMV's GB/s as a percentage of it: near 100 % is
-//! bandwidth-bound).
+//! bandwidth-bound). `KT_SHAPES=0,1` times only the shapes of those indices (0 = 576x1536,
+//! 1 = 1536x576, 2 = 8192x8192, 3 = past the last-level cache), `KT_TIERS=avx512` only the
+//! tiers of those names.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -304,7 +306,13 @@ impl Gemv {
 }
 
 fn types(only: &[String]) {
-    let tiers = int8_tiers();
+    let mut tiers = int8_tiers();
+    // `KT_TIERS=avx512`: only the tiers of those names.
+    if let Ok(v) = std::env::var("KT_TIERS") {
+        let names: Vec<&str> = v.split(',').map(str::trim).collect();
+        tiers.retain(|k| names.contains(&k.isa().to_string().as_str()));
+        assert!(!tiers.is_empty(), "KT_TIERS names no tier of this CPU");
+    }
     let all = int8_types();
     let picked: Vec<DType> = all
         .iter()
@@ -322,7 +330,15 @@ fn types(only: &[String]) {
         shapes[3].0,
         shapes[3].1
     );
+    // `KT_SHAPES=0,1`: only the shapes of those indices (0 = 576x1536, 1 = 1536x576, 2 =
+    // 8192x8192, 3 = the one past the last-level cache).
+    let pick_shapes: Option<Vec<usize>> = std::env::var("KT_SHAPES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect());
     for (i, (rows, k)) in shapes.into_iter().enumerate() {
+        if pick_shapes.as_ref().is_some_and(|p| !p.contains(&i)) {
+            continue;
+        }
         let iters = match rows * k {
             _ if i == shapes.len() - 1 => 2,
             n if n > 1 << 22 => 6,
@@ -381,7 +397,11 @@ fn types(only: &[String]) {
 fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     if what == "types" {
-        let only: Vec<String> = std::env::args().skip(2).collect();
+        // Type names as separate arguments or comma-separated.
+        let only: Vec<String> = std::env::args()
+            .skip(2)
+            .flat_map(|a| a.split(',').map(str::to_owned).collect::<Vec<_>>())
+            .collect();
         types(&only);
         return;
     }
