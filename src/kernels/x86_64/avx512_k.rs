@@ -21,6 +21,7 @@ use super::avx2_k::{
     self, k4_scales_mins, q3_scales16, scales, KBlock, KDot, Q2K, Q3K, Q4K, Q5K, Q6K,
 };
 use super::avx512_q8::quad;
+use super::opaque512;
 use crate::quant::{Q8Acts, QK_K};
 
 /// Word `i` of a `vpermw` index that spreads the scales `s[i / 8]` over 8 i16 lanes each.
@@ -212,7 +213,7 @@ unsafe fn decode_k4(sp: *const u8, qs: *const u8, qh: Option<*const u8>) -> KW {
             if let Some(p) = qh {
                 let hz = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.cast()));
                 let set = _mm512_test_epi8_mask(hz, bits2(2 * k, 2 * k + 1));
-                *u = _mm512_mask_add_epi8(*u, set, *u, _mm512_set1_epi8(0x10));
+                *u = _mm512_mask_add_epi8(*u, set, *u, opaque512(_mm512_set1_epi8(0x10)));
             }
         }
         let mins = _mm512_loadu_si512(IDX_MINS.as_ptr().cast());

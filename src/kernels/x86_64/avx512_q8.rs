@@ -21,7 +21,7 @@
 use core::arch::x86_64::*;
 
 use super::avx2_q8::{self, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
-use super::{hsum_ps, VexOps};
+use super::{hsum_ps, opaque512, VexOps};
 use crate::quant::{Q8Acts, QK};
 
 /// A 32-element block as seen by the AVX-512 tile ([`tile`]), on top of its [`QBlock`]
@@ -86,7 +86,7 @@ unsafe fn q5_values2(qs0: *const u8, qs1: *const u8, qh0: *const u8, qh1: *const
         let h0 = qh0.cast::<u32>().read_unaligned() as u64;
         let h1 = qh1.cast::<u32>().read_unaligned() as u64;
         let q = nibbles2(qs0, qs1);
-        _mm512_mask_add_epi8(q, h0 | h1 << 32, q, _mm512_set1_epi8(0x10))
+        _mm512_mask_add_epi8(q, h0 | h1 << 32, q, opaque512(_mm512_set1_epi8(0x10)))
     }
 }
 

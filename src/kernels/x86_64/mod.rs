@@ -100,6 +100,27 @@ unsafe fn hsum_ps(v: __m256) -> f32 {
     }
 }
 
+/// `v` as it is, hidden from the optimizer (an empty `asm!`, no instruction): the Q5 types'
+/// fifth-bit adds (`vpaddb` of `16` to the nibbles under a mask) keep their one µop, where
+/// LLVM, seeing bit 4 clear, would make an OR of every byte then a masked `vmovdqu8` (two).
+///
+/// # Safety
+///
+/// AVX-512 F available.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn opaque512(mut v: __m512i) -> __m512i {
+    // SAFETY: an empty template with `v` in and out of one register: nothing runs.
+    unsafe {
+        core::arch::asm!(
+            "/* {v} */",
+            v = inout(zmm_reg) v,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    v
+}
+
 /// `-1` × 8 then `0` × 8: loading 8 lanes at `8 - len` gives a mask of `len` lanes.
 static MASKS: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
 
