@@ -21,7 +21,7 @@ use super::avx2_k::{
     self, k4_scales_mins, q3_scales16, scales, KBlock, KDot, Q2K, Q3K, Q4K, Q5K, Q6K,
 };
 use super::avx512_q8::quad;
-use super::opaque512;
+use super::{dpwssd512, opaque512};
 use crate::quant::{Q8Acts, QK_K};
 
 /// Word `i` of a `vpermw` index that spreads the scales `s[i / 8]` over 8 i16 lanes each.
@@ -92,7 +92,7 @@ unsafe fn dot_k<K: K512>(kw: &KW, x: *const i8, bsums: *const i32) -> (__m512i, 
         let mut acc = _mm512_setzero_si512();
         for k in 0..4 {
             let xv = _mm512_loadu_si512(x.add(64 * k).cast());
-            acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(kw.u[k], xv), kw.sc[k]);
+            acc = dpwssd512(acc, _mm512_maddubs_epi16(kw.u[k], xv), kw.sc[k]);
         }
         let b = _mm512_loadu_si512(bsums.cast());
         if K::MINS {
