@@ -449,7 +449,7 @@ impl<'a> DecoderLM<'a> {
         src: Option<&dyn TensorSource<'s>>,
     ) -> Result<MemoryPlan> {
         let mut plan = MemoryPlan::default();
-        let w = plan_weights(config, options.weight_format, src, |b| plan.count(b))?;
+        let w = plan_weights(config, options.weight_format, src, |b, n| plan.count_n(b, n))?;
         plan.norms = w.norms;
         plan.converted = w.converted;
         let own = Self::own_buffers(config, options)?;

@@ -91,12 +91,18 @@ impl MemoryPlan {
     /// Counts one buffer of `bytes` in [`Self::buffers`] and [`Self::padding`] (nothing for an
     /// empty one); the byte field it belongs to is the caller's to add.
     pub(crate) fn count(&mut self, bytes: usize) -> Result<()> {
-        if bytes == 0 {
+        self.count_n(bytes, 1)
+    }
+
+    /// [`Self::count`] for `n` buffers of `bytes` each.
+    pub(crate) fn count_n(&mut self, bytes: usize, n: usize) -> Result<()> {
+        if bytes == 0 || n == 0 {
             return Ok(());
         }
         let rounded = round_up(bytes).ok_or_else(overflow)?;
-        self.buffers += 1;
-        self.padding = self.padding.checked_add(rounded - bytes).ok_or_else(overflow)?;
+        self.buffers = self.buffers.checked_add(n).ok_or_else(overflow)?;
+        let pad = (rounded - bytes).checked_mul(n).ok_or_else(overflow)?;
+        self.padding = self.padding.checked_add(pad).ok_or_else(overflow)?;
         Ok(())
     }
 

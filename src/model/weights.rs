@@ -573,11 +573,14 @@ pub(crate) struct WeightBuffers {
     pub converted: usize,
 }
 
-/// Counts the buffers loading `config`'s weights makes, calling `each(bytes)` per buffer in
-/// load order. With `src`, each matrix's stored dtype and alignment decide (as
-/// [`Weights::load`] will); without, every matrix is taken to be stored as aligned f32 / f16 /
-/// bf16 (Hugging Face's files) and the head to be present unless tied. Allocates nothing
-/// (names are built inline), apart from what `src` does to report a missing head.
+/// Counts the buffers loading `config`'s weights makes, calling `each(bytes, n)` for `n`
+/// buffers of `bytes` each (in load order, except that without `src` one layer's buffers
+/// stand for every layer's, with `n` the layer count). With `src`, each matrix's stored
+/// dtype and alignment decide (as [`Weights::load`] will); without, every matrix is taken to
+/// be stored as aligned f32 / f16 / bf16 (Hugging Face's files) and the head to be present
+/// unless tied, so all layers are alike and the cost does not grow with the layer count.
+/// Allocates nothing (names are built inline), apart from what `src` does to report a
+/// missing head.
 ///
 /// # Errors
 ///
@@ -587,7 +590,7 @@ pub(crate) fn plan_weights<'a>(
     config: &ModelConfig,
     format: WeightFormat,
     src: Option<&dyn TensorSource<'a>>,
-    mut each: impl FnMut(usize) -> Result<()>,
+    mut each: impl FnMut(usize, usize) -> Result<()>,
 ) -> Result<WeightBuffers> {
     config.validate()?;
     let c = config;
@@ -615,16 +618,24 @@ pub(crate) fn plan_weights<'a>(
         };
         Ok(conv.map_or(0, |(_, bytes)| bytes))
     };
-    let mut add = |field: &mut usize, bytes: usize| -> Result<()> {
-        if bytes != 0 {
-            *field = field.checked_add(bytes).ok_or_else(overflow)?;
-            each(bytes)?;
+    // `n` buffers of `bytes` each.
+    let mut add_n = |field: &mut usize, bytes: usize, n: usize| -> Result<()> {
+        if bytes != 0 && n != 0 {
+            let total = bytes.checked_mul(n).ok_or_else(overflow)?;
+            *field = field.checked_add(total).ok_or_else(overflow)?;
+            each(bytes, n)?;
         }
         Ok(())
     };
-    add(&mut out.converted, matrix(names.embedding, c.vocab_size, h)?)?;
+    add_n(&mut out.converted, matrix(names.embedding, c.vocab_size, h)?, 1)?;
     let norm = h.checked_mul(4).ok_or_else(overflow)?;
-    for l in 0..c.num_hidden_layers {
+    // Without `src` every layer is alike: plan one and count it `num_hidden_layers` times.
+    let (layers, per) = match src {
+        Some(_) => (c.num_hidden_layers, 1),
+        None => (c.num_hidden_layers.min(1), c.num_hidden_layers),
+    };
+    let mut add = |field: &mut usize, bytes: usize| add_n(field, bytes, per);
+    for l in 0..layers {
         for (p, rows, k) in [
             (Part::Q, q_rows, h),
             (Part::K, kv_rows, h),
@@ -642,16 +653,16 @@ pub(crate) fn plan_weights<'a>(
             add(&mut out.norms, len.checked_mul(4).ok_or_else(overflow)?)?;
         }
     }
-    add(&mut out.norms, norm)?;
+    add_n(&mut out.norms, norm, 1)?;
     if !c.tie_word_embeddings {
         if let Some(s) = src {
             output_view(names, s)?;
         }
-        add(&mut out.converted, matrix(names.output, c.vocab_size, h)?)?;
+        add_n(&mut out.converted, matrix(names.output, c.vocab_size, h)?, 1)?;
     }
     if let Some(s) = src {
         if rope_freqs_view(names, s)?.is_some() {
-            add(&mut out.norms, c.head_dim / 2 * 4)?;
+            add_n(&mut out.norms, c.head_dim / 2 * 4, 1)?;
         }
     }
     Ok(out)
