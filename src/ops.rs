@@ -668,6 +668,10 @@ pub fn softcap(x: &mut [f32], cap: f32) {
     }
 }
 
+mod attention;
+pub(crate) use attention::run_block as attention_block;
+pub use attention::{attention_group, attention_group_on, GroupShape, KvRows};
+
 /// Scaled dot-product attention for one query head over `n` cached positions:
 /// `out = Σ_t softmax_t(scale · q·k_t) · v_t`.
 ///

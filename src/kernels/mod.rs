@@ -32,6 +32,8 @@ mod x86_64;
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 pub(crate) use x86_64::attention;
 
+pub(crate) mod flash;
+
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod aarch64;
 
@@ -338,7 +340,16 @@ pub struct Kernels {
     f32: [Option<MatmulF32Fn>; DType::COUNT],
     q8: [Option<MatmulQ8Fn>; DType::COUNT],
     pub(crate) quantize_q8: QuantizeQ8Fn,
+    /// The grouped, tiled attention body ([`flash::run`] on this ISA's lanes).
+    pub(crate) attention: AttentionFn,
 }
+
+/// The grouped, tiled attention body of a table (see `flash.rs`).
+///
+/// # Safety
+///
+/// The table's ISA must be available; the block's pointers as `flash::run` documents.
+pub(crate) type AttentionFn = unsafe fn(b: &flash::Block);
 
 /// The scalar table: every entry, the oracle's arithmetic (from [`crate::quant::TYPES`]).
 pub(crate) const SCALAR: Kernels = {
@@ -347,6 +358,7 @@ pub(crate) const SCALAR: Kernels = {
         f32: [None; DType::COUNT],
         q8: [None; DType::COUNT],
         quantize_q8: scalar::quantize_q8,
+        attention: flash::run_portable,
     };
     let mut i = 0;
     while i < DType::COUNT {
@@ -369,6 +381,12 @@ impl Kernels {
     /// This table relabelled as `isa`'s (the start of an ISA table: `SCALAR.for_isa(..)`).
     pub(crate) const fn for_isa(mut self, isa: Isa) -> Self {
         self.isa = isa;
+        self
+    }
+
+    /// This table with `f` as the attention body.
+    pub(crate) const fn with_attention(mut self, f: AttentionFn) -> Self {
+        self.attention = f;
         self
     }
 

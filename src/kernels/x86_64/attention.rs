@@ -129,3 +129,135 @@ pub(crate) unsafe fn weighted_sum(p: &[f32], values: &[f32], out: &mut [f32]) {
         out[c] = s;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The grouped, tiled attention of `kernels::flash` on 256-bit registers (AVX2; the AVX-512
+// entry runs the same body with the EVEX encodings and 32 registers). Same bits as the
+// portable lanes: separate multiplies and adds, the same reduction tree, the same `exp`.
+// ---------------------------------------------------------------------------------------------
+
+use crate::kernels::flash::{self, Block, Lanes};
+
+/// Eight lanes in a `__m256`.
+#[derive(Clone, Copy)]
+pub(crate) struct Avx2(__m256);
+
+impl Lanes for Avx2 {
+    #[inline(always)]
+    unsafe fn zero() -> Self {
+        // SAFETY: AVX available (trait contract).
+        Avx2(unsafe { _mm256_setzero_ps() })
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        // SAFETY: AVX available (trait contract).
+        Avx2(unsafe { _mm256_set1_ps(x) })
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: `p` readable for 8 floats; AVX available (trait contract).
+        Avx2(unsafe { _mm256_loadu_ps(p) })
+    }
+    #[inline(always)]
+    unsafe fn load_f16(p: *const u16) -> Self {
+        // SAFETY: `p` readable for 8 halves; F16C available (trait contract: AVX2 tiers have
+        // it).
+        Avx2(unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) })
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        // SAFETY: `p` writable for 8 floats; AVX available (trait contract).
+        unsafe { _mm256_storeu_ps(p, self.0) }
+    }
+    #[inline(always)]
+    unsafe fn add(self, o: Self) -> Self {
+        // SAFETY: AVX available (trait contract).
+        Avx2(unsafe { _mm256_add_ps(self.0, o.0) })
+    }
+    #[inline(always)]
+    unsafe fn sub(self, o: Self) -> Self {
+        // SAFETY: AVX available (trait contract).
+        Avx2(unsafe { _mm256_sub_ps(self.0, o.0) })
+    }
+    #[inline(always)]
+    unsafe fn mul(self, o: Self) -> Self {
+        // SAFETY: AVX available (trait contract).
+        Avx2(unsafe { _mm256_mul_ps(self.0, o.0) })
+    }
+    #[inline(always)]
+    unsafe fn max(self, o: Self) -> Self {
+        // SAFETY: AVX available (trait contract).
+        Avx2(unsafe { _mm256_max_ps(self.0, o.0) })
+    }
+    #[inline(always)]
+    unsafe fn exp(self) -> Self {
+        // SAFETY: AVX2 available (trait contract). `flash::exp`'s steps in order; `min(88, y)`
+        // with the constant first keeps a NaN `y` (as `clamp` does).
+        unsafe {
+            let s = _mm256_set1_ps;
+            let y = _mm256_max_ps(s(-87.0), _mm256_min_ps(s(88.0), self.0));
+            let n = _mm256_sub_ps(
+                _mm256_add_ps(_mm256_mul_ps(y, s(flash::LOG2E)), s(flash::SHIFT)),
+                s(flash::SHIFT),
+            );
+            let r = _mm256_sub_ps(
+                _mm256_sub_ps(y, _mm256_mul_ps(n, s(flash::LN2_HI))),
+                _mm256_mul_ps(n, s(flash::LN2_LO)),
+            );
+            let mut p = _mm256_add_ps(_mm256_mul_ps(s(flash::E0), r), s(flash::E1));
+            p = _mm256_add_ps(_mm256_mul_ps(p, r), s(flash::E2));
+            p = _mm256_add_ps(_mm256_mul_ps(p, r), s(flash::E3));
+            p = _mm256_add_ps(_mm256_mul_ps(p, r), s(flash::E4));
+            p = _mm256_add_ps(_mm256_mul_ps(p, r), s(0.5));
+            let e = _mm256_add_ps(
+                _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r),
+                s(1.0),
+            );
+            let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+                _mm256_cvttps_epi32(n),
+                _mm256_set1_epi32(127),
+            ));
+            Avx2(_mm256_mul_ps(e, _mm256_castsi256_ps(bits)))
+        }
+    }
+    #[inline(always)]
+    unsafe fn sum8(a: &[Self; 8]) -> Self {
+        // SAFETY: AVX available (trait contract). `x[i] + x[i + 4]` for two registers at once,
+        // then two rounds of pairwise adds: lane `u` ends as
+        // `((a0 + a4) + (a1 + a5)) + ((a2 + a6) + (a3 + a7))` of `a[u]`.
+        unsafe {
+            let fold = |x: __m256, y: __m256| {
+                _mm256_add_ps(
+                    _mm256_permute2f128_ps::<0x20>(x, y),
+                    _mm256_permute2f128_ps::<0x31>(x, y),
+                )
+            };
+            let (s04, s15) = (fold(a[0].0, a[4].0), fold(a[1].0, a[5].0));
+            let (s26, s37) = (fold(a[2].0, a[6].0), fold(a[3].0, a[7].0));
+            let (h1, h2) = (_mm256_hadd_ps(s04, s15), _mm256_hadd_ps(s26, s37));
+            Avx2(_mm256_hadd_ps(h1, h2))
+        }
+    }
+}
+
+/// [`flash::run`] on AVX2.
+///
+/// # Safety
+///
+/// As [`flash::run`]; AVX2, FMA and F16C available.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn flash_avx2(b: &Block) {
+    // SAFETY: caller contract; the lanes' ISA is enabled here.
+    unsafe { flash::run::<Avx2>(b) }
+}
+
+/// [`flash::run`] on the AVX-512 tier (the same lanes, EVEX-encoded, 32 registers).
+///
+/// # Safety
+///
+/// As [`flash::run`]; AVX-512 F/BW/VL, AVX2, FMA and F16C available.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) unsafe fn flash_avx512(b: &Block) {
+    // SAFETY: caller contract; the lanes' ISA is enabled here.
+    unsafe { flash::run::<Avx2>(b) }
+}

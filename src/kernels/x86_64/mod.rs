@@ -4,7 +4,8 @@
 //! the K-quant row loop of every tier), and the tiers built on AVX2's table: AVX-VNNI
 //! (`avx2_q8.rs` / `avx2_k.rs` with [`VexOps`]) and AVX-512 (`avx512_q8.rs`: the 32-element
 //! types on 512-bit `vpdpbusd`; `avx512_k.rs`: the K-quants on 512-bit `vpdpwssd`);
-//! `attention.rs`: the AVX2 loops of [`crate::ops::attention_head`].
+//! `attention.rs`: the AVX2 loops of [`crate::ops::attention_head`] and the lanes of the
+//! grouped, tiled attention (`flash.rs`) for the AVX2 and AVX-512 tables.
 //!
 //! Compiled only where SSE2 is a target feature (not on the soft-float
 //! `x86_64-unknown-none`); the entry points are `#[target_feature]` wrappers around
@@ -23,6 +24,7 @@ mod avx512_q8;
 /// The AVX2 table: every entry with an AVX2 body overridden, the rest scalar.
 pub(crate) const AVX2: Kernels = SCALAR
     .for_isa(Isa::Avx2)
+    .with_attention(attention::flash_avx2)
     .with_f32(DType::F32, avx2_f32::matmul_f32)
     .with_f32(DType::F16, avx2_f32::matmul_f16)
     .with_f32(DType::BF16, avx2_f32::matmul_bf16)
@@ -70,6 +72,7 @@ pub(crate) const AVX_VNNI: Kernels = AVX2
 /// and `vpdpwssd` (K-quants), four weight rows per activation load.
 pub(crate) const AVX512: Kernels = AVX2
     .for_isa(Isa::Avx512)
+    .with_attention(attention::flash_avx512)
     .with_q8(DType::Q8_0, avx512_q8::avx512_q8_0_q8)
     .with_q8(DType::Q4_0, avx512_q8::avx512_q4_0_q8)
     .with_q8(DType::Q4_1, avx512_q8::avx512_q4_1_q8)
