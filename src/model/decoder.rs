@@ -43,7 +43,8 @@ use crate::model::arch::Activation;
 use crate::model::config::{LayerKind, ModelConfig, RopeScaling};
 use crate::model::plan::MemoryPlan;
 use crate::model::weights::{plan_weights, LayerWeights, Linear, WeightFormat, Weights};
-use crate::ops::{self, Activations};
+use crate::kernels::flash;
+use crate::ops::{self, Activations, KvRows};
 use crate::tensor::{cast_slice, cast_slice_mut};
 
 /// The context length used when [`DecoderOptions::context_len`] is `None` and the model
@@ -65,6 +66,55 @@ pub struct DecoderOptions {
     pub prefill_chunk: usize,
     /// Schedule for the matrix products; `None` uses the executor's default.
     pub schedule: Option<Schedule>,
+    /// Element type of the KV cache: f32 (exact, the default) or IEEE f16 (half the memory
+    /// and half the bytes attention reads per token; keys and values rounded to nearest-even
+    /// when stored, widened exactly when read).
+    pub kv_dtype: KvDtype,
+    /// Which attention code runs: the grouped, tiled kernel (default) or the per-head
+    /// reference it replaced (slow; kept as the test oracle, f32 cache only).
+    pub attention: AttentionPath,
+}
+
+/// Element type of the KV cache ([`DecoderOptions::kv_dtype`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KvDtype {
+    /// 4 bytes per value (exact).
+    #[default]
+    F32,
+    /// IEEE binary16, 2 bytes per value (round to nearest even when stored).
+    F16,
+}
+
+impl KvDtype {
+    /// Bytes per stored value.
+    pub const fn bytes(self) -> usize {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 => 2,
+        }
+    }
+
+    /// `"f32"` or `"f16"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            KvDtype::F32 => "f32",
+            KvDtype::F16 => "f16",
+        }
+    }
+}
+
+/// The attention code a decoder runs ([`DecoderOptions::attention`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AttentionPath {
+    /// [`crate::ops::attention_group`]'s kernel: the query heads of one KV head (and in
+    /// prefill a tile of [`ROW_TILE`] query rows) walk the cache together in tiles of keys
+    /// with an online softmax; decode splits the cache into segments of [`KV_SEGMENT`]
+    /// positions merged in order.
+    #[default]
+    Tiled,
+    /// [`crate::ops::attention_head`] per query head and row (all scores, softmax, weighted
+    /// sum): the reference for tests. Needs [`KvDtype::F32`].
+    PerHead,
 }
 
 impl Default for DecoderOptions {
@@ -75,6 +125,8 @@ impl Default for DecoderOptions {
             weight_format: WeightFormat::AsStored,
             prefill_chunk: 64,
             schedule: None,
+            kv_dtype: KvDtype::F32,
+            attention: AttentionPath::Tiled,
         }
     }
 }
@@ -102,8 +154,8 @@ pub struct Hidden<'s> {
     pub data: &'s [f32],
 }
 
-/// The KV cache: f32 keys and values for every layer, KV head and position up to the context
-/// length, laid out `[layer][kv_head][position][head_dim]`.
+/// The KV cache: keys and values (f32 or f16, [`KvDtype`]) for every layer, KV head and
+/// position up to the context length, laid out `[layer][kv_head][position][head_dim]`.
 #[derive(Debug)]
 pub struct KvCache {
     k: AlignedBlock,
@@ -111,16 +163,32 @@ pub struct KvCache {
     kv_heads: usize,
     head_dim: usize,
     capacity: usize,
+    dtype: KvDtype,
 }
 
 impl KvCache {
-    /// A zeroed cache for `capacity` positions.
+    /// A zeroed f32 cache for `capacity` positions.
     ///
     /// # Errors
     ///
     /// [`crate::Code::ResourceExhausted`] if the size overflows or cannot be allocated.
     pub fn new(layers: usize, kv_heads: usize, head_dim: usize, capacity: usize) -> Result<Self> {
-        Self::placed(layers, kv_heads, head_dim, capacity, &mut Place::heap())
+        Self::with_dtype(layers, kv_heads, head_dim, capacity, KvDtype::F32)
+    }
+
+    /// A zeroed cache of `dtype` values for `capacity` positions.
+    ///
+    /// # Errors
+    ///
+    /// As [`KvCache::new`].
+    pub fn with_dtype(
+        layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        dtype: KvDtype,
+    ) -> Result<Self> {
+        Self::placed(layers, kv_heads, head_dim, capacity, dtype, &mut Place::heap())
     }
 
     /// Bytes of the keys (and again of the values) for these dimensions.
@@ -129,8 +197,9 @@ impl KvCache {
         kv_heads: usize,
         head_dim: usize,
         capacity: usize,
+        dtype: KvDtype,
     ) -> Result<usize> {
-        [layers, kv_heads, head_dim, capacity, 4]
+        [layers, kv_heads, head_dim, capacity, dtype.bytes()]
             .iter()
             .try_fold(1usize, |a, &b| a.checked_mul(b))
             .ok_or_else(|| {
@@ -146,21 +215,28 @@ impl KvCache {
         kv_heads: usize,
         head_dim: usize,
         capacity: usize,
+        dtype: KvDtype,
         place: &mut Place<'_>,
     ) -> Result<Self> {
-        let bytes = Self::half_bytes(layers, kv_heads, head_dim, capacity)?;
+        let bytes = Self::half_bytes(layers, kv_heads, head_dim, capacity, dtype)?;
         Ok(KvCache {
             k: place.block(bytes, "KV cache keys")?,
             v: place.block(bytes, "KV cache values")?,
             kv_heads,
             head_dim,
             capacity,
+            dtype,
         })
     }
 
     /// Positions the cache holds.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> KvDtype {
+        self.dtype
     }
 
     /// Bytes of keys plus values.
@@ -174,14 +250,29 @@ impl KvCache {
         start..start + len
     }
 
-    /// Keys of `layer`, KV head `head`: `capacity × head_dim` floats, position-major.
-    pub fn keys(&self, layer: usize, head: usize) -> &[f32] {
-        &cast_slice::<f32>(self.k.as_slice())[self.span(layer, head)]
+    fn rows<'s>(&self, block: &'s AlignedBlock, layer: usize, head: usize) -> KvRows<'s> {
+        match self.dtype {
+            KvDtype::F32 => KvRows::F32(&cast_slice::<f32>(block.as_slice())[self.span(layer, head)]),
+            KvDtype::F16 => KvRows::F16(&cast_slice::<u16>(block.as_slice())[self.span(layer, head)]),
+        }
+    }
+
+    /// Keys of `layer`, KV head `head`: `capacity × head_dim` values, position-major.
+    ///
+    /// # Panics
+    ///
+    /// If `layer` or `head` is out of range.
+    pub fn keys(&self, layer: usize, head: usize) -> KvRows<'_> {
+        self.rows(&self.k, layer, head)
     }
 
     /// Values of `layer`, KV head `head`, laid out as [`KvCache::keys`].
-    pub fn values(&self, layer: usize, head: usize) -> &[f32] {
-        &cast_slice::<f32>(self.v.as_slice())[self.span(layer, head)]
+    ///
+    /// # Panics
+    ///
+    /// If `layer` or `head` is out of range.
+    pub fn values(&self, layer: usize, head: usize) -> KvRows<'_> {
+        self.rows(&self.v, layer, head)
     }
 
     /// Stores `k` and `v` (`kv_heads × head_dim` each) for `layer` at `pos`.
@@ -189,10 +280,22 @@ impl KvCache {
         let d = self.head_dim;
         for h in 0..self.kv_heads {
             let at = self.span(layer, h).start + pos * d;
-            cast_slice_mut::<f32>(self.k.as_mut_slice())[at..at + d]
-                .copy_from_slice(&k[h * d..(h + 1) * d]);
-            cast_slice_mut::<f32>(self.v.as_mut_slice())[at..at + d]
-                .copy_from_slice(&v[h * d..(h + 1) * d]);
+            let (ks, vs) = (&k[h * d..(h + 1) * d], &v[h * d..(h + 1) * d]);
+            match self.dtype {
+                KvDtype::F32 => {
+                    cast_slice_mut::<f32>(self.k.as_mut_slice())[at..at + d].copy_from_slice(ks);
+                    cast_slice_mut::<f32>(self.v.as_mut_slice())[at..at + d].copy_from_slice(vs);
+                }
+                KvDtype::F16 => {
+                    let to = |dst: &mut [u16], src: &[f32]| {
+                        for (o, &x) in dst.iter_mut().zip(src) {
+                            *o = half::f16::from_f32(x).to_bits();
+                        }
+                    };
+                    to(&mut cast_slice_mut::<u16>(self.k.as_mut_slice())[at..at + d], ks);
+                    to(&mut cast_slice_mut::<u16>(self.v.as_mut_slice())[at..at + d], vs);
+                }
+            }
         }
     }
 }
@@ -258,10 +361,37 @@ unsafe impl Sync for SharedMut {}
 /// Attention works below this many multiply-adds run inline (dispatch would cost more).
 const PAR_ATTENTION_WORK: usize = 1 << 15;
 
-/// Prefill attention splits each head's query rows into this many interleaved parts (row `t`
-/// in part `t % ATT_PARTS`), so that heads × parts items balance across threads; each part
-/// has its own score row.
+/// The per-head reference path ([`AttentionPath::PerHead`]) splits each head's query rows into
+/// this many interleaved parts (row `t` in part `t % ATT_PARTS`), so that heads × parts items
+/// balance across threads; each part has its own score row.
 const ATT_PARTS: usize = 4;
+
+/// Prefill with [`AttentionPath::Tiled`]: query rows per work item (with all the query heads
+/// of one KV head), so each key and value row is read once per `ROW_TILE × group` vectors.
+pub const ROW_TILE: usize = 4;
+
+/// Decode with [`AttentionPath::Tiled`]: cache positions per work item. The query heads of one
+/// KV head walk each segment `[s * KV_SEGMENT, (s + 1) * KV_SEGMENT)` separately; the
+/// segments' running max, sum and output are merged in segment order. The split depends only
+/// on positions, so the results are the same for every thread count.
+pub const KV_SEGMENT: usize = 256;
+
+/// Floats of arena the attention of a step of `n` rows needs with `ctx` cached positions.
+fn attention_floats(c: &ModelConfig, n: usize, ctx: usize, path: AttentionPath) -> Option<usize> {
+    let (nh, nkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+    let g = nh / nkv.max(1);
+    match path {
+        AttentionPath::PerHead => nh.checked_mul(ATT_PARTS.min(n))?.checked_mul(ctx),
+        AttentionPath::Tiled => {
+            let rows = ROW_TILE.min(n);
+            let item = |v: usize| v.checked_mul(2)?.checked_add(flash::scratch_floats(v, hd));
+            let prefill = nkv.checked_mul(n.div_ceil(rows))?.checked_mul(item(rows * g)?)?;
+            let segs = ctx.div_ceil(KV_SEGMENT);
+            let decode = nkv.checked_mul(segs)?.checked_mul(item(g)?.checked_add(g * hd)?)?;
+            Some(prefill.max(decode))
+        }
+    }
+}
 
 /// A decoder of any supported family with its KV cache; see the module docs.
 pub struct DecoderLM<'a> {
@@ -288,7 +418,13 @@ impl core::fmt::Debug for DecoderLM<'_> {
 }
 
 /// Bytes of arena scratch one forward step of `n` tokens needs with `ctx` cached positions.
-fn arena_bytes(c: &ModelConfig, n: usize, ctx: usize, act: Activations) -> Option<usize> {
+fn arena_bytes(
+    c: &ModelConfig,
+    n: usize,
+    ctx: usize,
+    act: Activations,
+    path: AttentionPath,
+) -> Option<usize> {
     let (h, qd, kvd, i) = (
         c.hidden_size,
         c.num_attention_heads * c.head_dim,
@@ -306,7 +442,7 @@ fn arena_bytes(c: &ModelConfig, n: usize, ctx: usize, act: Activations) -> Optio
         n.checked_mul(i)?,                                                      // up
         n.checked_mul(c.head_dim)?, // cos and sin (head_dim / 2 each)
         n.checked_mul(c.head_dim)?, // the same for sliding layers
-        c.num_attention_heads.checked_mul(ATT_PARTS.min(n))?.checked_mul(ctx)?, // scores
+        attention_floats(c, n, ctx, path)?.max(attention_floats(c, 1, ctx, path)?), // attention
     ];
     let mut total = 0usize;
     for f in floats {
@@ -492,15 +628,25 @@ impl<'a> DecoderLM<'a> {
         }
         let chunk = options.prefill_chunk.min(ctx);
         let c = config;
-        let half =
-            KvCache::half_bytes(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, ctx)?;
+        if options.attention == AttentionPath::PerHead && options.kv_dtype != KvDtype::F32 {
+            return Err(Error::invalid_argument(
+                "the per-head attention path needs an f32 KV cache",
+            ));
+        }
+        let half = KvCache::half_bytes(
+            c.num_hidden_layers,
+            c.num_key_value_heads,
+            c.head_dim,
+            ctx,
+            options.kv_dtype,
+        )?;
         let kv_cache = half
             .checked_mul(2)
             .ok_or_else(|| Error::resource_exhausted("KV cache size overflows usize"))?;
         let logits = c.vocab_size.checked_mul(4).ok_or_else(|| {
             Error::resource_exhausted(format_args!("vocab_size {} overflows", c.vocab_size))
         })?;
-        let scratch = arena_bytes(c, chunk, ctx, options.activations)
+        let scratch = arena_bytes(c, chunk, ctx, options.activations, options.attention)
             .ok_or_else(|| Error::resource_exhausted("decoder scratch size overflows usize"))?;
         Ok(MemoryPlan {
             context_len: ctx,
@@ -525,8 +671,14 @@ impl<'a> DecoderLM<'a> {
     ) -> Result<Self> {
         let own = Self::own_buffers(config, &options)?;
         let (ctx, c) = (own.context_len, config);
-        let kv =
-            KvCache::placed(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, ctx, place)?;
+        let kv = KvCache::placed(
+            c.num_hidden_layers,
+            c.num_key_value_heads,
+            c.head_dim,
+            ctx,
+            options.kv_dtype,
+            place,
+        )?;
         let logits = place.block(own.logits, "logits")?;
         let arena = Arena::from_block(place.block(own.scratch, "scratch arena")?);
         let mut inv_freq = place.block(own.rope, "RoPE table")?;
@@ -805,7 +957,12 @@ impl<'a> DecoderLM<'a> {
         let sin_local = arena.alloc_slice::<f32>(n * half)?;
         let span = p0 + n;
         let parts = ATT_PARTS.min(n);
-        let scores = arena.alloc_slice::<f32>(nh * parts * span)?;
+        let path = options.attention;
+        let att_floats = attention_floats(c, n, span, path).ok_or_else(|| {
+            Error::resource_exhausted("attention scratch size overflows usize")
+        })?;
+        let scores = arena.alloc_slice::<f32>(att_floats)?;
+        let kern = crate::kernels::active().ok();
         let scratch_len =
             [h, qd, inter].iter().map(|&kk| ops::scratch_bytes(kk, n, act)).max().unwrap_or(0);
         let scratch = arena.alloc_slice_aligned::<u8>(scratch_len, ops_align())?;
@@ -876,39 +1033,156 @@ impl<'a> DecoderLM<'a> {
                 ops::rope(&mut k[t * kvd..(t + 1) * kvd], c_t, s_t, layout);
                 kv.store(l, p0 + t, &k[t * kvd..(t + 1) * kvd], &v[t * kvd..(t + 1) * kvd]);
             }
-            {
-                let kv: &KvCache = kv;
-                let q: &[f32] = q;
-                let c: &ModelConfig = c;
-                let out = SharedMut(att.as_mut_ptr());
-                let sc = SharedMut(scores.as_mut_ptr());
-                // Item `i` is head `i / parts`, query rows `t ≡ i % parts (mod parts)`.
-                let heads = |range: Range<usize>| {
-                    let (out, sc) = (out, sc);
-                    for i in range {
-                        let (hq, part) = (i / parts, i % parts);
-                        let (keys, values) = (kv.keys(l, hq / groups), kv.values(l, hq / groups));
-                        // SAFETY: item `i` owns `scores[i * span .. (i + 1) * span]` and the
-                        // output rows `[t * qd + hq * hd, + hd)` of its query rows; chunks
-                        // hold disjoint items, and the arena slices outlive the parallel_for.
-                        let s =
-                            unsafe { core::slice::from_raw_parts_mut(sc.0.add(i * span), span) };
-                        for t in (part..n).step_by(parts) {
-                            let at = t * qd + hq * hd;
-                            // SAFETY: as above.
-                            let o = unsafe { core::slice::from_raw_parts_mut(out.0.add(at), hd) };
-                            let qv = &q[at..at + hd];
-                            let (qi, start) = (p0 + t, c.attention_start(l, p0 + t));
-                            let (ks, vs) = (&keys[start * hd..], &values[start * hd..]);
-                            ops::attention_head(qv, ks, vs, qi + 1 - start, scale, s, o);
+            let window = match c.layer_types[l] {
+                LayerKind::Sliding => c.sliding_window.unwrap_or(usize::MAX),
+                _ => usize::MAX,
+            };
+            let work = nh * n * span * hd;
+            let par = exec.threads() > 1 && work >= PAR_ATTENTION_WORK;
+            let (kv, q, c): (&KvCache, &[f32], &ModelConfig) = (kv, q, c);
+            let out = SharedMut(att.as_mut_ptr());
+            let sc = SharedMut(scores.as_mut_ptr());
+            match path {
+                AttentionPath::PerHead => {
+                    // Item `i` is head `i / parts`, query rows `t ≡ i % parts (mod parts)`.
+                    let heads = |range: Range<usize>| {
+                        let (out, sc) = (out, sc);
+                        for i in range {
+                            let (hq, part) = (i / parts, i % parts);
+                            let (KvRows::F32(keys), KvRows::F32(values)) =
+                                (kv.keys(l, hq / groups), kv.values(l, hq / groups))
+                            else {
+                                unreachable!("the per-head path runs on an f32 cache (checked)")
+                            };
+                            // SAFETY: item `i` owns `scores[i * span .. (i + 1) * span]` and
+                            // the output rows `[t * qd + hq * hd, + hd)` of its query rows;
+                            // chunks hold disjoint items, and the arena slices outlive the
+                            // parallel_for.
+                            let s = unsafe {
+                                core::slice::from_raw_parts_mut(sc.0.add(i * span), span)
+                            };
+                            for t in (part..n).step_by(parts) {
+                                let at = t * qd + hq * hd;
+                                // SAFETY: as above.
+                                let o =
+                                    unsafe { core::slice::from_raw_parts_mut(out.0.add(at), hd) };
+                                let qv = &q[at..at + hd];
+                                let (qi, start) = (p0 + t, c.attention_start(l, p0 + t));
+                                let (ks, vs) = (&keys[start * hd..], &values[start * hd..]);
+                                ops::attention_head(qv, ks, vs, qi + 1 - start, scale, s, o);
+                            }
+                        }
+                    };
+                    if par {
+                        exec.parallel_for(0..nh * parts, Schedule::Grain(1), &heads);
+                    } else {
+                        heads(0..nh * parts);
+                    }
+                }
+                AttentionPath::Tiled if n > 1 => {
+                    // Item `i` is KV head `i / tiles`, query rows `ROW_TILE * (i % tiles) ..`
+                    // with all `groups` query heads of that KV head.
+                    let rows = ROW_TILE.min(n);
+                    let tiles = n.div_ceil(rows);
+                    let per = 2 * rows * groups + flash::scratch_floats(rows * groups, hd);
+                    let items = |range: Range<usize>| {
+                        let (out, sc) = (out, sc);
+                        for i in range {
+                            let (g, t0) = (i / tiles, (i % tiles) * rows);
+                            let at = t0 * qd + g * groups * hd;
+                            // SAFETY: item `i` owns `scores[i * per ..][..per]` (its `ml`,
+                            // then its kernel scratch) and the output vectors of its rows and
+                            // heads; chunks hold disjoint items; `q` and the cache are only
+                            // read; every key a row sees is below `p0 + n <= capacity`.
+                            unsafe {
+                                let ml = sc.0.add(i * per);
+                                let b = flash::Block {
+                                    q: q.as_ptr().add(at),
+                                    out: out.0.add(at),
+                                    row_stride: qd,
+                                    rows: rows.min(n - t0),
+                                    heads: groups,
+                                    d: hd,
+                                    keys: kv.keys(l, g).ptr(),
+                                    values: kv.values(l, g).ptr(),
+                                    pos0: p0 + t0,
+                                    window,
+                                    clip: (0, usize::MAX),
+                                    scale,
+                                    ml,
+                                    scratch: ml.add(2 * rows * groups),
+                                };
+                                ops::attention_block(kern, &b);
+                                flash::finalize(&b);
+                            }
+                        }
+                    };
+                    if par {
+                        exec.parallel_for(0..nkv * tiles, Schedule::Grain(1), &items);
+                    } else {
+                        items(0..nkv * tiles);
+                    }
+                }
+                AttentionPath::Tiled => {
+                    // Decode: item `i` is KV head `i / segs`, cache segment
+                    // `seg0 + i % segs` of KV_SEGMENT positions, all `groups` query heads;
+                    // each writes unnormalized partial outputs, merged below in order.
+                    let hi = p0 + 1;
+                    let lo = hi.saturating_sub(window);
+                    let seg0 = lo / KV_SEGMENT;
+                    let segs = (hi - 1) / KV_SEGMENT + 1 - seg0;
+                    let part = groups * hd;
+                    let per = part + 2 * groups + flash::scratch_floats(groups, hd);
+                    let items = |range: Range<usize>| {
+                        let sc = sc;
+                        for i in range {
+                            let (g, s) = (i / segs, seg0 + i % segs);
+                            // SAFETY: item `i` owns `scores[i * per ..][..per]` (partial
+                            // output, `ml`, kernel scratch); chunks hold disjoint items; `q`
+                            // and the cache are only read; keys below `p0 + 1`.
+                            unsafe {
+                                let base = sc.0.add(i * per);
+                                let b = flash::Block {
+                                    q: q.as_ptr().add(g * part),
+                                    out: base,
+                                    row_stride: qd,
+                                    rows: 1,
+                                    heads: groups,
+                                    d: hd,
+                                    keys: kv.keys(l, g).ptr(),
+                                    values: kv.values(l, g).ptr(),
+                                    pos0: p0,
+                                    window,
+                                    clip: (s * KV_SEGMENT, (s + 1) * KV_SEGMENT),
+                                    scale,
+                                    ml: base.add(part),
+                                    scratch: base.add(part + 2 * groups),
+                                };
+                                ops::attention_block(kern, &b);
+                            }
+                        }
+                    };
+                    if par {
+                        exec.parallel_for(0..nkv * segs, Schedule::Grain(1), &items);
+                    } else {
+                        items(0..nkv * segs);
+                    }
+                    // Merge each vector's segments in order, then normalize.
+                    for g in 0..nkv {
+                        for h in 0..groups {
+                            let o = &mut att[(g * groups + h) * hd..][..hd];
+                            let (mut m, mut lsum) = (f32::NEG_INFINITY, 0f32);
+                            for s in 0..segs {
+                                let base = (g * segs + s) * per;
+                                let ob = &scores[base + h * hd..][..hd];
+                                let (mb, lb) =
+                                    (scores[base + part + h], scores[base + part + groups + h]);
+                                flash::merge(&mut m, &mut lsum, o, mb, lb, ob);
+                            }
+                            let inv = 1.0 / lsum;
+                            o.iter_mut().for_each(|x| *x *= inv);
                         }
                     }
-                };
-                let work = nh * n * span * hd;
-                if exec.threads() > 1 && work >= PAR_ATTENTION_WORK {
-                    exec.parallel_for(0..nh * parts, Schedule::Grain(1), &heads);
-                } else {
-                    heads(0..nh * parts);
                 }
             }
             matmul(exec, sched, &lw.o, att, n, xn, act, scratch)

@@ -14,7 +14,9 @@ pub mod plan;
 pub mod sample;
 pub mod weights;
 
-pub use decoder::{DecoderLM, DecoderOptions, Hidden, KvCache, Stage};
+pub use decoder::{
+    AttentionPath, DecoderLM, DecoderOptions, Hidden, KvCache, KvDtype, Stage, KV_SEGMENT, ROW_TILE,
+};
 pub use plan::MemoryPlan;
 pub use sample::{Sampler, SamplerConfig};
 pub use weights::{WeightFormat, Weights};
