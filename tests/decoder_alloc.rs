@@ -2,7 +2,8 @@
 //! 16 decode steps (plus sampling) of the tiny model, of every family's tiny fixture, of
 //! K-quant GGUFs (tiny-qwen3 Q4_K_M: Q4_K and Q6_K matrices, Q8_K activations in int8 mode;
 //! tiny-gemma3 Q4_K_M) and of SmolLM2, with the inline executor and with a thread pool, in both
-//! activation modes.
+//! activation modes, with the f32 and the f16 KV cache; and deep in a long context (decode
+//! attention split into several cache segments, run in parallel).
 //!
 //! One test function: the counter is process-wide, so nothing may run beside it.
 #![cfg(feature = "std")]
@@ -19,7 +20,7 @@ use rml::format::TensorSource;
 use rml::load::Model;
 use rml::model::config::parse_config;
 use rml::model::config::ModelConfig;
-use rml::model::{DecoderLM, DecoderOptions, Sampler, SamplerConfig};
+use rml::model::{DecoderLM, DecoderOptions, KvDtype, Sampler, SamplerConfig};
 use rml::ops::Activations;
 use rml::InlineExecutor;
 
@@ -61,7 +62,28 @@ fn count_steps(
     exec: &dyn Executor,
     activations: Activations,
 ) {
-    let opts = DecoderOptions { context_len: Some(64), activations, ..DecoderOptions::default() };
+    for kv_dtype in [KvDtype::F32, KvDtype::F16] {
+        let what = format!("{what}, {kv_dtype:?} KV");
+        count_steps_at(&what, config, src, exec, activations, kv_dtype, 8);
+    }
+}
+
+/// As [`count_steps`] with one KV type, after a prompt of `prompt_len` tokens.
+fn count_steps_at(
+    what: &str,
+    config: &ModelConfig,
+    src: &dyn TensorSource<'_>,
+    exec: &dyn Executor,
+    activations: Activations,
+    kv_dtype: KvDtype,
+    prompt_len: usize,
+) {
+    let opts = DecoderOptions {
+        context_len: Some(prompt_len + 56),
+        activations,
+        kv_dtype,
+        ..DecoderOptions::default()
+    };
     let mut m = DecoderLM::new(config, src, exec, opts).unwrap();
     let sc = SamplerConfig {
         temperature: 0.8,
@@ -71,7 +93,8 @@ fn count_steps(
         seed: 7,
     };
     let mut sampler = Sampler::new(sc, config.vocab_size).unwrap();
-    let prompt = [1u32, 17, 42, 99, 3, 128, 7, 64];
+    let prompt: Vec<u32> =
+        [1u32, 17, 42, 99, 3, 128, 7, 64].into_iter().cycle().take(prompt_len).collect();
     sampler.record(&prompt).unwrap();
     let mut tok = sampler.sample(m.prefill(&prompt).unwrap()).unwrap();
     tok = sampler.sample(m.decode(tok).unwrap()).unwrap();
@@ -117,6 +140,13 @@ fn decode_steps_allocate_nothing() {
     for (name, exec) in executors() {
         for act in [Activations::F32, Activations::Int8] {
             count_steps(&format!("tiny f32, {name}, {act:?}"), &cfg, &st, &*exec, act);
+            // 3 decode segments of 256 positions, attention run in parallel on the pool.
+            let mut long = cfg.clone();
+            long.max_position_embeddings = long.max_position_embeddings.max(700);
+            for kv in [KvDtype::F32, KvDtype::F16] {
+                let what = format!("tiny f32 at depth 600, {name}, {act:?}, {kv:?} KV");
+                count_steps_at(&what, &long, &st, &*exec, act, kv, 600);
+            }
             for (dir, model) in &families {
                 let what = format!("{dir}, {name}, {act:?}");
                 count_steps(&what, model.config(), &model, &*exec, act);

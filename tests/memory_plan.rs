@@ -17,7 +17,7 @@ use rml::format::safetensors::SafeTensors;
 use rml::format::TensorSource;
 use rml::model::config::parse_config;
 use rml::model::config::ModelConfig;
-use rml::model::{DecoderLM, DecoderOptions, MemoryPlan, WeightFormat};
+use rml::model::{AttentionPath, DecoderLM, DecoderOptions, KvDtype, MemoryPlan, WeightFormat};
 use rml::ops::Activations;
 use rml::{Code, InlineExecutor};
 
@@ -218,16 +218,19 @@ fn main() {
     for case in &cases {
         for activations in [Activations::F32, Activations::Int8] {
             for weight_format in [WeightFormat::AsStored, WeightFormat::Q8_0] {
-                for (context_len, prefill_chunk) in [(Some(64), 64), (None, 5)] {
+                for (context_len, prefill_chunk, kv_dtype) in
+                    [(Some(64), 64, KvDtype::F32), (None, 5, KvDtype::F32), (Some(200), 7, KvDtype::F16)]
+                {
                     let options = DecoderOptions {
                         context_len,
                         activations,
                         weight_format,
                         prefill_chunk,
+                        kv_dtype,
                         ..DecoderOptions::default()
                     };
                     let what = format!(
-                        "{}, {activations:?} activations, {weight_format:?}, context {context_len:?}, chunk {prefill_chunk}",
+                        "{}, {activations:?} activations, {weight_format:?}, context {context_len:?}, chunk {prefill_chunk}, {kv_dtype:?} KV",
                         case.name
                     );
                     check(case, options, &what);
@@ -242,6 +245,14 @@ fn main() {
     let opts = DecoderOptions { context_len: Some(64), ..DecoderOptions::default() };
     let p: MemoryPlan = DecoderLM::memory_plan(c, &opts).unwrap();
     assert_eq!(p.kv_cache, 2 * 2 * 2 * 64 * 16 * 4);
+    // An f16 cache is half the bytes; the rest of the plan is the same.
+    let half = DecoderOptions { kv_dtype: KvDtype::F16, ..opts };
+    let ph: MemoryPlan = DecoderLM::memory_plan(c, &half).unwrap();
+    assert_eq!(ph.kv_cache, 2 * 2 * 2 * 64 * 16 * 2);
+    assert_eq!((ph.scratch, ph.logits, ph.buffers), (p.scratch, p.logits, p.buffers));
+    // The per-head reference path runs on an f32 cache only.
+    let per_head = DecoderOptions { attention: AttentionPath::PerHead, ..half };
+    assert_eq!(DecoderLM::memory_plan(c, &per_head).unwrap_err().code(), Code::InvalidArgument);
     assert_eq!((p.logits, p.rope, p.norms, p.converted), (256 * 4, 8 * 4, 5 * 64 * 4, 0));
     assert_eq!(p.buffers, 2 + 1 + 1 + 1 + 5);
     // Bad options are refused by the plan as by construction.

@@ -8,8 +8,10 @@
 # PROMPT tokens (ppPROMPT) and 32 decode steps starting with DEPTH tokens in the KV cache
 # (tg@DEPTH; 0 = right after a 64-token prompt for llama-bench, after the prompt for rml).
 # llama.cpp runs with flash attention off and on; its better figure is the one compared.
-# Threads: $THREADS (default "1,2"). Prints the load average before each round, the medians
-# and the ratios rml/llama.cpp for f32 and int8 activations.
+# Threads: $THREADS (default "1,2"). rml runs once per activation mode in $ACTS (default
+# "f32 int8") and KV-cache type in $KVS (default "f32 f16"; llama.cpp's cache is f16), and
+# with $ATTN (default "tiled"; "per-head" is the attention rml had before the tiled kernel).
+# Prints the load average before each round, the medians and the ratios rml/llama.cpp.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 model=${1:-${RML_MODEL:-$HOME/.cache/rml/models/SmolLM2-135M-Instruct.Q4_1.gguf}}
@@ -18,6 +20,8 @@ shapes=${3:-"64:0 2048:2048"}
 threads=${THREADS:-1,2}
 rml=${RML_BIN:-target/release/rml}
 acts=${ACTS:-f32 int8}
+kvs=${KVS:-f32 f16}
+attns=${ATTN:-tiled}
 [ -x "$rml" ] || { echo "build rml first: cargo build --release --features cli" >&2; exit 2; }
 [ -f "$model" ] || { echo "no model at $model" >&2; exit 2; }
 bin=${LLAMA_BIN:-$HOME/.cache/rml-peers/llama.cpp-build/bin}
@@ -48,13 +52,15 @@ for row in csv.DictReader(sys.stdin):
         print("llama.cpp-" + fa, "pp" + p, row["n_threads"], row["avg_ts"])
     else:
         print("llama.cpp-" + fa, "tg@" + d, row["n_threads"], row["avg_ts"])' "$p" "$d" >>"$out"
-        for act in $acts; do
+        for act in $acts; do for kv in $kvs; do for at in $attns; do
             rdepth=$d; [ "$d" = 0 ] && rdepth=0
+            name="rml-$act-kv$kv"; [ "$at" = tiled ] || name="$name-$at"
             "$rml" bench --model "$model" --activations "$act" --prompt "$p" --depth "$rdepth" \
-                --decode 32 --threads "$threads" --repeats 3 2>&1 | awk -v a="$act" -v p="$p" -v d="$d" \
-                '$1 ~ /^[0-9]+$/ && NF >= 3 {print "rml-" a, "pp" p, $1, $2; print "rml-" a, "tg@" d, $1, $3}
-                 $1 ~ /^[0-9]+$/ && NF >= 8 {print "rml-" a, "wGB/s@" d, $1, $4; print "rml-" a, "of-read@" d, $1, $8}' >>"$out"
-        done
+                --decode 32 --threads "$threads" --repeats 3 --kv-cache "$kv" --attention "$at" 2>&1 \
+                | awk -v a="$name" -v p="$p" -v d="$d" \
+                '$1 ~ /^[0-9]+$/ && NF >= 3 {print a, "pp" p, $1, $2; print a, "tg@" d, $1, $3}
+                 $1 ~ /^[0-9]+$/ && NF >= 8 {print a, "wGB/s@" d, $1, $4; print a, "of-read@" d, $1, $8}' >>"$out"
+        done; done; done
     done
 done
 python3 - "$out" <<'PY'
@@ -64,20 +70,25 @@ v = defaultdict(list)
 for line in open(sys.argv[1]):
     who, kind, t, x = line.split()
     v[(who, kind, t)].append(float(x.rstrip("%")))
-kinds = []
+kinds, rmls = [], []
 for k in v:
     if k[1] not in kinds:
         kinds.append(k[1])
-print(f"{'figure':<14}{'llama.cpp':>11}{'rml f32':>10}{'rml int8':>10}{'f32/llama':>11}{'int8/llama':>11}")
+    if k[0].startswith("rml") and k[0] not in rmls:
+        rmls.append(k[0])
 med = lambda w, k, t: statistics.median(v[(w, k, t)]) if v.get((w, k, t)) else float("nan")
+short = [r[4:] for r in rmls]
+print(f"{'figure':<14}{'llama.cpp':>11}" + "".join(f"{s:>{max(10, len(s) + 2)}}" for s in short)
+      + "".join(f"{s + '/ll':>{max(10, len(s) + 5)}}" for s in short))
 for kind in kinds:
     for t in sorted({k[2] for k in v}):
+        vals = [med(r, kind, t) for r in rmls]
         if kind.startswith(("wGB", "of-read")):
-            print(f"{kind + ' t' + t:<14}{'':>11}{med('rml-f32', kind, t):>10.1f}{med('rml-int8', kind, t):>10.1f}")
+            print(f"{kind + ' t' + t:<14}{'':>11}" + "".join(f"{x:>{max(10, len(s) + 2)}.1f}" for x, s in zip(vals, short)))
             continue
         # llama.cpp's better flash-attention setting.
         l = max(med("llama.cpp-fa0", kind, t), med("llama.cpp-fa1", kind, t))
-        a, b = med("rml-f32", kind, t), med("rml-int8", kind, t)
-        print(f"{kind + ' t' + t:<14}{l:>11.1f}{a:>10.1f}{b:>10.1f}{a/l:>10.2f}x{b/l:>10.2f}x")
+        print(f"{kind + ' t' + t:<14}{l:>11.1f}" + "".join(f"{x:>{max(10, len(s) + 2)}.1f}" for x, s in zip(vals, short))
+              + "".join(f"{x / l:>{max(10, len(s) + 5) - 1}.2f}x" for x, s in zip(vals, short)))
 PY
 rm -f "$out"

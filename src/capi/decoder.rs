@@ -9,7 +9,7 @@ use super::{ffi_call, slice_arg, write_out, RmlStatus};
 use crate::error::{Error, Result};
 use crate::exec::ThreadPool;
 use crate::exec::{Executor, InlineExecutor, Schedule};
-use crate::model::{DecoderLM, DecoderOptions, WeightFormat};
+use crate::model::{DecoderLM, DecoderOptions, KvDtype, WeightFormat};
 use crate::ops::Activations;
 
 /// A decoder (opaque): a model's forward pass with a KV cache and a thread pool. Made by
@@ -54,6 +54,17 @@ pub enum RmlActivations {
     Int8 = 1,
 }
 
+/// Element type of the KV cache (the values of `RmlDecoderOptions::kv_cache`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RmlKvCache {
+    /// 4-byte floats (exact; the default).
+    F32 = 0,
+    /// IEEE half precision (2 bytes; values rounded to nearest even when stored): half the
+    /// cache memory and half the bytes attention reads per token.
+    F16 = 1,
+}
+
 /// How weights are kept in memory (the values of `RmlDecoderOptions::weight_format`).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,10 +98,12 @@ pub struct RmlDecoderOptions {
     /// The most prompt tokens run through the layers at once (bounds the scratch memory);
     /// 0 means 64.
     pub prefill_chunk: usize,
+    /// One of `RmlKvCache`; 0 (`RML_KV_CACHE_F32`) by default.
+    pub kv_cache: u32,
 }
 
 /// The default decoder options (all zeros: default threads, `RML_SCHEDULE_PROPORTIONAL2`,
-/// f32 activations, weights as stored, default context, prefill chunks of 64).
+/// f32 activations, weights as stored, default context, prefill chunks of 64, f32 KV cache).
 #[no_mangle]
 pub extern "C" fn rml_decoder_options_default() -> RmlDecoderOptions {
     RmlDecoderOptions::default()
@@ -163,6 +176,15 @@ fn new_state(model: Arc<ModelInner>, o: &RmlDecoderOptions) -> Result<DecoderSta
             )))
         }
     };
+    let kv_dtype = match o.kv_cache {
+        0 => KvDtype::F32,
+        1 => KvDtype::F16,
+        k => {
+            return Err(Error::invalid_argument(format_args!(
+                "options.kv_cache {k} is not an RmlKvCache (0 = F32, 1 = F16)"
+            )))
+        }
+    };
     let max = model.config.max_position_embeddings;
     if o.context_len > max {
         return Err(Error::invalid_argument(format_args!(
@@ -176,6 +198,8 @@ fn new_state(model: Arc<ModelInner>, o: &RmlDecoderOptions) -> Result<DecoderSta
         weight_format,
         prefill_chunk: if o.prefill_chunk == 0 { 64 } else { o.prefill_chunk },
         schedule: Some(schedule),
+        kv_dtype,
+        ..DecoderOptions::default()
     };
     let threads = if o.threads == 0 { ThreadPool::default_threads() } else { o.threads as usize };
     let pool = if threads > 1 {

@@ -15,7 +15,7 @@ use std::time::Instant;
 use rml::exec::{Schedule, ThreadPool};
 use rml::load::Model;
 use rml::model::packed::PackedSource;
-use rml::model::{DecoderLM, DecoderOptions};
+use rml::model::{AttentionPath, DecoderLM, DecoderOptions, KvDtype};
 use rml::ops::Activations;
 use rml::{Error, Result};
 
@@ -37,6 +37,10 @@ pub struct Shape {
     pub repeats: usize,
     /// Thread counts (empty: 1..=cores).
     pub threads: Vec<usize>,
+    /// Element type of the KV cache.
+    pub kv_dtype: KvDtype,
+    /// Attention code.
+    pub attention: AttentionPath,
 }
 
 /// Best-of-`repeats` read bandwidth in bytes per second with `pool`: every thread sums its
@@ -105,6 +109,8 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
         context_len: Some(need),
         activations: act,
         prefill_chunk: 64,
+        kv_dtype: shape.kv_dtype,
+        attention: shape.attention,
         ..DecoderOptions::default()
     };
     let inline = rml::InlineExecutor;
@@ -118,11 +124,14 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
     let same = probe(per_token as usize);
     writeln!(
         out,
-        "{} ({:?} activations, kernels {}): {:.1} MiB of weights read per token, prompt {prompt}, \
-         {decode} decode steps from depth {start}, best of {repeats}",
+        "{} ({:?} activations, kernels {}, {} KV cache, {:?} attention): {:.1} MiB of weights \
+         read per token, prompt {prompt}, {decode} decode steps from depth {start}, best of \
+         {repeats}",
         path.display(),
         act,
         rml::kernels::active()?.isa(),
+        shape.kv_dtype.name(),
+        shape.attention,
         per_token / (1024.0 * 1024.0)
     )?;
     writeln!(

@@ -63,6 +63,9 @@ pub struct ChatArgs {
     /// Activations for quantized weights.
     #[arg(long, value_enum, default_value_t = crate::Act::F32)]
     pub activations: crate::Act,
+    /// Element type of the KV cache.
+    #[arg(long = "kv-cache", value_enum, default_value_t = crate::KvCacheArg::F32)]
+    pub kv_cache: crate::KvCacheArg,
     /// After each reply, print on stderr how many tokens were prefilled and reused.
     #[arg(short, long)]
     pub verbose: bool,
@@ -348,6 +351,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     let opts = DecoderOptions {
         context_len: Some(max_ctx),
         activations: args.activations.into(),
+        kv_dtype: args.kv_cache.into(),
         ..DecoderOptions::default()
     };
     let dec = DecoderLM::new(model.config(), &PackedSource::new(&model)?, &pool, opts)

@@ -3,11 +3,14 @@
 //! ```text
 //! rml generate [-m PATH] [-p TEXT | -f FILE | stdin] [-n N|-1] [-t N] [--schedule P]
 //!              [--temperature T] [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S]
-//!              [--activations f32|mixed|int8] [-c N] [--chat] [--chat-template FILE]
+//!              [--activations f32|mixed|int8] [--kv-cache f32|f16] [-c N] [--chat]
+//!              [--chat-template FILE]
 //! rml chat [--model PATH] [--system TEXT] [--chat-template FILE] [--stop S]... [-v]
+//!          [--kv-cache f32|f16]
 //! rml inspect PATH
 //! rml tune [-m PATH]
-//! rml bench [-m PATH]
+//! rml bench [-m PATH] [--prompt N] [--depth N] [--decode N] [--threads 1,2] [--kv-cache f32|f16]
+//!           [--attention tiled|per-head]
 //! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [--format safetensors|gguf]
 //! rml fetch
 //! ```
@@ -37,7 +40,7 @@ use rml::exec::tune::{TuneMode, TuneOptions};
 use rml::exec::{Schedule, ThreadPool};
 use rml::load::{Container, Model, ModelFormat};
 use rml::model::packed::PackedSource;
-use rml::model::{DecoderLM, DecoderOptions, Sampler, SamplerConfig};
+use rml::model::{AttentionPath, DecoderLM, DecoderOptions, KvDtype, Sampler, SamplerConfig};
 use rml::ops::Activations;
 use rml::tokenizer::{TextStream, Tokenizer};
 use rml::{Error, Result};
@@ -120,6 +123,48 @@ struct BenchArgs {
     /// Thread counts to run, e.g. `1,2` (default: 1..=cores).
     #[arg(long, value_delimiter = ',')]
     threads: Vec<usize>,
+    /// Element type of the KV cache.
+    #[arg(long = "kv-cache", value_enum, default_value_t = KvCacheArg::F32)]
+    kv_cache: KvCacheArg,
+    /// Attention code: the grouped, tiled kernel, or the per-head reference (for comparison).
+    #[arg(long, value_enum, default_value_t = AttentionArg::Tiled)]
+    attention: AttentionArg,
+}
+
+/// `--kv-cache`: the KV cache's element type.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum KvCacheArg {
+    /// 4 bytes per value (exact; the default).
+    F32,
+    /// IEEE half precision: half the memory and half the bytes attention reads.
+    F16,
+}
+
+impl From<KvCacheArg> for KvDtype {
+    fn from(a: KvCacheArg) -> Self {
+        match a {
+            KvCacheArg::F32 => KvDtype::F32,
+            KvCacheArg::F16 => KvDtype::F16,
+        }
+    }
+}
+
+/// `--attention` (bench): which attention code runs.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum AttentionArg {
+    /// The grouped, tiled, online-softmax kernel (the default).
+    Tiled,
+    /// The per-head reference path (all scores, softmax, weighted sum per head and row).
+    PerHead,
+}
+
+impl From<AttentionArg> for AttentionPath {
+    fn from(a: AttentionArg) -> Self {
+        match a {
+            AttentionArg::Tiled => AttentionPath::Tiled,
+            AttentionArg::PerHead => AttentionPath::PerHead,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -188,6 +233,9 @@ struct GenerateArgs {
     /// Activations for quantized weights.
     #[arg(long, value_enum, default_value_t = Act::F32)]
     activations: Act,
+    /// Element type of the KV cache.
+    #[arg(long = "kv-cache", value_enum, default_value_t = KvCacheArg::F32)]
+    kv_cache: KvCacheArg,
     /// Context length (default: min(the model's, 4096)).
     #[arg(short = 'c', long, allow_negative_numbers = true)]
     context: Option<usize>,
@@ -282,6 +330,8 @@ fn main() -> ExitCode {
                     decode: args.decode,
                     repeats: args.repeats,
                     threads: args.threads.clone(),
+                    kv_dtype: args.kv_cache.into(),
+                    attention: args.attention.into(),
                 },
             )
         }),
@@ -486,8 +536,12 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     // Without --context, the KV cache holds just what this run needs.
     let ctx = if args.context.is_some() || until_full { max_ctx } else { ids.len() + n };
     let pool = make_pool(threads, schedule)?;
-    let opts =
-        DecoderOptions { context_len: Some(ctx), activations: act, ..DecoderOptions::default() };
+    let opts = DecoderOptions {
+        context_len: Some(ctx),
+        activations: act,
+        kv_dtype: args.kv_cache.into(),
+        ..DecoderOptions::default()
+    };
     let mut dec = DecoderLM::new(model.config(), &PackedSource::new(&model)?, &pool, opts)
         .map_err(|e| e.context(path.display()))?;
     let seed = args.seed.unwrap_or_else(random_seed);
