@@ -167,6 +167,32 @@ typedef uint32_t RmlActivations;
 #endif // __cplusplus
 
 /**
+ * Element type of the KV cache (the values of `RmlDecoderOptions::kv_cache`).
+ */
+enum RmlKvCache
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+    /**
+     * 4-byte floats (exact; the default).
+     */
+    RML_KV_CACHE_F32 = 0,
+    /**
+     * IEEE half precision (2 bytes; values rounded to nearest even when stored): half the
+     * cache memory and half the bytes attention reads per token.
+     */
+    RML_KV_CACHE_F16 = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RmlKvCache RmlKvCache;
+#else
+typedef uint32_t RmlKvCache;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * How weights are kept in memory (the values of `RmlDecoderOptions::weight_format`).
  */
 enum RmlWeightFormat
@@ -263,6 +289,10 @@ typedef struct RmlDecoderOptions {
      * 0 means 64.
      */
     size_t prefill_chunk;
+    /**
+     * One of `RmlKvCache`; 0 (`RML_KV_CACHE_F32`) by default.
+     */
+    uint32_t kv_cache;
 } RmlDecoderOptions;
 
 /**
@@ -367,7 +397,7 @@ const char *rml_version(void);
 
 /**
  * The default decoder options (all zeros: default threads, `RML_SCHEDULE_PROPORTIONAL2`,
- * f32 activations, weights as stored, default context, prefill chunks of 64).
+ * f32 activations, weights as stored, default context, prefill chunks of 64, f32 KV cache).
  */
 struct RmlDecoderOptions rml_decoder_options_default(void);
 

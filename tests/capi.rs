@@ -105,6 +105,46 @@ fn tiny_llama_through_the_c_abi_matches_pytorch_and_the_rust_decoder() {
 }
 
 #[test]
+fn the_f16_kv_cache_option_reaches_the_decoder() {
+    let dir = data("tiny-llama/f32");
+    let r = Reference::open(&dir.join("reference.safetensors"));
+    let prompt = r.tokens("prompt");
+    let m = open(&dir);
+    let model = Model::open(&dir).unwrap();
+    let opts = DecoderOptions {
+        context_len: Some(prompt.len()),
+        kv_dtype: rml::model::KvDtype::F16,
+        ..DecoderOptions::default()
+    };
+    let mut rust = DecoderLM::new(model.config(), &&model, &InlineExecutor, opts).unwrap();
+    let direct = rust.prefill(&prompt).unwrap().to_vec();
+    let opts = RmlDecoderOptions {
+        threads: 1,
+        context_len: prompt.len(),
+        kv_cache: RmlKvCache::F16 as u32,
+        ..rml_decoder_options_default()
+    };
+    let mut d = null_mut();
+    let (mut l, mut n) = (null(), 0);
+    // SAFETY: valid handle, options and out-pointers; the logits are read before the
+    // decoder's next call.
+    let via_c = unsafe {
+        ok(rml_decoder_new(m, &opts, &mut d));
+        ok(rml_decoder_prefill(d, prompt.as_ptr(), prompt.len(), &mut l, &mut n));
+        std::slice::from_raw_parts(l, n).to_vec()
+    };
+    assert_eq!(via_c, direct);
+    ok(rml_decoder_free(d));
+    let bad = RmlDecoderOptions { kv_cache: 2, ..rml_decoder_options_default() };
+    let mut d = null_mut();
+    // SAFETY: valid handle, options and out-pointer.
+    let status = unsafe { rml_decoder_new(m, &bad, &mut d) };
+    assert_ne!(status, RmlStatus::Ok, "kv_cache 2 must be refused");
+    assert!(d.is_null());
+    ok(rml_model_free(m));
+}
+
+#[test]
 fn gguf_bytes_copied_or_borrowed_give_pytorchs_tokens_as_the_file_does() {
     let path = data("tiny-llama-gguf/tiny-llama-Q8_0.gguf");
     let r = Reference::open(&data("tiny-llama-gguf/reference_Q8_0.safetensors"));
@@ -190,6 +230,7 @@ fn decoder_options_reach_the_decoder() {
                 weight_format,
                 context_len: 8,
                 prefill_chunk: 2,
+                kv_cache: 0,
             };
             let (mut d, mut l, mut n) = (null_mut(), null(), 0);
             // SAFETY: valid pointers; the logits are read before the decoder's next call.
