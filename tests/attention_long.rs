@@ -32,8 +32,7 @@ fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
 /// A tiny fixture's config with room for `LONG + 64` positions, and its weights.
 fn tiny(dir: &str) -> (ModelConfig, &'static dyn TensorSource<'static>) {
     let dir = data(dir);
-    let mut cfg =
-        parse_config(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    let mut cfg = parse_config(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
     cfg.max_position_embeddings = cfg.max_position_embeddings.max(LONG + 64);
     let st = SafeTensors::parse(leak_aligned(&dir.join("model.safetensors"))).unwrap();
     (cfg, Box::leak(Box::new(st)))
@@ -199,5 +198,7 @@ fn smollm2_f16_kv_cache_keeps_the_greedy_text() {
         }
         assert_eq!(got, generated[..16], "{kv_dtype:?}: greedy tokens differ");
     }
-    eprintln!("SmolLM2 greedy 16 tokens equal with f32 and f16 KV (max diff from reference {worst:.2e})");
+    eprintln!(
+        "SmolLM2 greedy 16 tokens equal with f32 and f16 KV (max diff from reference {worst:.2e})"
+    );
 }

@@ -33,7 +33,14 @@ struct Case {
     values: Vec<f32>,
 }
 
-fn case(rows: usize, heads: usize, d: usize, n_keys: usize, window: Option<usize>, seed: u64) -> Case {
+fn case(
+    rows: usize,
+    heads: usize,
+    d: usize,
+    n_keys: usize,
+    window: Option<usize>,
+    seed: u64,
+) -> Case {
     let mut rng = Rng(seed);
     // Rows end at key n_keys: pos0 + rows = n_keys (the last row sees all of them).
     let rows = rows.min(n_keys);
@@ -78,7 +85,14 @@ fn oracle(c: &Case, r: usize, h: usize) -> Vec<f32> {
 fn run(c: &Case) -> Vec<f32> {
     let mut scratch = vec![0f32; c.shape.scratch_floats()];
     let mut out = vec![f32::NAN; c.shape.io_floats()];
-    attention_group(&c.shape, &c.q, KvRows::F32(&c.keys), KvRows::F32(&c.values), &mut scratch, &mut out);
+    attention_group(
+        &c.shape,
+        &c.q,
+        KvRows::F32(&c.keys),
+        KvRows::F32(&c.values),
+        &mut scratch,
+        &mut out,
+    );
     out
 }
 
@@ -170,16 +184,30 @@ fn every_kernel_tier_gives_the_portable_bits() {
                     let mut got = want.clone();
                     for (f16, kk) in [(false, 0), (true, 1)] {
                         let _ = kk;
-                        let kh: Vec<u16> = c.keys.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect();
-                        let vh: Vec<u16> = c.values.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect();
+                        let kh: Vec<u16> =
+                            c.keys.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect();
+                        let vh: Vec<u16> =
+                            c.values.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect();
                         let (ks, vs) = if f16 {
                             (KvRows::F16(&kh), KvRows::F16(&vh))
                         } else {
                             (KvRows::F32(&c.keys), KvRows::F32(&c.values))
                         };
-                        attention_group_on(portable, &c.shape, &c.q, ks, vs, &mut scratch, &mut want);
+                        attention_group_on(
+                            portable,
+                            &c.shape,
+                            &c.q,
+                            ks,
+                            vs,
+                            &mut scratch,
+                            &mut want,
+                        );
                         attention_group_on(k, &c.shape, &c.q, ks, vs, &mut scratch, &mut got);
-                        assert_eq!(bits(&got), bits(&want), "{isa} d {d} heads {heads} keys {n} f16 {f16}");
+                        assert_eq!(
+                            bits(&got),
+                            bits(&want),
+                            "{isa} d {d} heads {heads} keys {n} f16 {f16}"
+                        );
                     }
                 }
             }

@@ -218,9 +218,11 @@ fn main() {
     for case in &cases {
         for activations in [Activations::F32, Activations::Int8] {
             for weight_format in [WeightFormat::AsStored, WeightFormat::Q8_0] {
-                for (context_len, prefill_chunk, kv_dtype) in
-                    [(Some(64), 64, KvDtype::F32), (None, 5, KvDtype::F32), (Some(200), 7, KvDtype::F16)]
-                {
+                for (context_len, prefill_chunk, kv_dtype) in [
+                    (Some(64), 64, KvDtype::F32),
+                    (None, 5, KvDtype::F32),
+                    (Some(200), 7, KvDtype::F16),
+                ] {
                     let options = DecoderOptions {
                         context_len,
                         activations,

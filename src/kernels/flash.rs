@@ -203,6 +203,15 @@ pub(crate) trait Lanes: Copy {
     ///
     /// As [`Lanes::zero`].
     unsafe fn sum8(a: &[Self; 8]) -> Self;
+    /// Hints that the cache line at `p` will be read soon (no effect on results).
+    ///
+    /// # Safety
+    ///
+    /// As [`Lanes::zero`] (any address: a prefetch never faults).
+    #[inline(always)]
+    unsafe fn prefetch(p: *const u8) {
+        let _ = p;
+    }
     /// The lanes as an array.
     ///
     /// # Safety
@@ -350,8 +359,28 @@ pub(crate) unsafe fn run<L: Lanes>(b: &Block) {
             return;
         }
         let mut a = kmin / KT * KT;
+        let esize = match b.keys {
+            KvPtr::F32(_) => 4,
+            KvPtr::F16(_) => 2,
+        };
+        let base = |p: KvPtr| match p {
+            KvPtr::F32(p) => p.cast::<u8>(),
+            KvPtr::F16(p) => p.cast::<u8>(),
+        };
+        let (kb, vb) = (base(b.keys), base(b.values));
         while a < kmax {
             let w = (a + KT).min(kmax) - a;
+            // The next tile's rows, one cache line at a time, while this one is computed
+            // (decode reads the cache from memory once: keep the loads in flight).
+            let next = (a + KT).min(kmax);
+            let nw = (next + KT).min(kmax) - next;
+            let mut off = next * d * esize;
+            let end = (next + nw) * d * esize;
+            while off < end {
+                L::prefetch(kb.wrapping_add(off));
+                L::prefetch(vb.wrapping_add(off));
+                off += 64;
+            }
             let kt = tile::<L>(b.keys, a, w, d, kbuf);
             let vt = tile::<L>(b.values, a, w, d, vbuf);
             for r in 0..b.rows {
@@ -455,7 +484,13 @@ unsafe fn qk<L: Lanes>(
 ///
 /// As [`run`]: `s` writable for `rh.next_multiple_of(8) <= KT` floats.
 #[inline(always)]
-unsafe fn softmax_tile<L: Lanes>(s: *mut f32, rl: usize, rh: usize, m: *mut f32, l: *mut f32) -> f32 {
+unsafe fn softmax_tile<L: Lanes>(
+    s: *mut f32,
+    rl: usize,
+    rh: usize,
+    m: *mut f32,
+    l: *mut f32,
+) -> f32 {
     let end = rh.next_multiple_of(8);
     let start = rl / 8 * 8;
     // SAFETY: `s[start .. end]` with `end <= KT` (caller contract); `m`, `l` valid.

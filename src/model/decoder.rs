@@ -37,13 +37,13 @@ use core::ops::Range;
 use crate::error::{Error, Result};
 use crate::exec::{Executor, Schedule};
 use crate::format::TensorSource;
+use crate::kernels::flash;
 use crate::mem::place::Place;
 use crate::mem::{AlignedBlock, Arena};
 use crate::model::arch::Activation;
 use crate::model::config::{LayerKind, ModelConfig, RopeScaling};
 use crate::model::plan::MemoryPlan;
 use crate::model::weights::{plan_weights, LayerWeights, Linear, WeightFormat, Weights};
-use crate::kernels::flash;
 use crate::ops::{self, Activations, KvRows};
 use crate::tensor::{cast_slice, cast_slice_mut};
 
@@ -252,8 +252,12 @@ impl KvCache {
 
     fn rows<'s>(&self, block: &'s AlignedBlock, layer: usize, head: usize) -> KvRows<'s> {
         match self.dtype {
-            KvDtype::F32 => KvRows::F32(&cast_slice::<f32>(block.as_slice())[self.span(layer, head)]),
-            KvDtype::F16 => KvRows::F16(&cast_slice::<u16>(block.as_slice())[self.span(layer, head)]),
+            KvDtype::F32 => {
+                KvRows::F32(&cast_slice::<f32>(block.as_slice())[self.span(layer, head)])
+            }
+            KvDtype::F16 => {
+                KvRows::F16(&cast_slice::<u16>(block.as_slice())[self.span(layer, head)])
+            }
         }
     }
 
@@ -432,14 +436,14 @@ fn arena_bytes(
         c.intermediate_size,
     );
     let floats = [
-        n.checked_mul(h)?,                                                      // x
-        n.checked_mul(h)?,                                                      // xn
-        n.checked_mul(qd)?,                                                     // q
-        n.checked_mul(kvd)?,                                                    // k
-        n.checked_mul(kvd)?,                                                    // v
-        n.checked_mul(qd)?,                                                     // attention output
-        n.checked_mul(i)?,                                                      // gate
-        n.checked_mul(i)?,                                                      // up
+        n.checked_mul(h)?,                                                          // x
+        n.checked_mul(h)?,                                                          // xn
+        n.checked_mul(qd)?,                                                         // q
+        n.checked_mul(kvd)?,                                                        // k
+        n.checked_mul(kvd)?,                                                        // v
+        n.checked_mul(qd)?,         // attention output
+        n.checked_mul(i)?,          // gate
+        n.checked_mul(i)?,          // up
         n.checked_mul(c.head_dim)?, // cos and sin (head_dim / 2 each)
         n.checked_mul(c.head_dim)?, // the same for sliding layers
         attention_floats(c, n, ctx, path)?.max(attention_floats(c, 1, ctx, path)?), // attention
@@ -958,9 +962,8 @@ impl<'a> DecoderLM<'a> {
         let span = p0 + n;
         let parts = ATT_PARTS.min(n);
         let path = options.attention;
-        let att_floats = attention_floats(c, n, span, path).ok_or_else(|| {
-            Error::resource_exhausted("attention scratch size overflows usize")
-        })?;
+        let att_floats = attention_floats(c, n, span, path)
+            .ok_or_else(|| Error::resource_exhausted("attention scratch size overflows usize"))?;
         let scores = arena.alloc_slice::<f32>(att_floats)?;
         let kern = crate::kernels::active().ok();
         let scratch_len =

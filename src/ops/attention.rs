@@ -77,7 +77,9 @@ impl GroupShape {
 pub(crate) unsafe fn run_block(k: Option<&Kernels>, b: &Block) {
     let f = match k {
         Some(k) => k.attention,
-        None => kernels::active().map_or(flash::run_portable as kernels::AttentionFn, |k| k.attention),
+        None => {
+            kernels::active().map_or(flash::run_portable as kernels::AttentionFn, |k| k.attention)
+        }
     };
     // SAFETY: caller contract.
     unsafe { f(b) }

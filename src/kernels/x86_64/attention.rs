@@ -209,16 +209,18 @@ impl Lanes for Avx2 {
             p = _mm256_add_ps(_mm256_mul_ps(p, r), s(flash::E3));
             p = _mm256_add_ps(_mm256_mul_ps(p, r), s(flash::E4));
             p = _mm256_add_ps(_mm256_mul_ps(p, r), s(0.5));
-            let e = _mm256_add_ps(
-                _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r),
-                s(1.0),
-            );
+            let e = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), s(1.0));
             let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
                 _mm256_cvttps_epi32(n),
                 _mm256_set1_epi32(127),
             ));
             Avx2(_mm256_mul_ps(e, _mm256_castsi256_ps(bits)))
         }
+    }
+    #[inline(always)]
+    unsafe fn prefetch(p: *const u8) {
+        // SAFETY: a prefetch is a hint and never faults; SSE available on every x86_64 tier.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
     }
     #[inline(always)]
     unsafe fn sum8(a: &[Self; 8]) -> Self {
