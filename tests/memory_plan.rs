@@ -247,11 +247,14 @@ fn main() {
     let opts = DecoderOptions { context_len: Some(64), ..DecoderOptions::default() };
     let p: MemoryPlan = DecoderLM::memory_plan(c, &opts).unwrap();
     assert_eq!(p.kv_cache, 2 * 2 * 2 * 64 * 16 * 4);
-    // An f16 cache is half the bytes; the rest of the plan is the same.
+    // An f16 cache is half the bytes; the scratch grows by the tiles each attention item widens
+    // keys and values into (2 x 32 positions x 16 floats) for its 2 KV heads x 16 row tiles
+    // of 4 (the prefill chunk of 64).
     let half = DecoderOptions { kv_dtype: KvDtype::F16, ..opts };
     let ph: MemoryPlan = DecoderLM::memory_plan(c, &half).unwrap();
     assert_eq!(ph.kv_cache, 2 * 2 * 2 * 64 * 16 * 2);
-    assert_eq!((ph.scratch, ph.logits, ph.buffers), (p.scratch, p.logits, p.buffers));
+    assert_eq!(ph.scratch, p.scratch + 2 * 16 * (2 * 32 * 16) * 4);
+    assert_eq!((ph.logits, ph.buffers), (p.logits, p.buffers));
     // The per-head reference path runs on an f32 cache only.
     let per_head = DecoderOptions { attention: AttentionPath::PerHead, ..half };
     assert_eq!(DecoderLM::memory_plan(c, &per_head).unwrap_err().code(), Code::InvalidArgument);

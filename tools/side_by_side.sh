@@ -55,6 +55,8 @@ for row in csv.DictReader(sys.stdin):
         for act in $acts; do for kv in $kvs; do for at in $attns; do
             rdepth=$d; [ "$d" = 0 ] && rdepth=0
             name="rml-$act-kv$kv"; [ "$at" = tiled ] || name="$name-$at"
+            # The per-head reference path runs on an f32 cache only.
+            [ "$at" = per-head ] && [ "$kv" != f32 ] && continue
             "$rml" bench --model "$model" --activations "$act" --prompt "$p" --depth "$rdepth" \
                 --decode 32 --threads "$threads" --repeats 3 --kv-cache "$kv" --attention "$at" 2>&1 \
                 | awk -v a="$name" -v p="$p" -v d="$d" \

@@ -74,15 +74,15 @@ pub(crate) struct Block {
     pub scale: f32,
     /// `2 * rows * heads` floats: running max, then running sum, per vector `r * heads + h`.
     pub ml: *mut f32,
-    /// [`scratch_floats`]`(rows * heads, d)` floats: the scores of a tile per vector, each
+    /// [`scratch_floats`]`(rows * heads, d, keys are f16)` floats: the scores of a tile per vector, each
     /// vector's `α`, and two tiles of widened keys and values.
     pub scratch: *mut f32,
 }
 
 /// Floats of scratch one [`Block`] with `vectors = rows * heads` query vectors of width `d`
-/// needs.
-pub(crate) const fn scratch_floats(vectors: usize, d: usize) -> usize {
-    vectors * (KT + 1) + 2 * KT * d
+/// needs: `KT + 1` per vector, plus two tiles of `KT * d` when the cache is f16 (`widen`).
+pub(crate) const fn scratch_floats(vectors: usize, d: usize, widen: bool) -> usize {
+    vectors * (KT + 1) + if widen { 2 * KT * d } else { 0 }
 }
 
 impl Block {
@@ -335,8 +335,9 @@ pub(crate) unsafe fn run<L: Lanes>(b: &Block) {
         let (m, l) = (b.ml, b.ml.add(nv));
         let scores = b.scratch;
         let alphas = b.scratch.add(nv * KT);
-        let kbuf = alphas.add(nv);
-        let vbuf = kbuf.add(KT * d);
+        // Only an f16 cache uses (and has) the widening buffers.
+        let kbuf = alphas.wrapping_add(nv);
+        let vbuf = kbuf.wrapping_add(KT * d);
         let (mut kmin, mut kmax) = (usize::MAX, 0);
         for r in 0..b.rows {
             let range = b.range(r);

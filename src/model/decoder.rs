@@ -20,17 +20,20 @@
 //! 4096 positions, window 512: 15 of 18 layers × 3584 × 1 × 256 × 8 B = 110 MB of 151 MB); rml
 //! keeps one cache layout so that rewinding and chunked prefill need no special cases.
 //!
-//! Memory: the KV cache (f32, `[layer][kv_head][position][head_dim]`) and the logits are
+//! Memory: the KV cache (f32, or f16 with [`DecoderOptions::kv_dtype`];
+//! `[layer][kv_head][position][head_dim]`) and the logits are
 //! allocated once for the context length; every per-step buffer comes from an [`Arena`] sized
 //! at construction and reset at each step. After construction, [`DecoderLM::decode`] and
 //! [`DecoderLM::prefill`] allocate nothing (with the inline executor or a thread pool).
 //!
 //! Parallelism: matrix products split over output rows ([`crate::ops::gemv`] /
 //! [`crate::ops::gemm`]; q/k/v and gate/up each as one loop with [`crate::ops::gemm_fused`]),
-//! attention over query heads and (prefill) interleaved parts of their query rows; each
-//! output element is computed by one
-//! chunk in a fixed order, so logits are bit-identical for every executor, thread count and
-//! schedule.
+//! attention ([`AttentionPath::Tiled`], [`crate::ops::attention_group`]) over KV heads, each
+//! item running all the query heads that share the KV head, with (prefill) tiles of
+//! [`ROW_TILE`] query rows or (decode) segments of [`KV_SEGMENT`] cache positions, merged in
+//! segment order afterwards. Each output element is computed by one chunk in a fixed order
+//! (the segments depend on positions only), so logits are bit-identical for every executor,
+//! thread count and schedule.
 
 use core::ops::Range;
 
@@ -381,14 +384,21 @@ pub const ROW_TILE: usize = 4;
 pub const KV_SEGMENT: usize = 256;
 
 /// Floats of arena the attention of a step of `n` rows needs with `ctx` cached positions.
-fn attention_floats(c: &ModelConfig, n: usize, ctx: usize, path: AttentionPath) -> Option<usize> {
+fn attention_floats(
+    c: &ModelConfig,
+    n: usize,
+    ctx: usize,
+    path: AttentionPath,
+    kv: KvDtype,
+) -> Option<usize> {
+    let f16 = kv == KvDtype::F16;
     let (nh, nkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
     let g = nh / nkv.max(1);
     match path {
         AttentionPath::PerHead => nh.checked_mul(ATT_PARTS.min(n))?.checked_mul(ctx),
         AttentionPath::Tiled => {
             let rows = ROW_TILE.min(n);
-            let item = |v: usize| v.checked_mul(2)?.checked_add(flash::scratch_floats(v, hd));
+            let item = |v: usize| v.checked_mul(2)?.checked_add(flash::scratch_floats(v, hd, f16));
             let prefill = nkv.checked_mul(n.div_ceil(rows))?.checked_mul(item(rows * g)?)?;
             let segs = ctx.div_ceil(KV_SEGMENT);
             let decode = nkv.checked_mul(segs)?.checked_mul(item(g)?.checked_add(g * hd)?)?;
@@ -428,6 +438,7 @@ fn arena_bytes(
     ctx: usize,
     act: Activations,
     path: AttentionPath,
+    kv: KvDtype,
 ) -> Option<usize> {
     let (h, qd, kvd, i) = (
         c.hidden_size,
@@ -436,17 +447,17 @@ fn arena_bytes(
         c.intermediate_size,
     );
     let floats = [
-        n.checked_mul(h)?,                                                          // x
-        n.checked_mul(h)?,                                                          // xn
-        n.checked_mul(qd)?,                                                         // q
-        n.checked_mul(kvd)?,                                                        // k
-        n.checked_mul(kvd)?,                                                        // v
+        n.checked_mul(h)?,          // x
+        n.checked_mul(h)?,          // xn
+        n.checked_mul(qd)?,         // q
+        n.checked_mul(kvd)?,        // k
+        n.checked_mul(kvd)?,        // v
         n.checked_mul(qd)?,         // attention output
         n.checked_mul(i)?,          // gate
         n.checked_mul(i)?,          // up
         n.checked_mul(c.head_dim)?, // cos and sin (head_dim / 2 each)
         n.checked_mul(c.head_dim)?, // the same for sliding layers
-        attention_floats(c, n, ctx, path)?.max(attention_floats(c, 1, ctx, path)?), // attention
+        attention_floats(c, n, ctx, path, kv)?.max(attention_floats(c, 1, ctx, path, kv)?), // attention
     ];
     let mut total = 0usize;
     for f in floats {
@@ -650,8 +661,9 @@ impl<'a> DecoderLM<'a> {
         let logits = c.vocab_size.checked_mul(4).ok_or_else(|| {
             Error::resource_exhausted(format_args!("vocab_size {} overflows", c.vocab_size))
         })?;
-        let scratch = arena_bytes(c, chunk, ctx, options.activations, options.attention)
-            .ok_or_else(|| Error::resource_exhausted("decoder scratch size overflows usize"))?;
+        let scratch =
+            arena_bytes(c, chunk, ctx, options.activations, options.attention, options.kv_dtype)
+                .ok_or_else(|| Error::resource_exhausted("decoder scratch size overflows usize"))?;
         Ok(MemoryPlan {
             context_len: ctx,
             prefill_chunk: chunk,
@@ -962,7 +974,8 @@ impl<'a> DecoderLM<'a> {
         let span = p0 + n;
         let parts = ATT_PARTS.min(n);
         let path = options.attention;
-        let att_floats = attention_floats(c, n, span, path)
+        let f16 = kv.dtype() == KvDtype::F16;
+        let att_floats = attention_floats(c, n, span, path, kv.dtype())
             .ok_or_else(|| Error::resource_exhausted("attention scratch size overflows usize"))?;
         let scores = arena.alloc_slice::<f32>(att_floats)?;
         let kern = crate::kernels::active().ok();
@@ -1087,7 +1100,7 @@ impl<'a> DecoderLM<'a> {
                     // with all `groups` query heads of that KV head.
                     let rows = ROW_TILE.min(n);
                     let tiles = n.div_ceil(rows);
-                    let per = 2 * rows * groups + flash::scratch_floats(rows * groups, hd);
+                    let per = 2 * rows * groups + flash::scratch_floats(rows * groups, hd, f16);
                     let items = |range: Range<usize>| {
                         let (out, sc) = (out, sc);
                         for i in range {
@@ -1135,7 +1148,7 @@ impl<'a> DecoderLM<'a> {
                     let seg0 = lo / KV_SEGMENT;
                     let segs = (hi - 1) / KV_SEGMENT + 1 - seg0;
                     let part = groups * hd;
-                    let per = part + 2 * groups + flash::scratch_floats(groups, hd);
+                    let per = part + 2 * groups + flash::scratch_floats(groups, hd, f16);
                     let items = |range: Range<usize>| {
                         let sc = sc;
                         for i in range {

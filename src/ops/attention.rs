@@ -59,7 +59,8 @@ pub struct GroupShape {
 impl GroupShape {
     /// Floats of scratch [`attention_group`] needs for this shape.
     pub fn scratch_floats(&self) -> usize {
-        self.rows * self.heads * 2 + flash::scratch_floats(self.rows * self.heads, self.head_dim)
+        self.rows * self.heads * 2
+            + flash::scratch_floats(self.rows * self.heads, self.head_dim, true)
     }
 
     /// Floats `q` and `out` must hold: `(rows - 1) * row_stride + heads * head_dim`.
