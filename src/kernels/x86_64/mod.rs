@@ -17,6 +17,7 @@ pub(crate) mod attention;
 mod avx2_f32;
 mod avx2_k;
 mod avx2_q8;
+mod avx512_f32;
 mod avx512_k;
 mod avx512_q8;
 
@@ -70,6 +71,15 @@ pub(crate) const AVX_VNNI: Kernels = AVX2
 /// and `vpdpwssd` (K-quants), four weight rows per activation load.
 pub(crate) const AVX512: Kernels = AVX2
     .for_isa(Isa::Avx512)
+    .with_f32(DType::Q8_0, avx512_f32::avx512_q8_0_f32)
+    .with_f32(DType::Q4_0, avx512_f32::avx512_q4_0_f32)
+    .with_f32(DType::Q4_1, avx512_f32::avx512_q4_1_f32)
+    .with_f32(DType::Q5_0, avx512_f32::avx512_q5_0_f32)
+    .with_f32(DType::Q5_1, avx512_f32::avx512_q5_1_f32)
+    .with_f32(DType::IQ4_NL, avx512_f32::avx512_iq4_nl_f32)
+    .with_f32(DType::Q4_K, avx512_f32::avx512_q4_k_f32)
+    .with_f32(DType::Q5_K, avx512_f32::avx512_q5_k_f32)
+    .with_f32(DType::Q6_K, avx512_f32::avx512_q6_k_f32)
     .with_q8(DType::Q8_0, avx512_q8::avx512_q8_0_q8)
     .with_q8(DType::Q4_0, avx512_q8::avx512_q4_0_q8)
     .with_q8(DType::Q4_1, avx512_q8::avx512_q4_1_q8)
