@@ -80,6 +80,13 @@ unsafe fn bytes16(p: *const u8) -> __m512i {
     unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast())) }
 }
 
+/// 16 i8 as f32 lanes.
+#[inline(always)]
+unsafe fn sbytes_f32(v: __m128i) -> __m512 {
+    // SAFETY: register-only AVX-512 F.
+    unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)) }
+}
+
 /// `tbl[v_i & 15]` per lane.
 #[inline(always)]
 unsafe fn lut(v: __m512i, tbl: __m512) -> __m512 {
@@ -97,21 +104,30 @@ unsafe fn dup_lo(v: __m256) -> __m512 {
     }
 }
 
-/// The dwords at `row + (8 g + u) · bytes` for `u < n` (others 0).
+/// The dwords at `row + (8 g + u) · bytes` for `u < n` (others 0), by scalar loads (AMD's
+/// gathers are microcoded).
 ///
 /// # Safety
 ///
 /// 4 readable bytes at each of those addresses; AVX2 available.
 #[inline(always)]
 unsafe fn gather_heads(row: *const u8, g: usize, n: usize, bytes: usize) -> __m256i {
-    // SAFETY: only the lanes `u < n` load (mask), each 4 bytes in bounds (caller contract).
+    // SAFETY: only units `u < n` are read, each 4 bytes in bounds (caller contract).
     unsafe {
-        let b = bytes as i32;
-        let idx = _mm256_setr_epi32(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
-        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lanes);
-        let base = row.add(8 * g * bytes).cast::<i32>();
-        _mm256_mask_i32gather_epi32::<1>(_mm256_setzero_si256(), base, idx, m)
+        let base = row.add(8 * g * bytes);
+        let h = |u: usize| {
+            if u < n {
+                base.add(u * bytes).cast::<i32>().read_unaligned()
+            } else {
+                0
+            }
+        };
+        if n == 8 {
+            let h = |u: usize| base.add(u * bytes).cast::<i32>().read_unaligned();
+            _mm256_setr_epi32(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7))
+        } else {
+            _mm256_setr_epi32(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7))
+        }
     }
 }
 
@@ -190,10 +206,7 @@ impl W512 for Q8_0W {
         // SAFETY: block `b` is in bounds (caller contract).
         unsafe {
             let qs = row.add(b * Self::BYTES + 2);
-            let f = |p: *const u8| {
-                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.cast())))
-            };
-            [f(qs), f(qs.add(16))]
+            [sbytes_f32(_mm_loadu_si128(qs.cast())), sbytes_f32(_mm_loadu_si128(qs.add(16).cast()))]
         }
     }
 }
@@ -435,9 +448,40 @@ impl W512 for Q6KW {
                 _mm256_slli_epi16::<4>(hb),
             );
             let q = _mm256_sub_epi8(q, _mm256_set1_epi8(32));
-            let f = |v: __m128i| _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
-            [f(_mm256_castsi256_si128(q)), f(_mm256_extracti128_si256::<1>(q))]
+            [sbytes_f32(_mm256_castsi256_si128(q)), sbytes_f32(_mm256_extracti128_si256::<1>(q))]
         }
+    }
+}
+
+/// Per 128-bit quarter: `[a0 + a2, b0 + b2, a1 + a3, b1 + b3]`.
+#[inline(always)]
+unsafe fn pair(a: __m512, b: __m512) -> __m512 {
+    // SAFETY: register-only AVX-512 F.
+    unsafe { _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b)) }
+}
+
+/// Per 128-bit quarter: `[a0 + a2, a1 + a3, b0 + b2, b1 + b3]` (64-bit halves added as f32).
+#[inline(always)]
+unsafe fn quad(a: __m512, b: __m512) -> __m512 {
+    // SAFETY: register-only AVX-512 F.
+    unsafe {
+        let (a, b) = (_mm512_castps_pd(a), _mm512_castps_pd(b));
+        _mm512_add_ps(
+            _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)),
+        )
+    }
+}
+
+/// Quarters `[a0 + a1, a2 + a3, b0 + b1, b2 + b3]`.
+#[inline(always)]
+unsafe fn halves(a: __m512, b: __m512) -> __m512 {
+    // SAFETY: register-only AVX-512 F.
+    unsafe {
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
+        )
     }
 }
 
@@ -456,49 +500,71 @@ unsafe fn half_sums(x: *const f32, k: usize, out: *mut f32) {
         let runs = k / 16;
         let mut g = 0;
         while 16 * g < runs {
-            let v: [__m512; 16] = core::array::from_fn(|j| {
+            let mut v = [_mm512_setzero_ps(); 16];
+            for (j, v) in v.iter_mut().enumerate() {
                 let run = 16 * g + j;
                 if run < runs {
-                    _mm512_loadu_ps(x.add(16 * run))
-                } else {
-                    _mm512_setzero_ps()
+                    *v = _mm512_loadu_ps(x.add(16 * run));
                 }
-            });
-            let p = |a: __m512, b: __m512| {
-                _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b))
-            };
-            // The f32 lanes of the 64-bit halves, added as f32.
-            let q = |a: __m512, b: __m512| {
-                let (a, b) = (_mm512_castps_pd(a), _mm512_castps_pd(b));
-                _mm512_add_ps(
-                    _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                    _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)),
-                )
-            };
-            let w: [__m512; 4] = core::array::from_fn(|i| {
-                let a = p(v[4 * i], v[4 * i + 1]);
-                let b = p(v[4 * i + 2], v[4 * i + 3]);
-                q(a, b)
-            });
-            let hsum = |a: __m512, b: __m512| {
-                _mm512_add_ps(
-                    _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
-                    _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
-                )
-            };
-            let a = hsum(w[0], w[1]);
-            let b = hsum(w[2], w[3]);
-            _mm512_storeu_ps(out.add(16 * g), hsum(a, b));
+            }
+            let mut w = [_mm512_setzero_ps(); 4];
+            for (i, w) in w.iter_mut().enumerate() {
+                let a = pair(v[4 * i], v[4 * i + 1]);
+                let b = pair(v[4 * i + 2], v[4 * i + 3]);
+                *w = quad(a, b);
+            }
+            let a = halves(w[0], w[1]);
+            let b = halves(w[2], w[3]);
+            _mm512_storeu_ps(out.add(16 * g), halves(a, b));
             g += 1;
         }
     }
 }
 
-/// Lane `j` of `v` in every lane.
+/// Unit `b` (the `u`-th of its group, scales `s`) of `R` weight rows into the accumulators of
+/// `N` activation rows.
+///
+/// # Safety
+///
+/// As [`tile`].
 #[inline(always)]
-unsafe fn lane(v: __m512, j: usize) -> __m512 {
-    // SAFETY: register-only AVX-512 F.
-    unsafe { _mm512_permutexvar_ps(_mm512_set1_epi32(j as i32), v) }
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn unit<W: W512, const R: usize, const N: usize>(
+    acc: &mut [[__m512; N]; R],
+    s: &[[f32; 16]; R],
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    x: *const f32,
+    b: usize,
+    u: usize,
+) {
+    // SAFETY: unit `b` of each row and activations `32 b .. 32 b + 32` of each activation
+    // row are in bounds (caller contract).
+    unsafe {
+        let mut xv = [[_mm512_setzero_ps(); 2]; N];
+        for t in 0..N {
+            let p = x.add(t * k + 32 * b);
+            xv[t] = [_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))];
+        }
+        for r in 0..R {
+            let q = W::values(w.add(r * rb), b);
+            if W::HALF_SCALES {
+                let (s0, s1) = (_mm512_set1_ps(s[r][2 * u]), _mm512_set1_ps(s[r][2 * u + 1]));
+                for t in 0..N {
+                    let a = _mm512_fmadd_ps(_mm512_mul_ps(q[0], xv[t][0]), s0, acc[r][t]);
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(q[1], xv[t][1]), s1, a);
+                }
+            } else {
+                let s0 = _mm512_set1_ps(s[r][2 * u]);
+                for t in 0..N {
+                    let p = _mm512_mul_ps(q[0], xv[t][0]);
+                    let p = _mm512_fmadd_ps(q[1], xv[t][1], p);
+                    acc[r][t] = _mm512_fmadd_ps(p, s0, acc[r][t]);
+                }
+            }
+        }
+    }
 }
 
 /// One `R × N` tile over all of K: `y[t * ldy + r] = W[r] · x[t]` in the order of the module
@@ -533,41 +599,18 @@ unsafe fn tile<W: W512, const R: usize, const N: usize>(
             let n = (nu - 8 * g).min(8);
             let mut s = [zero; R];
             let mut m = [zero; R];
+            let mut sa = [[0f32; 16]; R];
             for r in 0..R {
                 (s[r], m[r]) = W::scales(w.add(r * rb), g, n);
+                _mm512_storeu_ps(sa[r].as_mut_ptr(), s[r]);
             }
-            let unit = |u: usize, acc: &mut [[__m512; N]; R]| {
-                let b = 8 * g + u;
-                let mut xv = [[zero; 2]; N];
-                for t in 0..N {
-                    let p = x.add(t * k + 32 * b);
-                    xv[t] = [_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))];
-                }
-                for r in 0..R {
-                    let q = W::values(w.add(r * rb), b);
-                    if W::HALF_SCALES {
-                        let (s0, s1) = (lane(s[r], 2 * u), lane(s[r], 2 * u + 1));
-                        for t in 0..N {
-                            let a = _mm512_fmadd_ps(_mm512_mul_ps(q[0], xv[t][0]), s0, acc[r][t]);
-                            acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(q[1], xv[t][1]), s1, a);
-                        }
-                    } else {
-                        let s0 = lane(s[r], 2 * u);
-                        for t in 0..N {
-                            let p = _mm512_mul_ps(q[0], xv[t][0]);
-                            let p = _mm512_fmadd_ps(q[1], xv[t][1], p);
-                            acc[r][t] = _mm512_fmadd_ps(p, s0, acc[r][t]);
-                        }
-                    }
-                }
-            };
             if n == 8 {
                 for u in 0..8 {
-                    unit(u, &mut acc);
+                    unit::<W, R, N>(&mut acc, &sa, w, rb, k, x, 8 * g + u, u);
                 }
             } else {
                 for u in 0..n {
-                    unit(u, &mut acc);
+                    unit::<W, R, N>(&mut acc, &sa, w, rb, k, x, 8 * g + u, u);
                 }
             }
             if W::MIN {
@@ -645,7 +688,7 @@ unsafe fn matmul<W: W512>(
         // SAFETY: forwarded caller contract; AVX2, FMA and F16C are part of the tier.
         return unsafe { (W::FALLBACK)(w, rb, rows, k, x, n, y, ldy) };
     }
-    let mut xh = [0f32; XH_CAP];
+    let mut xh = core::mem::MaybeUninit::<[f32; XH_CAP]>::uninit();
     let batch = if W::MIN { (XH_CAP / hk.max(1)).min(n) } else { n };
     let mut t0 = 0;
     while t0 < n {
@@ -657,10 +700,11 @@ unsafe fn matmul<W: W512>(
             let yt = y.add(t0 * ldy);
             if W::MIN {
                 for t in 0..tn {
-                    half_sums(xt.add(t * k), k, xh.as_mut_ptr().add(t * hk));
+                    half_sums(xt.add(t * k), k, xh.as_mut_ptr().cast::<f32>().add(t * hk));
                 }
             }
-            let xh = xh.as_ptr();
+            // Read only where `half_sums` wrote (types with a min) or not at all.
+            let xh = xh.as_ptr().cast::<f32>();
             if tn == 1 {
                 rows_of::<W, 4, 1>(w, rb, rows, k, xt, xh, hk, yt, ldy);
             } else {
