@@ -33,6 +33,9 @@ use crate::quant;
 /// activation row) use AVX2's body.
 const XH_CAP: usize = 4096;
 
+/// How far past the next tile the weights are prefetched, in bytes.
+const PF_LEAD: usize = 2048;
+
 /// A quantized weight encoding, read by units of 32 elements in groups of 8.
 trait W512 {
     /// Bytes of one 32-element block, or of one super-block for the K-quants.
@@ -94,50 +97,72 @@ unsafe fn lut(v: __m512i, tbl: __m512) -> __m512 {
     unsafe { _mm512_permutexvar_ps(v, tbl) }
 }
 
-/// Lane `2 i` and `2 i + 1` from lane `i` of `v` (`i < 8`).
-#[inline(always)]
-unsafe fn dup_lo(v: __m256) -> __m512 {
-    // SAFETY: register-only AVX-512 F; the index reads lanes 0..8 only.
-    unsafe {
-        let idx = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-        _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v))
-    }
-}
-
-/// The dwords at `row + (8 g + u) · bytes` for `u < n` (others 0), by scalar loads (AMD's
-/// gathers are microcoded).
+/// Up to 128 bytes at `p` (the first `len`, the rest zero) as two vectors.
 ///
 /// # Safety
 ///
-/// 4 readable bytes at each of those addresses; AVX2 available.
+/// `len` readable bytes at `p`; AVX-512 BW available.
 #[inline(always)]
-unsafe fn gather_heads(row: *const u8, g: usize, n: usize, bytes: usize) -> __m256i {
-    // SAFETY: only units `u < n` are read, each 4 bytes in bounds (caller contract).
+unsafe fn window(p: *const u8, len: usize) -> (__m512i, __m512i) {
+    let mask = |l: usize| if l >= 64 { u64::MAX } else { (1u64 << l) - 1 };
+    // SAFETY: masked-off bytes are not read (no fault); the others are in bounds.
     unsafe {
-        let base = row.add(8 * g * bytes);
-        let h = |u: usize| {
-            if u < n {
-                base.add(u * bytes).cast::<i32>().read_unaligned()
-            } else {
-                0
-            }
-        };
-        if n == 8 {
-            let h = |u: usize| base.add(u * bytes).cast::<i32>().read_unaligned();
-            _mm256_setr_epi32(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7))
-        } else {
-            _mm256_setr_epi32(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7))
-        }
+        (
+            _mm512_maskz_loadu_epi8(mask(len), p.cast()),
+            _mm512_maskz_loadu_epi8(mask(len.saturating_sub(64)), p.add(64).cast()),
+        )
     }
 }
 
-/// The low (or, `HI`, high) f16 of each dword as f32, duplicated to lanes `2 u`, `2 u + 1`.
+/// The f16 at byte `2 · off` of each of units `8 g .. 8 g + n` (blocks of `bytes` bytes, an
+/// even number, at most 34) as f32 in lanes `2 u`, `2 u + 1`, for each `off` of `offs`;
+/// lanes past `2 n` zero. Two windows of 4 blocks, the words picked by `vpermt2w`.
+///
+/// # Safety
+///
+/// Units `8 g .. 8 g + n` are in bounds; AVX-512 F/BW and F16C available.
 #[inline(always)]
-unsafe fn f16_lanes<const HI: bool>(v: __m256i) -> __m512 {
-    // SAFETY: register-only AVX-512 F/VL + F16C.
+unsafe fn heads<const M: usize>(
+    row: *const u8,
+    g: usize,
+    n: usize,
+    bytes: usize,
+    offs: [usize; M],
+) -> [__m512; M] {
+    // SAFETY: the windows read only the group's `n · bytes` bytes (masked past them).
     unsafe {
-        let v = if HI { _mm256_srli_epi32::<16>(v) } else { v };
-        dup_lo(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(v)))
+        let base = row.add(8 * g * bytes);
+        let valid = n * bytes;
+        let (a0, a1) = window(base, valid);
+        let (b0, b1) = window(base.add(4 * bytes), valid.saturating_sub(4 * bytes));
+        // Word lane i < 16: unit (i / 2) % 4 of its window.
+        let u = _mm512_setr_epi32(
+            0x0000_0000,
+            0x0001_0001,
+            0x0002_0002,
+            0x0003_0003,
+            0x0000_0000,
+            0x0001_0001,
+            0x0002_0002,
+            0x0003_0003,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        );
+        let words = _mm512_mullo_epi16(u, _mm512_set1_epi16((bytes / 2) as i16));
+        let mut out = [_mm512_setzero_ps(); M];
+        for (o, off) in out.iter_mut().zip(offs) {
+            let idx = _mm512_add_epi16(words, _mm512_set1_epi16(off as i16));
+            let r1 = _mm512_permutex2var_epi16(a0, idx, a1);
+            let r2 = _mm512_permutex2var_epi16(b0, idx, b1);
+            *o = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_mask_blend_epi16(0xFF00, r1, r2)));
+        }
+        out
     }
 }
 
@@ -174,7 +199,7 @@ struct Q6KW;
 #[inline(always)]
 unsafe fn d_only(row: *const u8, g: usize, n: usize, bytes: usize) -> (__m512, __m512) {
     // SAFETY: forwarded caller contract.
-    unsafe { (f16_lanes::<false>(gather_heads(row, g, n, bytes)), _mm512_setzero_ps()) }
+    unsafe { (heads(row, g, n, bytes, [0])[0], _mm512_setzero_ps()) }
 }
 
 /// Scales of a 32-element type with f16 `d`, `m` first.
@@ -186,8 +211,8 @@ unsafe fn d_only(row: *const u8, g: usize, n: usize, bytes: usize) -> (__m512, _
 unsafe fn d_and_m(row: *const u8, g: usize, n: usize, bytes: usize) -> (__m512, __m512) {
     // SAFETY: forwarded caller contract.
     unsafe {
-        let h = gather_heads(row, g, n, bytes);
-        (f16_lanes::<false>(h), f16_lanes::<true>(h))
+        let [d, m] = heads(row, g, n, bytes, [0, 1]);
+        (d, m)
     }
 }
 
@@ -594,9 +619,19 @@ unsafe fn tile<W: W512, const R: usize, const N: usize>(
         let mut acc = [[zero; N]; R];
         let mut accm = [[zero; N]; R];
         let nu = k / 32;
+        // Software prefetch of the weights that follow this tile, spread over its groups
+        // (short rows defeat the hardware's stream detection).
+        let span = R * rb;
+        let per_group = span.div_ceil(nu.div_ceil(8).max(1)).next_multiple_of(64);
+        let ahead = w.wrapping_add(span + PF_LEAD);
         let mut g = 0;
         while 8 * g < nu {
             let n = (nu - 8 * g).min(8);
+            let mut off = g * per_group;
+            while off < ((g + 1) * per_group).min(span) {
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off).cast());
+                off += 64;
+            }
             let mut s = [zero; R];
             let mut m = [zero; R];
             let mut sa = [[0f32; 16]; R];
@@ -605,9 +640,12 @@ unsafe fn tile<W: W512, const R: usize, const N: usize>(
                 _mm512_storeu_ps(sa[r].as_mut_ptr(), s[r]);
             }
             if n == 8 {
-                for u in 0..8 {
-                    unit::<W, R, N>(&mut acc, &sa, w, rb, k, x, 8 * g + u, u);
+                macro_rules! units {
+                    ($($u:literal)*) => {
+                        $(unit::<W, R, N>(&mut acc, &sa, w, rb, k, x, 8 * g + $u, $u);)*
+                    };
                 }
+                units!(0 1 2 3 4 5 6 7);
             } else {
                 for u in 0..n {
                     unit::<W, R, N>(&mut acc, &sa, w, rb, k, x, 8 * g + u, u);
