@@ -34,7 +34,7 @@ use crate::quant;
 const XH_CAP: usize = 4096;
 
 /// How far past the next tile the weights are prefetched, in bytes.
-const PF_LEAD: usize = 2048;
+const PF_LEAD: usize = 4096;
 
 /// A quantized weight encoding, read by units of 32 elements in groups of 8.
 trait W512 {
