@@ -607,16 +607,8 @@ pub fn silu(x: f32) -> f32 {
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "swiglu: length mismatch");
     for (g, &u) in gate.iter_mut().zip(up) {
-        *g = silu_fast(*g) * u;
+        *g = silu(*g) * u;
     }
-}
-
-/// [`silu`] with the branch-free `e^y` ([`exp_poly`]) the compiler vectorises; within a few
-/// f32 ulps of [`silu`] (libm's `expf`). For `x < -87` the clamped exponential keeps the
-/// result finite and tiny, as `silu` underflows towards `-0`.
-#[inline(always)]
-fn silu_fast(x: f32) -> f32 {
-    x / (1.0 + exp_poly(-x))
 }
 
 /// GELU with the tanh approximation (PyTorch's `gelu(x, approximate="tanh")`,
@@ -788,21 +780,6 @@ mod layer_math_tests {
         let mut g = [2.0f32, -1.0];
         swiglu(&mut g, &[3.0, 0.5]);
         assert!(close(g[0], 3.0 * silu(2.0), 1e-6) && close(g[1], 0.5 * silu(-1.0), 1e-6));
-    }
-
-    #[test]
-    fn swiglu_stays_within_a_few_ulps_of_libm_silu() {
-        // -100..100 in steps of 1/64, plus the ends where the exponential clamps.
-        let xs: alloc::vec::Vec<f32> =
-            (-6400..=6400).map(|i| i as f32 / 64.0).chain([-1e4, -90.0, 90.0, 1e4]).collect();
-        let mut g = xs.clone();
-        swiglu(&mut g, &alloc::vec![1.0; xs.len()]);
-        for (&x, &got) in xs.iter().zip(&g) {
-            let want = silu(x);
-            // Below x = -87 the clamped exponential gives about -1e-36 where libm gives -0.
-            let tol = 4.0 * f32::EPSILON * want.abs() + 1e-30;
-            assert!((got - want).abs() <= tol, "silu({x}): {got} vs libm {want}");
-        }
     }
 
     #[test]
