@@ -67,9 +67,7 @@ trait W512 {
 #[inline(always)]
 unsafe fn iota() -> __m512 {
     // SAFETY: register-only.
-    unsafe {
-        _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.)
-    }
+    unsafe { _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.) }
 }
 
 /// The 16 bytes at `p` as u32 lanes.
