@@ -21,7 +21,7 @@ use super::avx2_k::{
     self, k4_scales_mins, q3_scales16, scales, KBlock, KDot, Q2K, Q3K, Q4K, Q5K, Q6K,
 };
 use super::avx512_q8::quad;
-use super::{dpwssd512, opaque512};
+use super::{dpwssd512, opaque512, prefetch_ahead, PREFETCH_AHEAD};
 use crate::quant::{Q8Acts, QK_K};
 
 /// Word `i` of a `vpermw` index that spreads the scales `s[i / 8]` over 8 i16 lanes each.
@@ -447,10 +447,16 @@ unsafe fn gemv_rows<K: K512, const R: usize>(
     // `y[..R]` (caller contract).
     unsafe {
         let mut acc = [_mm256_setzero_ps(); 8];
+        // Prefetch distance: whole super-blocks, at most one row (then the next group's).
+        let tv = crate::kernels::tune(0);
+        let ahead = if tv != 0 { tv } else { PREFETCH_AHEAD.div_ceil(K::BYTES) }.min(nb) * K::BYTES;
         for b in 0..nb {
             let x = qs.add(b * QK_K);
             let bs = sums.add(b * 16);
             let mut v = [_mm512_setzero_si512(); 8];
+            for i in 0..R {
+                prefetch_ahead(w, rb, i, R, b * K::BYTES, ahead, nb * K::BYTES, K::BYTES);
+            }
             for i in 0..R {
                 let (is, ms) = dot_k::<K>(&K::decode(w.add(i * rb + b * K::BYTES)), x, bs);
                 v[i] = is;

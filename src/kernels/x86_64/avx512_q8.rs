@@ -21,7 +21,7 @@
 use core::arch::x86_64::*;
 
 use super::avx2_q8::{self, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
-use super::{hsum_ps, opaque512, VexOps};
+use super::{hsum_ps, opaque512, prefetch_ahead, VexOps, PREFETCH_AHEAD};
 use crate::quant::{Q8Acts, QK};
 
 /// A 32-element block as seen by the AVX-512 tile ([`tile`]), on top of its [`QBlock`]
@@ -511,7 +511,17 @@ unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
     unsafe {
         let mut acc = [_mm512_setzero_ps(); P];
         let mut b = 0;
+        // The GEMV prefetches each row ahead, in whole groups of eight blocks, at most one
+        // row (then the next tile's).
+        let g = 8 * Q::BYTES;
+        let tv = crate::kernels::tune(1);
+        let ahead = if tv != 0 { tv } else { PREFETCH_AHEAD.div_ceil(g) }.min(x.nb / 8) * g;
         while b + 8 <= x.nb {
+            if N == 1 && ahead != 0 {
+                for i in 0..R {
+                    prefetch_ahead(w, rb, i, R, b * Q::BYTES, ahead, x.nb * Q::BYTES, g);
+                }
+            }
             group::<Q, R, N, P>(w, rb, x, b, 8, &mut acc);
             b += 8;
         }
