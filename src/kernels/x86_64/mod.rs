@@ -48,7 +48,8 @@ pub(crate) const AVX2: Kernels = SCALAR
     .with_q8(DType::Q4_K, avx2_k::matmul_q4_k_q8k)
     .with_q8(DType::Q5_K, avx2_k::matmul_q5_k_q8k)
     .with_q8(DType::Q6_K, avx2_k::matmul_q6_k_q8k)
-    .with_quantize_q8(avx2_q8::quantize_q8);
+    .with_quantize_q8(avx2_q8::quantize_q8)
+    .with_quantize_q8k(avx2_q8::quantize_q8k);
 
 /// The AVX-VNNI table: AVX2's, with the int8 kernels on the 256-bit `vpdpbusd` (32-element
 /// types) and `vpdpwssd` (K-quants).
