@@ -395,11 +395,6 @@ fn types(only: &[String]) {
 }
 
 fn main() {
-    for i in 0..4 {
-        if let Ok(v) = std::env::var(format!("KT_T{i}")) {
-            rml::kernels::TUNE[i].store(v.parse().unwrap(), std::sync::atomic::Ordering::Relaxed);
-        }
-    }
     let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     if what == "types" {
         // Type names as separate arguments or comma-separated.

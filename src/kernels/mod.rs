@@ -23,15 +23,6 @@ use crate::tensor::DType;
 
 pub mod scalar;
 
-#[doc(hidden)]
-pub static TUNE: [core::sync::atomic::AtomicUsize; 4] =
-    [const { core::sync::atomic::AtomicUsize::new(0) }; 4];
-#[doc(hidden)]
-#[inline(always)]
-pub fn tune(i: usize) -> usize {
-    TUNE[i].load(core::sync::atomic::Ordering::Relaxed)
-}
-
 /// The block formats, now [`crate::quant`] (kept here so older paths resolve).
 pub use crate::quant;
 

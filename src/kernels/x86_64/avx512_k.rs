@@ -36,24 +36,14 @@ const fn spread(s: [i16; 4]) -> [i16; 32] {
 }
 
 /// 32-element sub-blocks (Q4_K / Q5_K): vector `k` holds sub-blocks `2 k`, `2 k + 1`.
-static IDX_32: [[i16; 32]; 4] =
-    [spread([0, 0, 1, 1]), spread([2, 2, 3, 3]), spread([4, 4, 5, 5]), spread([6, 6, 7, 7])];
+static IDX_32: [[i16; 32]; 4] = IDX_32_0;
 
 /// 16-element sub-blocks (Q2_K, Q3_K, Q6_K): vector `k` holds sub-blocks `4 k .. 4 k + 4`.
-static IDX_16: [[i16; 32]; 4] =
-    [spread([0, 1, 2, 3]), spread([4, 5, 6, 7]), spread([8, 9, 10, 11]), spread([12, 13, 14, 15])];
+static IDX_16: [[i16; 32]; 4] = IDX_16_0;
 
 /// i16 lane `2 i` takes word `8 + i / 2` (the min of the 32-element sub-block holding the
 /// per-16 sum `i`), lane `2 i + 1` is zeroed by the caller's mask.
-static IDX_MINS: [i16; 32] = {
-    let mut t = [0i16; 32];
-    let mut i = 0;
-    while i < 16 {
-        t[2 * i] = 8 + (i / 2) as i16;
-        i += 1;
-    }
-    t
-};
+static IDX_MINS: [i16; 32] = IDX_MINS_0;
 
 /// `t` with `o` added to every word (the index of the same lanes one row further in a
 /// two-row scale vector: row 1's words are 16..32).
@@ -745,8 +735,7 @@ unsafe fn gemv_rows<K: K512, const R: usize>(
     unsafe {
         let mut acc = [_mm256_setzero_ps(); 8];
         // Prefetch distance: whole super-blocks, at most one row (then the next group's).
-        let tv = crate::kernels::tune(0);
-        let ahead = if tv != 0 { tv } else { PREFETCH_AHEAD.div_ceil(K::BYTES) }.min(nb) * K::BYTES;
+        let ahead = PREFETCH_AHEAD.div_ceil(K::BYTES).min(nb) * K::BYTES;
         for b in 0..nb {
             let x = qs.add(b * QK_K);
             let bs = sums.add(b * 16);

@@ -569,8 +569,7 @@ unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
         // The GEMV prefetches each row ahead, in whole groups of eight blocks, at most one
         // row (then the next tile's).
         let g = 8 * Q::BYTES;
-        let tv = crate::kernels::tune(1);
-        let ahead = if tv != 0 { tv } else { PREFETCH_AHEAD.div_ceil(g) }.min(x.nb / 8) * g;
+        let ahead = PREFETCH_AHEAD.div_ceil(g).min(x.nb / 8) * g;
         while b + 8 <= x.nb {
             if N == 1 && ahead != 0 {
                 for i in 0..R {
