@@ -338,6 +338,10 @@ pub struct Kernels {
     f32: [Option<MatmulF32Fn>; DType::COUNT],
     q8: [Option<MatmulQ8Fn>; DType::COUNT],
     pub(crate) quantize_q8: QuantizeQ8Fn,
+    /// The same rule over blocks of 256 ([`crate::quant::ActFormat::Q8K`]: one scale per
+    /// 256 values; `x` holds `nb * 256` floats, each block's 256 values at `qs + b *
+    /// qs_stride`).
+    pub(crate) quantize_q8k: QuantizeQ8Fn,
 }
 
 /// The scalar table: every entry, the oracle's arithmetic (from [`crate::quant::TYPES`]).
@@ -347,6 +351,7 @@ pub(crate) const SCALAR: Kernels = {
         f32: [None; DType::COUNT],
         q8: [None; DType::COUNT],
         quantize_q8: scalar::quantize_q8,
+        quantize_q8k: scalar::quantize_q8k,
     };
     let mut i = 0;
     while i < DType::COUNT {
@@ -387,6 +392,12 @@ impl Kernels {
     /// This table with `f` as the Q8 activation quantizer.
     pub(crate) const fn with_quantize_q8(mut self, f: QuantizeQ8Fn) -> Self {
         self.quantize_q8 = f;
+        self
+    }
+
+    /// This table with `f` as the Q8_K (256-value block) activation quantizer.
+    pub(crate) const fn with_quantize_q8k(mut self, f: QuantizeQ8Fn) -> Self {
+        self.quantize_q8k = f;
         self
     }
 }
