@@ -10,7 +10,7 @@
 //! loop over the same bytes (GB/s, and the GEMV's GB/s as a percentage of it: near 100 % is
 //! bandwidth-bound). `KT_SHAPES=0,1` times only the shapes of those indices (0 = 576x1536,
 //! 1 = 1536x576, 2 = 8192x8192, 3 = past the last-level cache), `KT_TIERS=avx512` only the
-//! tiers of those names.
+//! tiers of those names, `KT_ACTS=f32` the f32-activation GEMV instead of the int8 one.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -262,15 +262,15 @@ struct Gemv {
     y: Vec<f32>,
     s: Vec<u8>,
     iters: usize,
+    act: Activations,
 }
 
 impl Gemv {
     /// The fastest of [`Gemv::iters`] GEMVs of `w` with `kern`, in seconds.
     fn time(&mut self, kern: &Kernels, w: &Matrix<'_>) -> f64 {
-        let Gemv { x, y, s, iters } = self;
+        let Gemv { x, y, s, iters, act } = self;
         best_of(*iters, || {
-            gemm_with(kern, &InlineExecutor, None, w, black_box(x), 1, y, Activations::Int8, s)
-                .unwrap()
+            gemm_with(kern, &InlineExecutor, None, w, black_box(x), 1, y, *act, s).unwrap()
         })
     }
 
@@ -313,6 +313,11 @@ fn types(only: &[String]) {
         tiers.retain(|k| names.contains(&k.isa().to_string().as_str()));
         assert!(!tiers.is_empty(), "KT_TIERS names no tier of this CPU");
     }
+    // `KT_ACTS=f32`: the f32-activation GEMV instead of the int8 one.
+    let act = match std::env::var("KT_ACTS").as_deref() {
+        Ok("f32") => Activations::F32,
+        _ => Activations::Int8,
+    };
     let all = int8_types();
     let picked: Vec<DType> = all
         .iter()
@@ -349,6 +354,7 @@ fn types(only: &[String]) {
             y: vec![0f32; rows],
             s: vec![0u8; scratch_bytes(k, 1, Activations::Int8)],
             iters,
+            act,
         };
         // Q4_1 first; its best tier then runs in every other type's rounds (the ratio of the
         // two comes from the same stretch of time on a shared machine).

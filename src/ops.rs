@@ -583,8 +583,10 @@ pub fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f32;
     for v in x.iter_mut() {
-        *v = libm::expf(*v - max);
-        sum += *v;
+        *v = expf(*v - max);
+    }
+    for &v in x.iter() {
+        sum += v;
     }
     let inv = 1.0 / sum;
     for v in x.iter_mut() {
@@ -595,7 +597,7 @@ pub fn softmax(x: &mut [f32]) {
 /// SiLU (swish): `x · sigmoid(x) = x / (1 + e^(−x))`.
 #[inline]
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + libm::expf(-x))
+    x / (1.0 + expf(-x))
 }
 
 /// The SwiGLU gate in place: `gate[i] = silu(gate[i]) * up[i]` (Llama's MLP before
@@ -640,6 +642,68 @@ fn gelu_tanh_fast(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     let z = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
     x / (1.0 + exp_poly(-2.0 * z))
+}
+
+/// `e^x` with exactly the bits of `libm::expf` (FreeBSD's `e_expf.c`: `k = round(x / ln 2)`,
+/// `r = x - k ln 2` in two parts, the rational approximation `1 + r + r c / (2 - c)` with its
+/// two-coefficient `c`, times `2^k` as `scalbnf` applies it) for every input, NaN, infinities and
+/// subnormal results included, but with every branch written as a select, so that loops over
+/// it vectorise. SiLU and softmax use it: their results stay those of the scalar libm call.
+#[inline(always)]
+pub fn expf(x: f32) -> f32 {
+    // libm's constants, by their bits: ln 2 in two parts, 1 / ln 2, the two coefficients.
+    const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+    const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+    const INV_LN2: f32 = f32::from_bits(0x3fb8_aa3b);
+    const P1: f32 = f32::from_bits(0x3e2a_aa8f);
+    const P2: f32 = f32::from_bits(0xbb35_5215);
+    let bits = x.to_bits();
+    let hx = bits & 0x7fff_ffff;
+    let neg = bits >> 31 != 0;
+    // Argument reduction: |x| > 1.5 ln 2 rounds x / ln 2, 0.5 ln 2 < |x| <= 1.5 ln 2 takes
+    // k = ±1, smaller |x| takes k = 0 (then hi = x and lo = 0 exactly, as libm's branch has it).
+    let k_far = (INV_LN2 * x + if neg { -0.5 } else { 0.5 }) as i32;
+    let k_near = if neg { -1 } else { 1 };
+    let k = if hx > 0x3f85_1592 {
+        k_far
+    } else if hx > 0x3eb1_7218 {
+        k_near
+    } else {
+        0
+    };
+    let kf = k as f32;
+    let hi = x - kf * LN2_HI;
+    let lo = kf * LN2_LO;
+    let r = hi - lo;
+    let rr = r * r;
+    let c = r - rr * (P1 + rr * P2);
+    let y = 1.0 + (r * c / (2.0 - c) - lo + hi);
+    // scalbnf(y, k) for the k this range produces (-150..=128): one pre-scaling step, then the
+    // power of two built in the exponent bits.
+    let (y, k) = if k > 127 {
+        (y * f32::from_bits(0x7f00_0000), k.wrapping_sub(127))
+    } else if k < -126 {
+        (y * f32::from_bits(0x0c80_0000), k.wrapping_add(102))
+    } else {
+        (y, k)
+    };
+    let scaled = y * f32::from_bits((k.wrapping_add(127) as u32) << 23);
+    // Special cases, in libm's order.
+    if hx >= 0x42ae_ac50 {
+        if hx > 0x7f80_0000 {
+            x // NaN
+        } else if !neg && hx >= 0x42b1_7218 {
+            x * f32::from_bits(0x7f00_0000) // overflow: +inf
+        } else if neg && hx >= 0x42cf_f1b5 {
+            0.0 // x <= -103.97: underflow
+        } else {
+            scaled
+        }
+    } else if hx <= 0x3900_0000 {
+        1.0 + x // |x| <= 2^-14
+    } else {
+        scaled
+    }
 }
 
 /// `e^y`, branch-free (Cephes' `expf`): `y` clamped to `[-87, 88]`, `n = round(y / ln 2)` by
@@ -784,6 +848,43 @@ mod layer_math_tests {
         let mut g = [2.0f32, -1.0];
         swiglu(&mut g, &[3.0, 0.5]);
         assert!(close(g[0], 3.0 * silu(2.0), 1e-6) && close(g[1], 0.5 * silu(-1.0), 1e-6));
+    }
+
+    /// Every input in `bits` (stepping by `step`) gives libm's bits.
+    fn expf_matches_libm_over(bits: impl Iterator<Item = u32>) {
+        for b in bits {
+            let x = f32::from_bits(b);
+            let (got, want) = (expf(x), libm::expf(x));
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "expf({x:e}) = {got:e} ({:#x}), libm {want:e} ({:#x})",
+                got.to_bits(),
+                want.to_bits()
+            );
+        }
+    }
+
+    #[test]
+    fn expf_has_libms_bits() {
+        // A sweep of both signs, dense runs around every branch threshold of libm's expf
+        // (0x39000000: 2^-14, 0x3eb17218: ln2/2, 0x3f851592: 1.5 ln2, 0x42aeac50: the
+        // subnormal range, 0x42b17218: overflow, 0x42cff1b5: underflow to 0), the
+        // specials, and the inputs that vectorised loops see (x − max of softmax, −x of SiLU).
+        expf_matches_libm_over((0..=u32::MAX).step_by(4099));
+        for t in [0x3900_0000u32, 0x3eb1_7218, 0x3f85_1592, 0x42ae_ac50, 0x42b1_7218, 0x42cf_f1b5] {
+            for sign in [0, 0x8000_0000u32] {
+                expf_matches_libm_over((t - 3000..t + 3000).map(|b| b | sign));
+            }
+        }
+        expf_matches_libm_over([0x7f80_0000, 0xff80_0000, 0x7fc0_0000, 0, 0x8000_0000].into_iter());
+        // Dense in the range activations live in: [-20, 20] in steps of 1/1024.
+        expf_matches_libm_over((-20 * 1024..=20 * 1024).map(|i| (i as f32 / 1024.0).to_bits()));
+    }
+
+    #[test]
+    #[ignore = "all 2^32 inputs (one to two minutes optimised): cargo test --release --lib -- --ignored expf"]
+    fn expf_has_libms_bits_for_every_input() {
+        expf_matches_libm_over(0..=u32::MAX);
     }
 
     #[test]

@@ -26,7 +26,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use half::{bf16, f16};
 use proptest::prelude::*;
 use rml::kernels::quant::{
-    dequantize_row_q4_0, dequantize_row_q4_1, dequantize_row_q8_0, q8_acts_bytes, Q8Acts, QK,
+    dequantize_row_q4_0, dequantize_row_q4_1, dequantize_row_q8_0, q8_acts_bytes, q8_acts_bytes_as,
+    ActFormat, Q8Acts, QK,
 };
 use rml::kernels::{scalar, table, Isa, Kernels};
 use rml::mem::AlignedBlock;
@@ -368,6 +369,21 @@ fn check_quantize(kern: &Kernels, blocks: usize, seed: u64) -> Result<(), TestCa
     kern.quantize_row_q8_0(&x, &mut a).unwrap();
     table(Isa::Scalar).unwrap().quantize_row_q8_0(&x, &mut o).unwrap();
     prop_assert_eq!(a, o);
+    // The Q8_K activations (blocks of 256) of the same values, as rows of 256 · ⌈blocks / 8⌉
+    // (zero-padded): the same bytes, scales and per-16 sums as the scalar table's.
+    let k = (blocks * QK).div_ceil(256) * 256;
+    if k > 0 {
+        x.resize(k, 0.0);
+        let (mut s1, mut s2) = (vec![0u8; q8_acts_bytes_as(ActFormat::Q8K, k, 1)], vec![]);
+        s2.resize(s1.len(), 0);
+        let fmt = ActFormat::Q8K;
+        let mine = Q8Acts::quantize_as(fmt, kern, &x, 1, k, &mut s1).unwrap();
+        let oracle =
+            Q8Acts::quantize_as(fmt, table(Isa::Scalar).unwrap(), &x, 1, k, &mut s2).unwrap();
+        prop_assert_eq!(mine.qs(), oracle.qs());
+        prop_assert_eq!(bits(mine.d()), bits(oracle.d()));
+        prop_assert_eq!(mine.sum(), oracle.sum());
+    }
     Ok(())
 }
 

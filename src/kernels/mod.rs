@@ -340,6 +340,10 @@ pub struct Kernels {
     f32: [Option<MatmulF32Fn>; DType::COUNT],
     q8: [Option<MatmulQ8Fn>; DType::COUNT],
     pub(crate) quantize_q8: QuantizeQ8Fn,
+    /// The same rule over blocks of 256 ([`crate::quant::ActFormat::Q8K`]: one scale per
+    /// 256 values; `x` holds `nb * 256` floats, each block's 256 values at `qs + b *
+    /// qs_stride`).
+    pub(crate) quantize_q8k: QuantizeQ8Fn,
     /// The grouped, tiled attention body ([`flash::run`] on this ISA's lanes).
     pub(crate) attention: AttentionFn,
 }
@@ -358,6 +362,7 @@ pub(crate) const SCALAR: Kernels = {
         f32: [None; DType::COUNT],
         q8: [None; DType::COUNT],
         quantize_q8: scalar::quantize_q8,
+        quantize_q8k: scalar::quantize_q8k,
         attention: flash::run_portable,
     };
     let mut i = 0;
@@ -405,6 +410,12 @@ impl Kernels {
     /// This table with `f` as the Q8 activation quantizer.
     pub(crate) const fn with_quantize_q8(mut self, f: QuantizeQ8Fn) -> Self {
         self.quantize_q8 = f;
+        self
+    }
+
+    /// This table with `f` as the Q8_K (256-value block) activation quantizer.
+    pub(crate) const fn with_quantize_q8k(mut self, f: QuantizeQ8Fn) -> Self {
+        self.quantize_q8k = f;
         self
     }
 }

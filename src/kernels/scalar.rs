@@ -82,6 +82,11 @@ pub fn dot_blocks<const QB: usize>(
 /// If `x.len() != 32` or `qs.len() != 32`.
 pub fn quantize_block_q8(x: &[f32], qs: &mut [i8]) -> Option<f32> {
     assert!(x.len() == QK && qs.len() == QK);
+    quantize_block_any(x, qs)
+}
+
+/// [`quantize_block_q8`]'s rule over a block of any length (`x.len() == qs.len()`).
+pub(crate) fn quantize_block_any(x: &[f32], qs: &mut [i8]) -> Option<f32> {
     let amax_bits = x.iter().map(|v| v.to_bits() & 0x7FFF_FFFF).max().unwrap_or(0);
     if amax_bits >= 0x7F80_0000 {
         return None;
@@ -295,6 +300,37 @@ pub(crate) unsafe fn quantize_q8(
             )
         };
         match quantize_block_q8(xb, qb) {
+            // SAFETY: `d + b` is writable (caller contract).
+            Some(s) => unsafe { d.add(b).write(s) },
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Scalar table entry: [`quantize_q8`] over blocks of 256 values ([`crate::quant::QK_K`]).
+///
+/// # Safety
+///
+/// `x` points to `nb * 256` floats, `qs + b * qs_stride` to 256 writable bytes for each
+/// `b < nb`, `d` to `nb` writable floats, none aliasing.
+pub(crate) unsafe fn quantize_q8k(
+    x: *const f32,
+    nb: usize,
+    qs: *mut i8,
+    qs_stride: usize,
+    d: *mut f32,
+) -> bool {
+    const N: usize = crate::quant::QK_K;
+    for b in 0..nb {
+        // SAFETY: caller contract: block `b` of input and output are in bounds.
+        let (xb, qb) = unsafe {
+            (
+                core::slice::from_raw_parts(x.add(b * N), N),
+                core::slice::from_raw_parts_mut(qs.add(b * qs_stride), N),
+            )
+        };
+        match quantize_block_any(xb, qb) {
             // SAFETY: `d + b` is writable (caller contract).
             Some(s) => unsafe { d.add(b).write(s) },
             None => return false,

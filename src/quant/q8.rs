@@ -11,7 +11,7 @@
 //! 127)`; an all-zero block gives `d = 0` and zeros. (ggml's own Q8_K quantizer uses
 //! `-127 / max` and `nearest_int`; rml keeps its rule so that every ISA gives the same bytes.)
 
-use super::{non_finite, round_ties_away, row_blocks, ActFormat, QK, QK_K};
+use super::{non_finite, row_blocks, ActFormat, QK, QK_K};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 
@@ -96,24 +96,6 @@ fn carve(scratch: &mut [u8], m: usize, fmt: ActFormat) -> Result<Parts<'_>> {
     ))
 }
 
-/// Quantizes one block (32 or 256 values) by the rule of the module docs; `None` if it holds
-/// NaN or ±infinity.
-fn quantize_block(x: &[f32], qs: &mut [i8]) -> Option<f32> {
-    let amax_bits = x.iter().map(|v| v.to_bits() & 0x7FFF_FFFF).max().unwrap_or(0);
-    if amax_bits >= 0x7F80_0000 {
-        return None;
-    }
-    let d = f32::from_bits(amax_bits) / 127.0;
-    if d == 0.0 {
-        qs.fill(0);
-        return Some(0.0);
-    }
-    for (q, &v) in qs.iter_mut().zip(x) {
-        *q = round_ties_away(v / d).clamp(-127.0, 127.0) as i8;
-    }
-    Some(d)
-}
-
 /// Fills `sum` and `s` from `qs` and `d`.
 fn finish_sums(qs: &[i8], d: &[f32], s: &mut [f32], sum: &mut [i32]) {
     for (((q, &d), s), sum) in qs.chunks_exact(QK).zip(d).zip(s.iter_mut()).zip(sum.iter_mut()) {
@@ -158,7 +140,7 @@ impl<'a> Q8Acts<'a> {
         scratch: &'a mut [u8],
     ) -> Result<Self> {
         if fmt == ActFormat::Q8K {
-            return Self::quantize_k(x, n, k, scratch);
+            return Self::quantize_k(kern, x, n, k, scratch);
         }
         let nb = row_blocks(DType::Q8_0, k)?;
         if Some(x.len()) != n.checked_mul(k) {
@@ -187,8 +169,15 @@ impl<'a> Q8Acts<'a> {
         Ok(Q8Acts { fmt: ActFormat::Q8, n, nb, qs, d, s, sum })
     }
 
-    /// The [`ActFormat::Q8K`] quantizer (scalar; the rule of the module docs over 256 values).
-    fn quantize_k(x: &[f32], n: usize, k: usize, scratch: &'a mut [u8]) -> Result<Self> {
+    /// The [`ActFormat::Q8K`] quantizer (the rule of the module docs over 256 values, with
+    /// `kern`'s `quantize_q8k`: the same bytes on every ISA).
+    fn quantize_k(
+        kern: &crate::kernels::Kernels,
+        x: &[f32],
+        n: usize,
+        k: usize,
+        scratch: &'a mut [u8],
+    ) -> Result<Self> {
         if k % QK_K != 0 {
             return Err(Error::invalid_argument(format_args!(
                 "int8 activations (Q8_K): row of {k} elements is not a multiple of the \
@@ -203,14 +192,28 @@ impl<'a> Q8Acts<'a> {
             )));
         }
         let (qs, d, s, sum) = carve(scratch, n * nb, ActFormat::Q8K)?;
-        for (i, ((xb, qb), db)) in
-            x.chunks_exact(QK_K).zip(qs.chunks_exact_mut(QK_K)).zip(d.iter_mut()).enumerate()
-        {
-            *db = quantize_block(xb, qb)
-                .ok_or_else(|| non_finite(DType::Q8_0, xb).context("int8 activations (Q8_K)"))?;
-            for (j, run) in qb.chunks_exact(16).enumerate() {
-                sum[16 * i + j] = run.iter().map(|&v| v as i32).sum();
+        if nb > 0 {
+            for ((xr, qr), dr) in
+                x.chunks_exact(k).zip(qs.chunks_exact_mut(nb * QK_K)).zip(d.chunks_exact_mut(nb))
+            {
+                // SAFETY: `xr` holds `nb * 256` floats, `qr` `nb * 256` bytes written with
+                // stride 256, `dr` `nb` scales; the table's functions are only reachable
+                // through `Kernels` values whose ISA is available (see `super::table`).
+                let ok = unsafe {
+                    (kern.quantize_q8k)(xr.as_ptr(), nb, qr.as_mut_ptr(), QK_K, dr.as_mut_ptr())
+                };
+                if !ok {
+                    // Name the first block that holds NaN or ±infinity.
+                    let xb = xr
+                        .chunks_exact(QK_K)
+                        .find(|b| b.iter().any(|v| !v.is_finite()))
+                        .unwrap_or(xr);
+                    return Err(non_finite(DType::Q8_0, xb).context("int8 activations (Q8_K)"));
+                }
             }
+        }
+        for (q, sum) in qs.chunks_exact(16).zip(sum.iter_mut()) {
+            *sum = q.iter().map(|&v| v as i32).sum();
         }
         Ok(Q8Acts { fmt: ActFormat::Q8K, n, nb, qs, d, s, sum })
     }

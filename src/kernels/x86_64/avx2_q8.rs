@@ -338,22 +338,61 @@ pub(super) unsafe fn quantize_q8(
     qs_stride: usize,
     d: *mut f32,
 ) -> bool {
+    // SAFETY: forwarded caller contract.
+    unsafe { quantize_blocks::<QK>(x, nb, qs, qs_stride, d) }
+}
+
+/// AVX2 table entry: the Q8_K quantizer (blocks of 256, see
+/// [`crate::kernels::Kernels`]' `quantize_q8k`), byte for byte the scalar one.
+///
+/// # Safety
+///
+/// As `quantize_q8k`; the CPU has AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_q8k(
+    x: *const f32,
+    nb: usize,
+    qs: *mut i8,
+    qs_stride: usize,
+    d: *mut f32,
+) -> bool {
+    // SAFETY: forwarded caller contract.
+    unsafe { quantize_blocks::<{ crate::quant::QK_K }>(x, nb, qs, qs_stride, d) }
+}
+
+/// The Q8 rule over `nb` blocks of `N` (a multiple of 32) values: the block's largest
+/// magnitude (as bits), `d = amax / 127`, `q = round(x / d)` ties away, clamped.
+///
+/// # Safety
+///
+/// `x` holds `nb * N` floats, `qs + b * qs_stride` `N` writable bytes for each `b < nb`,
+/// `d` `nb` writable floats; AVX2 available.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn quantize_blocks<const N: usize>(
+    x: *const f32,
+    nb: usize,
+    qs: *mut i8,
+    qs_stride: usize,
+    d: *mut f32,
+) -> bool {
     let abs = _mm256_set1_epi32(0x7FFF_FFFF);
     for b in 0..nb {
         // SAFETY: block `b` of input and outputs is in bounds (caller contract).
         unsafe {
-            let p = x.add(b * QK);
-            let v = [
-                _mm256_loadu_ps(p),
-                _mm256_loadu_ps(p.add(8)),
-                _mm256_loadu_ps(p.add(16)),
-                _mm256_loadu_ps(p.add(24)),
-            ];
-            let bits = |v: __m256| _mm256_and_si256(_mm256_castps_si256(v), abs);
-            let m = _mm256_max_epi32(
-                _mm256_max_epi32(bits(v[0]), bits(v[1])),
-                _mm256_max_epi32(bits(v[2]), bits(v[3])),
-            );
+            let p = x.add(b * N);
+            let bits = |i: usize| {
+                _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(p.add(8 * i))), abs)
+            };
+            let mut m = [bits(0), bits(1), bits(2), bits(3)];
+            let mut i = 4;
+            while i < N / 8 {
+                for (j, m) in m.iter_mut().enumerate() {
+                    *m = _mm256_max_epi32(*m, bits(i + j));
+                }
+                i += 4;
+            }
+            let m = _mm256_max_epi32(_mm256_max_epi32(m[0], m[1]), _mm256_max_epi32(m[2], m[3]));
             let m = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256::<1>(m));
             let m = _mm_max_epi32(m, _mm_shuffle_epi32::<0b01_00_11_10>(m));
             let m = _mm_max_epi32(m, _mm_shuffle_epi32::<0b10_11_00_01>(m));
@@ -365,7 +404,9 @@ pub(super) unsafe fn quantize_q8(
             *d.add(b) = dd;
             let out = qs.add(b * qs_stride);
             if dd == 0.0 {
-                _mm256_storeu_si256(out.cast(), _mm256_setzero_si256());
+                for c in 0..N / 32 {
+                    _mm256_storeu_si256(out.add(32 * c).cast(), _mm256_setzero_si256());
+                }
                 continue;
             }
             let dv = _mm256_set1_ps(dd);
@@ -374,12 +415,15 @@ pub(super) unsafe fn quantize_q8(
                 let r = round_away(_mm256_div_ps(v, dv));
                 _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi))
             };
-            let p01 = _mm256_packs_epi32(q(v[0]), q(v[1]));
-            let p23 = _mm256_packs_epi32(q(v[2]), q(v[3]));
-            let bytes = _mm256_packs_epi16(p01, p23);
-            let bytes =
-                _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-            _mm256_storeu_si256(out.cast(), bytes);
+            for c in 0..N / 32 {
+                let v = |i: usize| _mm256_loadu_ps(p.add(32 * c + 8 * i));
+                let p01 = _mm256_packs_epi32(q(v(0)), q(v(1)));
+                let p23 = _mm256_packs_epi32(q(v(2)), q(v(3)));
+                let bytes = _mm256_packs_epi16(p01, p23);
+                let bytes =
+                    _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+                _mm256_storeu_si256(out.add(32 * c).cast(), bytes);
+            }
         }
     }
     true

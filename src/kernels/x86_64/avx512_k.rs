@@ -21,7 +21,7 @@ use super::avx2_k::{
     self, k4_scales_mins, q3_scales16, scales, KBlock, KDot, Q2K, Q3K, Q4K, Q5K, Q6K,
 };
 use super::avx512_q8::quad;
-use super::{dpwssd512, opaque512};
+use super::{dpwssd512, opaque512, prefetch_ahead, PREFETCH_AHEAD};
 use crate::quant::{Q8Acts, QK_K};
 
 /// Word `i` of a `vpermw` index that spreads the scales `s[i / 8]` over 8 i16 lanes each.
@@ -36,16 +36,69 @@ const fn spread(s: [i16; 4]) -> [i16; 32] {
 }
 
 /// 32-element sub-blocks (Q4_K / Q5_K): vector `k` holds sub-blocks `2 k`, `2 k + 1`.
-static IDX_32: [[i16; 32]; 4] =
-    [spread([0, 0, 1, 1]), spread([2, 2, 3, 3]), spread([4, 4, 5, 5]), spread([6, 6, 7, 7])];
+static IDX_32: [[i16; 32]; 4] = IDX_32_0;
 
 /// 16-element sub-blocks (Q2_K, Q3_K, Q6_K): vector `k` holds sub-blocks `4 k .. 4 k + 4`.
-static IDX_16: [[i16; 32]; 4] =
-    [spread([0, 1, 2, 3]), spread([4, 5, 6, 7]), spread([8, 9, 10, 11]), spread([12, 13, 14, 15])];
+static IDX_16: [[i16; 32]; 4] = IDX_16_0;
 
 /// i16 lane `2 i` takes word `8 + i / 2` (the min of the 32-element sub-block holding the
 /// per-16 sum `i`), lane `2 i + 1` is zeroed by the caller's mask.
-static IDX_MINS: [i16; 32] = {
+static IDX_MINS: [i16; 32] = IDX_MINS_0;
+
+/// `t` with `o` added to every word (the index of the same lanes one row further in a
+/// two-row scale vector: row 1's words are 16..32).
+const fn offset(t: [i16; 32], o: i16) -> [i16; 32] {
+    let mut out = t;
+    let mut i = 0;
+    while i < 32 {
+        out[i] += o;
+        i += 1;
+    }
+    out
+}
+
+/// [`IDX_32`] for rows 0 and 1 of a two-row scale vector ([`K512::scales4`]).
+static IDX_32_2: [[[i16; 32]; 4]; 2] = [
+    [IDX_32_0[0], IDX_32_0[1], IDX_32_0[2], IDX_32_0[3]],
+    [
+        offset(IDX_32_0[0], 16),
+        offset(IDX_32_0[1], 16),
+        offset(IDX_32_0[2], 16),
+        offset(IDX_32_0[3], 16),
+    ],
+];
+const IDX_32_0: [[i16; 32]; 4] =
+    [spread([0, 0, 1, 1]), spread([2, 2, 3, 3]), spread([4, 4, 5, 5]), spread([6, 6, 7, 7])];
+
+/// [`IDX_16`] for rows 0 and 1 of a two-row scale vector.
+static IDX_16_2: [[[i16; 32]; 4]; 2] = [
+    [IDX_16_0[0], IDX_16_0[1], IDX_16_0[2], IDX_16_0[3]],
+    [
+        offset(IDX_16_0[0], 16),
+        offset(IDX_16_0[1], 16),
+        offset(IDX_16_0[2], 16),
+        offset(IDX_16_0[3], 16),
+    ],
+];
+const IDX_16_0: [[i16; 32]; 4] =
+    [spread([0, 1, 2, 3]), spread([4, 5, 6, 7]), spread([8, 9, 10, 11]), spread([12, 13, 14, 15])];
+
+/// i16 lane `2 i` takes word `i` (lane `2 i + 1` is zeroed by the caller's mask): 16 words as
+/// the low halves of 16 i32 lanes; for rows 0 and 1 of a two-row vector.
+static IDX_C_2: [[i16; 32]; 2] = {
+    let mut t = [[0i16; 32]; 2];
+    let mut i = 0;
+    while i < 16 {
+        t[0][2 * i] = i as i16;
+        t[1][2 * i] = 16 + i as i16;
+        i += 1;
+    }
+    t
+};
+
+/// [`IDX_MINS`] for rows 0 and 1 of a two-row vector.
+static IDX_MINS_2: [[i16; 32]; 2] = [IDX_MINS_0, offset(IDX_MINS_0, 16)];
+const IDX_MINS_0: [i16; 32] = {
     let mut t = [0i16; 32];
     let mut i = 0;
     while i < 16 {
@@ -54,6 +107,51 @@ static IDX_MINS: [i16; 32] = {
     }
     t
 };
+
+/// The 16 bytes at each of `p[0..4]` as the four 128-bit lanes of one vector.
+///
+/// # Safety
+///
+/// 16 readable bytes at each; AVX-512 F available.
+#[inline(always)]
+unsafe fn load4(p: [*const u8; 4]) -> __m512i {
+    // SAFETY: 16 bytes at each (caller contract).
+    unsafe {
+        let z = _mm512_castsi128_si512(_mm_loadu_si128(p[0].cast()));
+        let z = _mm512_inserti32x4::<1>(z, _mm_loadu_si128(p[1].cast()));
+        let z = _mm512_inserti32x4::<2>(z, _mm_loadu_si128(p[2].cast()));
+        _mm512_inserti32x4::<3>(z, _mm_loadu_si128(p[3].cast()))
+    }
+}
+
+/// The 16 bytes of each 128-bit lane of `v` as i16 words (signed or not): lanes 0, 1 in the
+/// first vector (words 0..16, 16..32), lanes 2, 3 in the second.
+///
+/// # Safety
+///
+/// AVX-512 F/BW available.
+#[inline(always)]
+unsafe fn widen_pairs<const SIGNED: bool>(v: __m512i) -> [__m512i; 2] {
+    // SAFETY: register-only intrinsics.
+    unsafe {
+        let (lo, hi) = (_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
+        if SIGNED {
+            [_mm512_cvtepi8_epi16(lo), _mm512_cvtepi8_epi16(hi)]
+        } else {
+            [_mm512_cvtepu8_epi16(lo), _mm512_cvtepu8_epi16(hi)]
+        }
+    }
+}
+
+/// The scales of four super-blocks, two rows per vector: `sc[p]` holds row `2 p`'s 16 i16
+/// words then row `2 p + 1`'s; `aux[p]` likewise the words of the per-16 weights (Q2_K's
+/// mins, Q3_K's / Q6_K's corrections `-off · sc`; Q4_K / Q5_K read their mins at words 8..16
+/// of `sc`).
+#[derive(Clone, Copy)]
+struct Scales4 {
+    sc: [__m512i; 2],
+    aux: [__m512i; 2],
+}
 
 /// One super-block's weights decoded for the int8 dot.
 #[derive(Clone, Copy)]
@@ -76,6 +174,50 @@ trait K512: KBlock {
     ///
     /// `blk` is a whole super-block; AVX-512 F/BW/VL available.
     unsafe fn decode(blk: *const u8) -> KW;
+
+    /// [`Scales4`] of the super-blocks at `blk[0..4]`, decoded together (one 512-bit pass for
+    /// four rows instead of one 128-bit pass each).
+    ///
+    /// # Safety
+    ///
+    /// Each is a whole super-block; AVX-512 F/BW/VL available.
+    unsafe fn scales4(blk: [*const u8; 4]) -> Scales4;
+
+    /// The unsigned values of the super-block at `blk` ([`KW::u`]).
+    ///
+    /// # Safety
+    ///
+    /// `blk` is a whole super-block; AVX-512 F/BW/VL available.
+    unsafe fn values(blk: *const u8) -> [__m512i; 4];
+
+    /// Sub-blocks of 32 elements (Q4_K, Q5_K: mins at words 8..16 of [`Scales4::sc`]), else 16.
+    const SUB32: bool;
+
+    /// The super-block at `blk`, row `j < 4` of the [`Scales4`] `s`: [`K512::decode`]'s
+    /// result with the scales taken from `s`.
+    ///
+    /// # Safety
+    ///
+    /// `blk` is a whole super-block; AVX-512 F/BW/VL available.
+    #[inline(always)]
+    unsafe fn decode_with(blk: *const u8, s: &Scales4, j: usize) -> KW {
+        // SAFETY: forwarded caller contract; 64-byte reads of the index statics.
+        unsafe {
+            let (p, o) = (j / 2, j % 2);
+            let ld = |t: &[i16; 32]| _mm512_loadu_si512(t.as_ptr().cast());
+            let idx = if Self::SUB32 { &IDX_32_2[o] } else { &IDX_16_2[o] };
+            let mut sc = [_mm512_setzero_si512(); 4];
+            for (sc, idx) in sc.iter_mut().zip(idx) {
+                *sc = _mm512_permutexvar_epi16(ld(idx), s.sc[p]);
+            }
+            let c = if Self::SUB32 {
+                _mm512_maskz_permutexvar_epi16(0x5555_5555, ld(&IDX_MINS_2[o]), s.sc[p])
+            } else {
+                _mm512_maskz_permutexvar_epi16(0x5555_5555, ld(&IDX_C_2[o]), s.aux[p])
+            };
+            KW { u: Self::values(blk), sc, c }
+        }
+    }
 }
 
 /// `(isum, msum)` lane vectors of decoded weights against the 256 activations at `x` with
@@ -207,6 +349,21 @@ unsafe fn decode_k4(sp: *const u8, qs: *const u8, qh: Option<*const u8>) -> KW {
     unsafe {
         let sm = k4_scales_mins(sp);
         let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(sm));
+        let u = values_k4(qs, qh);
+        let mins = _mm512_loadu_si512(IDX_MINS.as_ptr().cast());
+        KW { u, sc: spread4(sc, &IDX_32), c: _mm512_maskz_permutexvar_epi16(0x5555_5555, mins, sc) }
+    }
+}
+
+/// The Q4_K/Q5_K values of [`decode_k4`].
+///
+/// # Safety
+///
+/// 128 readable bytes at `qs`, 32 at `qh` when given; AVX-512 F/BW/VL available.
+#[inline(always)]
+unsafe fn values_k4(qs: *const u8, qh: Option<*const u8>) -> [__m512i; 4] {
+    // SAFETY: the reads stay inside the ranges of the caller contract.
+    unsafe {
         let mut u = [_mm512_setzero_si512(); 4];
         for (k, u) in u.iter_mut().enumerate() {
             *u = _mm512_and_si512(both_halves(qs.add(32 * k), 0, 4), _mm512_set1_epi8(0x0F));
@@ -216,8 +373,40 @@ unsafe fn decode_k4(sp: *const u8, qs: *const u8, qh: Option<*const u8>) -> KW {
                 *u = _mm512_mask_add_epi8(*u, set, *u, opaque512(_mm512_set1_epi8(0x10)));
             }
         }
-        let mins = _mm512_loadu_si512(IDX_MINS.as_ptr().cast());
-        KW { u, sc: spread4(sc, &IDX_32), c: _mm512_maskz_permutexvar_epi16(0x5555_5555, mins, sc) }
+        u
+    }
+}
+
+/// [`k4_scales_mins`] of the four super-blocks at `blk[0..4]` in one 512-bit pass: per
+/// 128-bit lane the 8 scales then 8 mins (u8), widened to the two-row [`Scales4::sc`].
+///
+/// # Safety
+///
+/// Whole Q4_K/Q5_K super-blocks; AVX-512 F/BW available.
+#[inline(always)]
+unsafe fn k4_scales4(blk: [*const u8; 4]) -> Scales4 {
+    // SAFETY: bytes 0..16 of each super-block (caller contract); register-only after.
+    unsafe {
+        // Packed byte i of each super-block is byte i + 4 of its lane (as in k4_scales_mins).
+        let v = load4(blk);
+        let bc = |x: __m128i| _mm512_broadcast_i32x4(x);
+        let a = _mm512_shuffle_epi8(
+            v,
+            bc(_mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15)),
+        );
+        let a = _mm512_srlv_epi32(a, bc(_mm_setr_epi32(0, 0, 0, 4)));
+        let a = _mm512_and_si512(
+            a,
+            bc(_mm_setr_epi32(0x3F3F_3F3F, 0x0F0F_0F0F, 0x3F3F_3F3F, 0x0F0F_0F0F)),
+        );
+        let m = -128i8;
+        let b = _mm512_shuffle_epi8(
+            v,
+            bc(_mm_setr_epi8(m, m, m, m, 4, 5, 6, 7, m, m, m, m, 8, 9, 10, 11)),
+        );
+        let b = _mm512_and_si512(_mm512_srli_epi16::<2>(b), _mm512_set1_epi8(0x30));
+        let sc = widen_pairs::<false>(_mm512_or_si512(a, b));
+        Scales4 { sc, aux: sc }
     }
 }
 
@@ -259,6 +448,27 @@ impl K512 for Q2K {
             KW { u: values_q2(blk.add(16), None), sc: spread4(sc, &IDX_16), c: mins }
         }
     }
+
+    const SUB32: bool = false;
+
+    #[inline(always)]
+    unsafe fn scales4(blk: [*const u8; 4]) -> Scales4 {
+        // SAFETY: scales at 0..16 of each super-block (caller contract).
+        unsafe {
+            let v = load4(blk);
+            let m4 = _mm512_set1_epi8(0x0F);
+            Scales4 {
+                sc: widen_pairs::<false>(_mm512_and_si512(v, m4)),
+                aux: widen_pairs::<false>(_mm512_and_si512(_mm512_srli_epi16::<4>(v), m4)),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn values(blk: *const u8) -> [__m512i; 4] {
+        // SAFETY: values at 16..80 (caller contract).
+        unsafe { values_q2(blk.add(16), None) }
+    }
 }
 
 impl K512 for Q3K {
@@ -273,6 +483,35 @@ impl K512 for Q3K {
             KW { u, sc: spread4(sc, &IDX_16), c: correction(sc, 4) }
         }
     }
+
+    const SUB32: bool = false;
+
+    #[inline(always)]
+    unsafe fn scales4(blk: [*const u8; 4]) -> Scales4 {
+        // SAFETY: bytes 92..108 of each super-block (caller contract); as q3_scales16 per lane.
+        unsafe {
+            let bc = |x: __m128i| _mm512_broadcast_i32x4(x);
+            let t = _mm512_bsrli_epi128::<4>(load4(blk.map(|p| p.add(92))));
+            let lo = _mm512_unpacklo_epi64(t, _mm512_srli_epi16::<4>(t));
+            let lo = _mm512_and_si512(lo, _mm512_set1_epi8(0x0F));
+            let c = _mm512_shuffle_epi8(
+                t,
+                bc(_mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11)),
+            );
+            let hi = _mm512_slli_epi32::<4>(_mm512_srlv_epi32(c, bc(_mm_setr_epi32(0, 2, 4, 6))));
+            let hi = _mm512_and_si512(hi, _mm512_set1_epi8(0x30));
+            let s8 = _mm512_sub_epi8(_mm512_or_si512(lo, hi), _mm512_set1_epi8(32));
+            let sc = widen_pairs::<true>(s8);
+            let m = _mm512_set1_epi16(-4);
+            Scales4 { sc, aux: [_mm512_mullo_epi16(sc[0], m), _mm512_mullo_epi16(sc[1], m)] }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn values(blk: *const u8) -> [__m512i; 4] {
+        // SAFETY: high bits at 0..32, low pairs at 32..96 (caller contract).
+        unsafe { values_q2(blk.add(32), Some(blk)) }
+    }
 }
 
 impl K512 for Q4K {
@@ -280,6 +519,20 @@ impl K512 for Q4K {
     unsafe fn decode(blk: *const u8) -> KW {
         // SAFETY: 144-byte super-block: scales at 4..16, values at 16..144 (caller contract).
         unsafe { decode_k4(blk.add(4), blk.add(16), None) }
+    }
+
+    const SUB32: bool = true;
+
+    #[inline(always)]
+    unsafe fn scales4(blk: [*const u8; 4]) -> Scales4 {
+        // SAFETY: forwarded caller contract.
+        unsafe { k4_scales4(blk) }
+    }
+
+    #[inline(always)]
+    unsafe fn values(blk: *const u8) -> [__m512i; 4] {
+        // SAFETY: values at 16..144 (caller contract).
+        unsafe { values_k4(blk.add(16), None) }
     }
 }
 
@@ -289,6 +542,20 @@ impl K512 for Q5K {
         // SAFETY: 176-byte super-block: scales at 4..16, fifth bits at 16..48, nibbles at
         // 48..176 (caller contract).
         unsafe { decode_k4(blk.add(4), blk.add(48), Some(blk.add(16))) }
+    }
+
+    const SUB32: bool = true;
+
+    #[inline(always)]
+    unsafe fn scales4(blk: [*const u8; 4]) -> Scales4 {
+        // SAFETY: forwarded caller contract.
+        unsafe { k4_scales4(blk) }
+    }
+
+    #[inline(always)]
+    unsafe fn values(blk: *const u8) -> [__m512i; 4] {
+        // SAFETY: fifth bits at 16..48, nibbles at 48..176 (caller contract).
+        unsafe { values_k4(blk.add(48), Some(blk.add(16))) }
     }
 }
 
@@ -300,6 +567,26 @@ impl K512 for Q6K {
         unsafe {
             let s8 = _mm_loadu_si128(blk.add(192).cast());
             let sc = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(s8));
+            KW { u: Self::values(blk), sc: spread4(sc, &IDX_16), c: correction(sc, 32) }
+        }
+    }
+
+    const SUB32: bool = false;
+
+    #[inline(always)]
+    unsafe fn scales4(blk: [*const u8; 4]) -> Scales4 {
+        // SAFETY: scales at 192..208 of each super-block (caller contract).
+        unsafe {
+            let sc = widen_pairs::<true>(load4(blk.map(|p| p.add(192))));
+            let m = _mm512_set1_epi16(-32);
+            Scales4 { sc, aux: [_mm512_mullo_epi16(sc[0], m), _mm512_mullo_epi16(sc[1], m)] }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn values(blk: *const u8) -> [__m512i; 4] {
+        // SAFETY: low nibbles at 0..128, high pairs at 128..192 (caller contract).
+        unsafe {
             let (m4, m2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
             // Vector 2 h + i: elements 128 h + 64 i ..: nibble i of ql[64 h ..], bits 2 g of
             // qh[32 h ..] with g = 2 i (low half), 2 i + 1 (high half); u = q + 32.
@@ -312,7 +599,7 @@ impl K512 for Q6K {
                 let hb = _mm512_and_si512(hb, m2);
                 *u = _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_slli_epi16::<4>(hb));
             }
-            KW { u, sc: spread4(sc, &IDX_16), c: correction(sc, 32) }
+            u
         }
     }
 }
@@ -447,16 +734,45 @@ unsafe fn gemv_rows<K: K512, const R: usize>(
     // `y[..R]` (caller contract).
     unsafe {
         let mut acc = [_mm256_setzero_ps(); 8];
+        // Prefetch distance: whole super-blocks, at most one row (then the next group's).
+        let ahead = PREFETCH_AHEAD.div_ceil(K::BYTES).min(nb) * K::BYTES;
         for b in 0..nb {
             let x = qs.add(b * QK_K);
             let bs = sums.add(b * 16);
             let mut v = [_mm512_setzero_si512(); 8];
             for i in 0..R {
-                let (is, ms) = dot_k::<K>(&K::decode(w.add(i * rb + b * K::BYTES)), x, bs);
-                v[i] = is;
-                if K::MINS {
-                    v[4 + i] = ms;
-                }
+                prefetch_ahead(w, rb, i, R, b * K::BYTES, ahead, nb * K::BYTES, K::BYTES);
+            }
+            let blk = |i: usize| w.add(i * rb + b * K::BYTES);
+            // Four rows at a time, unrolled (constant row indices keep the scale vectors and
+            // index tables in registers).
+            macro_rules! row {
+                ($s4:expr, $q:literal, $j:literal) => {
+                    let i = 4 * $q + $j;
+                    let (is, ms) = dot_k::<K>(&K::decode_with(blk(i), &$s4, $j), x, bs);
+                    v[i] = is;
+                    if K::MINS && i < 4 {
+                        v[(4 + i) % 8] = ms;
+                    }
+                };
+            }
+            macro_rules! quad {
+                ($q:literal) => {
+                    let s4 = K::scales4([
+                        blk(4 * $q),
+                        blk(4 * $q + 1),
+                        blk(4 * $q + 2),
+                        blk(4 * $q + 3),
+                    ]);
+                    row!(s4, $q, 0);
+                    row!(s4, $q, 1);
+                    row!(s4, $q, 2);
+                    row!(s4, $q, 3);
+                };
+            }
+            quad!(0);
+            if R == 8 {
+                quad!(1);
             }
             let red = _mm256_cvtepi32_ps(reduce8x16(v));
             let dx = _mm256_set1_ps(*d.add(b));

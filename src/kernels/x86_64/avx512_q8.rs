@@ -21,7 +21,7 @@
 use core::arch::x86_64::*;
 
 use super::avx2_q8::{self, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
-use super::{hsum_ps, opaque512, VexOps};
+use super::{hsum_ps, opaque512, prefetch_ahead, VexOps, PREFETCH_AHEAD};
 use crate::quant::{Q8Acts, QK};
 
 /// A 32-element block as seen by the AVX-512 tile ([`tile`]), on top of its [`QBlock`]
@@ -181,6 +181,47 @@ unsafe fn scales8_split(wb: *const u8, bytes: usize, min: bool, m: usize) -> __m
     }
 }
 
+/// The index and lane mask of [`scales8_tail`] for blocks of `2 s` bytes (scale of block `j`
+/// at word `s j`, with `min` its minimum at the next word) and the tail at byte `t`: lane `j`
+/// (`8 + j`) takes tail word `s j - t / 2` (`+ 1`) where that word is past the first 64.
+const fn tail_pick(s: usize, min: bool, t: usize) -> ([i16; 32], u32) {
+    let (mut idx, mut mask) = ([0i16; 32], 0u32);
+    let mut j = 0;
+    while j < 8 {
+        let w = s * j;
+        if w >= 64 {
+            idx[j] = (w - t / 2) as i16;
+            mask |= 1 << j;
+        }
+        if min && w + 1 >= 64 {
+            idx[8 + j] = (w + 1 - t / 2) as i16;
+            mask |= 1 << (8 + j);
+        }
+        j += 1;
+    }
+    (idx, mask)
+}
+
+/// [`VBlock::scales8`] of eight whole blocks of `2 S` bytes at `wb` (`16 S >= T + 32`), for
+/// block sizes whose scale words past the first 128 bytes all lie in the 32 bytes at byte `T`:
+/// one [`pick_words`] of the first 128 bytes, then those lanes from the tail (one load, one
+/// masked `vpermw`), instead of two picks, a move and a blend ([`scales8_split`]).
+///
+/// # Safety
+///
+/// Eight whole blocks at `wb`; AVX-512 F/BW available.
+#[inline(always)]
+unsafe fn scales8_tail<const S: usize, const MIN: bool, const T: usize>(wb: *const u8) -> __m256i {
+    let (idx, mask) = const { tail_pick(S, MIN, T) };
+    // SAFETY: 128 bytes, then 32 at `T` with `T + 32 <= 16 S` (caller contract).
+    unsafe {
+        let t = pick_words(wb, 128, S as u16, MIN);
+        let tail = _mm512_castsi256_si512(_mm256_loadu_si256(wb.add(T).cast()));
+        let idx = _mm512_loadu_si512(idx.as_ptr().cast());
+        _mm512_castsi512_si256(_mm512_mask_permutexvar_epi16(t, mask, idx, tail))
+    }
+}
+
 /// The 0x80 byte: `w ^ 0x80 = w + 128` turns an i8 into its offset u8.
 const SIGN: i8 = -128;
 
@@ -281,6 +322,13 @@ impl VBlock for Q5_0B {
         // SAFETY: qh at byte 2, 16 nibble bytes at 6 of each block (caller contract).
         unsafe { q5_values2(blk0.add(6), blk1.add(6), blk0.add(2), blk1.add(2)) }
     }
+
+    #[inline(always)]
+    unsafe fn scales8(wb: *const u8) -> __m256i {
+        // SAFETY: eight 22-byte blocks = 176 bytes; blocks 6, 7 have their scales at words
+        // 66, 77 = words 2, 13 of the 32 bytes at byte 128.
+        unsafe { scales8_tail::<11, false, 128>(wb) }
+    }
 }
 
 impl VBlock for Q5_1B {
@@ -290,6 +338,13 @@ impl VBlock for Q5_1B {
     unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i {
         // SAFETY: qh at byte 4, 16 nibble bytes at 8 of each block (caller contract).
         unsafe { q5_values2(blk0.add(8), blk1.add(8), blk0.add(4), blk1.add(4)) }
+    }
+
+    #[inline(always)]
+    unsafe fn scales8(wb: *const u8) -> __m256i {
+        // SAFETY: eight 24-byte blocks = 192 bytes; blocks 6, 7 have their scale and minimum
+        // at words 72, 73 and 84, 85 = words 0, 1, 12, 13 of the 32 bytes at byte 144.
+        unsafe { scales8_tail::<12, true, 144>(wb) }
     }
 }
 
@@ -511,7 +566,16 @@ unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
     unsafe {
         let mut acc = [_mm512_setzero_ps(); P];
         let mut b = 0;
+        // The GEMV prefetches each row ahead, in whole groups of eight blocks, at most one
+        // row (then the next tile's).
+        let g = 8 * Q::BYTES;
+        let ahead = PREFETCH_AHEAD.div_ceil(g).min(x.nb / 8) * g;
         while b + 8 <= x.nb {
+            if N == 1 && ahead != 0 {
+                for i in 0..R {
+                    prefetch_ahead(w, rb, i, R, b * Q::BYTES, ahead, x.nb * Q::BYTES, g);
+                }
+            }
             group::<Q, R, N, P>(w, rb, x, b, 8, &mut acc);
             b += 8;
         }

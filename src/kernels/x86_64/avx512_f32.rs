@@ -1,0 +1,800 @@
+//! AVX-512 matmul with f32 activations for the quantized weight types (Q4_K, Q5_K, Q6_K,
+//! Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL; Q2_K, Q3_K and f32/f16/bf16 keep AVX2's bodies).
+//!
+//! A row is read in units of 32 elements (a block, or a sub-block of a K-quant super-block)
+//! and groups of 8 units (a super-block, or 8 blocks). The weights of a unit are
+//! `w_i = s_h · q_i + m_h` with `q_i` small integers, `s_h` the scale of the unit's half `h`
+//! (16 elements; both halves share it except in Q6_K) and `m_h` an offset (the types with a
+//! min: Q4_1, Q5_1, Q4_K, Q5_K), so the scales are factored out of the inner sums:
+//!
+//! `y = Σ_units [s · (q[0..16] ⊙ x[0..16] + q[16..32] ⊙ x[16..32])] + Σ_groups m ⊙ X`
+//!
+//! with `X` the sums of the activations over each run of 16, computed once per activation row
+//! and call (a fixed reduction tree, [`half_sums`]) and shared by every weight row.
+//!
+//! The arithmetic order of one output, whatever the tile: a 16-lane accumulator `acc` and
+//! (types with a min) `accm`, both zero; for each group, for each unit in order:
+//! `p = q_lo · x_lo` (rounded), `p = fma(q_hi, x_hi, p)`, `acc = fma(p, s, acc)` (Q6_K:
+//! `acc = fma(q_lo · x_lo, s_lo, acc)` then `acc = fma(q_hi · x_hi, s_hi, acc)`); after the
+//! group's units `accm = fma(m, X, accm)` (lane `2u + h` holding unit `u`'s half `h`); the
+//! result is `_mm512_reduce_add_ps(acc + accm)`. `q` is exact in f32, `s`, `m` and `X` do not
+//! depend on the tile, so GEMV and every GEMM tile give the same bits for an output, for
+//! every schedule and thread count. The result differs from the scalar oracle (which
+//! dequantizes, then accumulates by 8 lanes) by rounding only.
+//!
+//! Rows whose `k / 16` run sums do not fit the stack buffer ([`XH_CAP`]) go through AVX2's
+//! body (a function of `k` only, so GEMV and GEMM still agree).
+
+use core::arch::x86_64::*;
+
+use crate::quant;
+
+/// Run sums (per 16 activations) held on the stack: rows with more (`k > 65536` for one
+/// activation row) use AVX2's body.
+const XH_CAP: usize = 4096;
+
+/// How far past the next tile the weights are prefetched, in bytes.
+const PF_LEAD: usize = 4096;
+
+/// A quantized weight encoding, read by units of 32 elements in groups of 8.
+trait W512 {
+    /// Bytes of one 32-element block, or of one super-block for the K-quants.
+    const BYTES: usize;
+    /// Whether each half of a unit has its own scale (Q6_K).
+    const HALF_SCALES: bool = false;
+    /// Whether the type has an offset term (`m` above).
+    const MIN: bool = false;
+    /// AVX2's body, for `k > 16 · XH_CAP`.
+    const FALLBACK: crate::kernels::MatmulF32Fn;
+
+    /// The scales `s` and offsets `m` of units `8 g .. 8 g + n` (`n <= 8`), lane `2 u + h`
+    /// for unit `8 g + u`'s half `h`; lanes past `2 n` zero.
+    ///
+    /// # Safety
+    ///
+    /// Those units are in bounds of the row; the AVX-512 tier's features are available.
+    unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512);
+
+    /// The integers `q` of unit `b` as f32: elements 0..16 and 16..32.
+    ///
+    /// # Safety
+    ///
+    /// As [`W512::scales`].
+    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2];
+}
+
+/// Lane `i` = `i` as f32 (a 4-bit index read through `vpermps`).
+#[inline(always)]
+unsafe fn iota() -> __m512 {
+    // SAFETY: register-only.
+    unsafe { _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.) }
+}
+
+/// The 16 bytes at `p` as u32 lanes.
+///
+/// # Safety
+///
+/// 16 readable bytes; AVX-512 F available.
+#[inline(always)]
+unsafe fn bytes16(p: *const u8) -> __m512i {
+    // SAFETY: 16 bytes readable (caller contract).
+    unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast())) }
+}
+
+/// 16 i8 as f32 lanes.
+#[inline(always)]
+unsafe fn sbytes_f32(v: __m128i) -> __m512 {
+    // SAFETY: register-only AVX-512 F.
+    unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)) }
+}
+
+/// `tbl[v_i & 15]` per lane.
+#[inline(always)]
+unsafe fn lut(v: __m512i, tbl: __m512) -> __m512 {
+    // SAFETY: register-only AVX-512 F.
+    unsafe { _mm512_permutexvar_ps(v, tbl) }
+}
+
+/// Up to 128 bytes at `p` (the first `len`, the rest zero) as two vectors.
+///
+/// # Safety
+///
+/// `len` readable bytes at `p`; AVX-512 BW available.
+#[inline(always)]
+unsafe fn window(p: *const u8, len: usize) -> (__m512i, __m512i) {
+    let mask = |l: usize| if l >= 64 { u64::MAX } else { (1u64 << l) - 1 };
+    // SAFETY: masked-off bytes are not read (no fault); the others are in bounds.
+    unsafe {
+        (
+            _mm512_maskz_loadu_epi8(mask(len), p.cast()),
+            _mm512_maskz_loadu_epi8(mask(len.saturating_sub(64)), p.add(64).cast()),
+        )
+    }
+}
+
+/// The f16 at byte `2 · off` of each of units `8 g .. 8 g + n` (blocks of `bytes` bytes, an
+/// even number, at most 34) as f32 in lanes `2 u`, `2 u + 1`, for each `off` of `offs`;
+/// lanes past `2 n` zero. Two windows of 4 blocks, the words picked by `vpermt2w`.
+///
+/// # Safety
+///
+/// Units `8 g .. 8 g + n` are in bounds; AVX-512 F/BW and F16C available.
+#[inline(always)]
+unsafe fn heads<const M: usize>(
+    row: *const u8,
+    g: usize,
+    n: usize,
+    bytes: usize,
+    offs: [usize; M],
+) -> [__m512; M] {
+    // SAFETY: the windows read only the group's `n · bytes` bytes (masked past them).
+    unsafe {
+        let base = row.add(8 * g * bytes);
+        let valid = n * bytes;
+        let (a0, a1) = window(base, valid);
+        let (b0, b1) = window(base.add(4 * bytes), valid.saturating_sub(4 * bytes));
+        // Word lane i < 16: unit (i / 2) % 4 of its window.
+        let u = _mm512_setr_epi32(
+            0x0000_0000,
+            0x0001_0001,
+            0x0002_0002,
+            0x0003_0003,
+            0x0000_0000,
+            0x0001_0001,
+            0x0002_0002,
+            0x0003_0003,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        );
+        let words = _mm512_mullo_epi16(u, _mm512_set1_epi16((bytes / 2) as i16));
+        let mut out = [_mm512_setzero_ps(); M];
+        for (o, off) in out.iter_mut().zip(offs) {
+            let idx = _mm512_add_epi16(words, _mm512_set1_epi16(off as i16));
+            let r1 = _mm512_permutex2var_epi16(a0, idx, a1);
+            let r2 = _mm512_permutex2var_epi16(b0, idx, b1);
+            *o = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_mask_blend_epi16(0xFF00, r1, r2)));
+        }
+        out
+    }
+}
+
+/// The fifth bits of a Q5 block (the u32 at `qh`) as lane masks of the two halves.
+#[inline(always)]
+unsafe fn qh_masks(qh: *const u8) -> (__mmask16, __mmask16) {
+    // SAFETY: 4 readable bytes (caller contract).
+    let h = unsafe { qh.cast::<u32>().read_unaligned() };
+    (h as u16, (h >> 16) as u16)
+}
+
+/// `v + 16` in the lanes of `m`.
+#[inline(always)]
+unsafe fn add16(v: __m512, m: __mmask16) -> __m512 {
+    // SAFETY: register-only AVX-512 F.
+    unsafe { _mm512_mask_add_ps(v, m, v, _mm512_set1_ps(16.0)) }
+}
+
+struct Q8_0W;
+struct Q4_0W;
+struct Q4_1W;
+struct Q5_0W;
+struct Q5_1W;
+struct Iq4NlW;
+struct Q4KW;
+struct Q5KW;
+struct Q6KW;
+
+/// Scales of a 32-element type with its f16 `d` first (no offset).
+///
+/// # Safety
+///
+/// As [`W512::scales`].
+#[inline(always)]
+unsafe fn d_only(row: *const u8, g: usize, n: usize, bytes: usize) -> (__m512, __m512) {
+    // SAFETY: forwarded caller contract.
+    unsafe { (heads(row, g, n, bytes, [0])[0], _mm512_setzero_ps()) }
+}
+
+/// Scales of a 32-element type with f16 `d`, `m` first.
+///
+/// # Safety
+///
+/// As [`W512::scales`].
+#[inline(always)]
+unsafe fn d_and_m(row: *const u8, g: usize, n: usize, bytes: usize) -> (__m512, __m512) {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        let [d, m] = heads(row, g, n, bytes, [0, 1]);
+        (d, m)
+    }
+}
+
+impl W512 for Q8_0W {
+    const BYTES: usize = quant::q8_0::BYTES;
+    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q8_0;
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512) {
+        // SAFETY: forwarded caller contract.
+        unsafe { d_only(row, g, n, Self::BYTES) }
+    }
+
+    #[inline(always)]
+    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
+        // SAFETY: block `b` is in bounds (caller contract).
+        unsafe {
+            let qs = row.add(b * Self::BYTES + 2);
+            [sbytes_f32(_mm_loadu_si128(qs.cast())), sbytes_f32(_mm_loadu_si128(qs.add(16).cast()))]
+        }
+    }
+}
+
+impl W512 for Q4_0W {
+    const BYTES: usize = quant::q4_0::BYTES;
+    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q4_0;
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512) {
+        // SAFETY: forwarded caller contract.
+        unsafe { d_only(row, g, n, Self::BYTES) }
+    }
+
+    #[inline(always)]
+    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
+        // SAFETY: block `b` is in bounds (caller contract); lane i: nibble - 8.
+        unsafe {
+            let v = bytes16(row.add(b * Self::BYTES + 2));
+            let tbl = _mm512_sub_ps(iota(), _mm512_set1_ps(8.0));
+            [lut(v, tbl), lut(_mm512_srli_epi32::<4>(v), tbl)]
+        }
+    }
+}
+
+impl W512 for Q4_1W {
+    const BYTES: usize = quant::q4_1::BYTES;
+    const MIN: bool = true;
+    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q4_1;
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512) {
+        // SAFETY: forwarded caller contract.
+        unsafe { d_and_m(row, g, n, Self::BYTES) }
+    }
+
+    #[inline(always)]
+    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
+        // SAFETY: block `b` is in bounds (caller contract).
+        unsafe {
+            let v = bytes16(row.add(b * Self::BYTES + 4));
+            [lut(v, iota()), _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(v))]
+        }
+    }
+}
+
+impl W512 for Q5_0W {
+    const BYTES: usize = quant::q5_0::BYTES;
+    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q5_0;
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512) {
+        // SAFETY: forwarded caller contract.
+        unsafe { d_only(row, g, n, Self::BYTES) }
+    }
+
+    #[inline(always)]
+    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
+        // SAFETY: block `b` is in bounds (caller contract); lane i: nibble + 16 · bit - 16.
+        unsafe {
+            let blk = row.add(b * Self::BYTES);
+            let v = bytes16(blk.add(6));
+            let (m0, m1) = qh_masks(blk.add(2));
+            let tbl = _mm512_sub_ps(iota(), _mm512_set1_ps(16.0));
+            [add16(lut(v, tbl), m0), add16(lut(_mm512_srli_epi32::<4>(v), tbl), m1)]
+        }
+    }
+}
+
+impl W512 for Q5_1W {
+    const BYTES: usize = quant::q5_1::BYTES;
+    const MIN: bool = true;
+    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q5_1;
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512) {
+        // SAFETY: forwarded caller contract.
+        unsafe { d_and_m(row, g, n, Self::BYTES) }
+    }
+
+    #[inline(always)]
+    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
+        // SAFETY: block `b` is in bounds (caller contract); lane i: nibble + 16 · bit.
+        unsafe {
+            let blk = row.add(b * Self::BYTES);
+            let v = bytes16(blk.add(8));
+            let (m0, m1) = qh_masks(blk.add(4));
+            [add16(lut(v, iota()), m0), add16(lut(_mm512_srli_epi32::<4>(v), iota()), m1)]
+        }
+    }
+}
+
+impl W512 for Iq4NlW {
+    const BYTES: usize = quant::iq4_nl::BYTES;
+    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_iq4_nl;
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512) {
+        // SAFETY: forwarded caller contract.
+        unsafe { d_only(row, g, n, Self::BYTES) }
+    }
+
+    #[inline(always)]
+    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
+        // SAFETY: block `b` is in bounds (caller contract); the codebook is 16 bytes.
+        unsafe {
+            let v = bytes16(row.add(b * Self::BYTES + 2));
+            let kv = _mm_loadu_si128(quant::iq4_nl::KVALUES.as_ptr().cast());
+            let tbl = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(kv));
+            [lut(v, tbl), lut(_mm512_srli_epi32::<4>(v), tbl)]
+        }
+    }
+}
+
+/// Q4_K / Q5_K scales: lanes `2 u`, `2 u + 1` get `d · sc_u` and `-(dmin · m_u)`.
+///
+/// # Safety
+///
+/// `blk` is a whole super-block with `d`, `dmin` at 0 and the packed scales at 4..16;
+/// AVX-512 F/VL, F16C available.
+#[inline(always)]
+unsafe fn k4_scales(blk: *const u8) -> (__m512, __m512) {
+    // SAFETY: 16 bytes at `blk` (caller contract); the rest is register-only.
+    unsafe {
+        let sm = super::avx2_k::k4_scales_mins(blk.add(4));
+        let f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm));
+        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(blk.cast::<i32>().read_unaligned()));
+        let d = _mm512_broadcastss_ps(dd);
+        let dmin = _mm512_broadcastss_ps(_mm_movehdup_ps(dd));
+        let lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        let hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+        let s = _mm512_mul_ps(d, _mm512_permutexvar_ps(lo, f));
+        let m = _mm512_mul_ps(dmin, _mm512_permutexvar_ps(hi, f));
+        (s, _mm512_sub_ps(_mm512_setzero_ps(), m))
+    }
+}
+
+/// Q4_K / Q5_K nibbles of unit `u`: the 32 bytes at `qs + 32 (u / 2)`, low nibbles for even
+/// `u`, high for odd.
+///
+/// # Safety
+///
+/// 32 readable bytes there; AVX-512 F available.
+#[inline(always)]
+unsafe fn k4_nibbles(qs: *const u8, u: usize) -> [__m512; 2] {
+    // SAFETY: in bounds (caller contract).
+    unsafe {
+        let p = qs.add(32 * (u / 2));
+        let (a, b) = (bytes16(p), bytes16(p.add(16)));
+        if u % 2 == 0 {
+            [lut(a, iota()), lut(b, iota())]
+        } else {
+            [
+                _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(a)),
+                _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(b)),
+            ]
+        }
+    }
+}
+
+impl W512 for Q4KW {
+    const BYTES: usize = quant::q4_k::BYTES;
+    const MIN: bool = true;
+    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q4_k;
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, _n: usize) -> (__m512, __m512) {
+        // SAFETY: super-block `g` is in bounds (caller contract).
+        unsafe { k4_scales(row.add(g * Self::BYTES)) }
+    }
+
+    #[inline(always)]
+    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
+        // SAFETY: super-block `b / 8` is in bounds (caller contract).
+        unsafe { k4_nibbles(row.add(b / 8 * Self::BYTES + 16), b % 8) }
+    }
+}
+
+impl W512 for Q5KW {
+    const BYTES: usize = quant::q5_k::BYTES;
+    const MIN: bool = true;
+    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q5_k;
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, _n: usize) -> (__m512, __m512) {
+        // SAFETY: super-block `g` is in bounds (caller contract).
+        unsafe { k4_scales(row.add(g * Self::BYTES)) }
+    }
+
+    #[inline(always)]
+    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
+        // SAFETY: super-block `b / 8` is in bounds (caller contract); unit `u` takes bit `u`
+        // of the 32 bytes at 16 as its fifth bit.
+        unsafe {
+            let (sb, u) = (b / 8, b % 8);
+            let blk = row.add(sb * Self::BYTES);
+            let q = k4_nibbles(blk.add(48), u);
+            let qh = _mm256_loadu_si256(blk.add(16).cast());
+            let m = _mm256_test_epi8_mask(qh, _mm256_set1_epi8((1u8 << u) as i8));
+            [add16(q[0], m as u16), add16(q[1], (m >> 16) as u16)]
+        }
+    }
+}
+
+impl W512 for Q6KW {
+    const BYTES: usize = quant::q6_k::BYTES;
+    const HALF_SCALES: bool = true;
+    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q6_k;
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, _n: usize) -> (__m512, __m512) {
+        // SAFETY: super-block `g` is in bounds (caller contract): 16 i8 scales at 192, `d` at
+        // 208.
+        unsafe {
+            let blk = row.add(g * Self::BYTES);
+            let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(192).cast())));
+            let d = _mm512_set1_ps(super::f16_at(blk.add(208)));
+            (_mm512_mul_ps(d, sc), _mm512_setzero_ps())
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
+        // SAFETY: super-block `b / 8` is in bounds (caller contract). Unit u = 4 h + g:
+        // nibble g / 2 of ql[64 h + 32 (g % 2) ..], bits 2 g of qh[32 h ..], minus 32.
+        unsafe {
+            let (sb, u) = (b / 8, b % 8);
+            let blk = row.add(sb * Self::BYTES);
+            let (h, g) = (u / 4, u % 4);
+            let l = _mm256_loadu_si256(blk.add(64 * h + 32 * (g % 2)).cast());
+            let l = if g < 2 { l } else { _mm256_srli_epi16::<4>(l) };
+            let qh = _mm256_loadu_si256(blk.add(128 + 32 * h).cast());
+            let hb = _mm256_and_si256(
+                _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32)),
+                _mm256_set1_epi8(3),
+            );
+            let q = _mm256_or_si256(
+                _mm256_and_si256(l, _mm256_set1_epi8(0x0F)),
+                _mm256_slli_epi16::<4>(hb),
+            );
+            let q = _mm256_sub_epi8(q, _mm256_set1_epi8(32));
+            [sbytes_f32(_mm256_castsi256_si128(q)), sbytes_f32(_mm256_extracti128_si256::<1>(q))]
+        }
+    }
+}
+
+/// Per 128-bit quarter: `[a0 + a2, b0 + b2, a1 + a3, b1 + b3]`.
+#[inline(always)]
+unsafe fn pair(a: __m512, b: __m512) -> __m512 {
+    // SAFETY: register-only AVX-512 F.
+    unsafe { _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b)) }
+}
+
+/// Per 128-bit quarter: `[a0 + a2, a1 + a3, b0 + b2, b1 + b3]` (64-bit halves added as f32).
+#[inline(always)]
+unsafe fn quad(a: __m512, b: __m512) -> __m512 {
+    // SAFETY: register-only AVX-512 F.
+    unsafe {
+        let (a, b) = (_mm512_castps_pd(a), _mm512_castps_pd(b));
+        _mm512_add_ps(
+            _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)),
+        )
+    }
+}
+
+/// Quarters `[a0 + a1, a2 + a3, b0 + b1, b2 + b3]`.
+#[inline(always)]
+unsafe fn halves(a: __m512, b: __m512) -> __m512 {
+    // SAFETY: register-only AVX-512 F.
+    unsafe {
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
+        )
+    }
+}
+
+/// The sums of the `k` activations at `x` over each run of 16, 16 runs per group of 256
+/// (the last group zero-padded), into `out[0 .. 16 · ceil(k / 256)]`. Each run's sum is a
+/// fixed tree: within each 128-bit quarter `(x0 + x2) + (x1 + x3)`, then the quarters
+/// `(Q0 + Q1) + (Q2 + Q3)`.
+///
+/// # Safety
+///
+/// `x` holds `k` floats (`k % 16 == 0`), `out` `16 · ceil(k / 256)`; AVX-512 F available.
+#[inline(always)]
+unsafe fn half_sums(x: *const f32, k: usize, out: *mut f32) {
+    // SAFETY: loads stay below `k` (masked past it), stores below `16 · ceil(k / 256)`.
+    unsafe {
+        let runs = k / 16;
+        let mut g = 0;
+        while 16 * g < runs {
+            let mut v = [_mm512_setzero_ps(); 16];
+            for (j, v) in v.iter_mut().enumerate() {
+                let run = 16 * g + j;
+                if run < runs {
+                    *v = _mm512_loadu_ps(x.add(16 * run));
+                }
+            }
+            let mut w = [_mm512_setzero_ps(); 4];
+            for (i, w) in w.iter_mut().enumerate() {
+                let a = pair(v[4 * i], v[4 * i + 1]);
+                let b = pair(v[4 * i + 2], v[4 * i + 3]);
+                *w = quad(a, b);
+            }
+            let a = halves(w[0], w[1]);
+            let b = halves(w[2], w[3]);
+            _mm512_storeu_ps(out.add(16 * g), halves(a, b));
+            g += 1;
+        }
+    }
+}
+
+/// Unit `b` (the `u`-th of its group, scales `s`) of `R` weight rows into the accumulators of
+/// `N` activation rows.
+///
+/// # Safety
+///
+/// As [`tile`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn unit<W: W512, const R: usize, const N: usize>(
+    acc: &mut [[__m512; N]; R],
+    s: &[[f32; 16]; R],
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    x: *const f32,
+    b: usize,
+    u: usize,
+) {
+    // SAFETY: unit `b` of each row and activations `32 b .. 32 b + 32` of each activation
+    // row are in bounds (caller contract).
+    unsafe {
+        let mut xv = [[_mm512_setzero_ps(); 2]; N];
+        for t in 0..N {
+            let p = x.add(t * k + 32 * b);
+            xv[t] = [_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))];
+        }
+        for r in 0..R {
+            let q = W::values(w.add(r * rb), b);
+            if W::HALF_SCALES {
+                let (s0, s1) = (_mm512_set1_ps(s[r][2 * u]), _mm512_set1_ps(s[r][2 * u + 1]));
+                for t in 0..N {
+                    let a = _mm512_fmadd_ps(_mm512_mul_ps(q[0], xv[t][0]), s0, acc[r][t]);
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(q[1], xv[t][1]), s1, a);
+                }
+            } else {
+                let s0 = _mm512_set1_ps(s[r][2 * u]);
+                for t in 0..N {
+                    let p = _mm512_mul_ps(q[0], xv[t][0]);
+                    let p = _mm512_fmadd_ps(q[1], xv[t][1], p);
+                    acc[r][t] = _mm512_fmadd_ps(p, s0, acc[r][t]);
+                }
+            }
+        }
+    }
+}
+
+/// One `R × N` tile over all of K: `y[t * ldy + r] = W[r] · x[t]` in the order of the module
+/// docs; `xh` holds the run sums of the `N` activation rows, `hk` apart.
+///
+/// # Safety
+///
+/// `w` points to `R` rows of `rb` bytes holding `k` elements, `x` to `N` rows of `k` floats,
+/// `xh` (types with a min) to `N` rows of `16 · ceil(k / 256)` sums; every `y[t * ldy + r]` is
+/// writable; the AVX-512 tier's features are available.
+#[inline(always)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn tile<W: W512, const R: usize, const N: usize>(
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    x: *const f32,
+    xh: *const f32,
+    hk: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: every access stays inside the rows of the caller contract: units below
+    // `k / 32`, activations below `k`, run sums below `hk`.
+    unsafe {
+        let zero = _mm512_setzero_ps();
+        let mut acc = [[zero; N]; R];
+        let mut accm = [[zero; N]; R];
+        let nu = k / 32;
+        // Software prefetch of the weights that follow this tile, spread over its groups
+        // (short rows defeat the hardware's stream detection).
+        let span = R * rb;
+        let per_group = span.div_ceil(nu.div_ceil(8).max(1)).next_multiple_of(64);
+        let ahead = w.wrapping_add(span + PF_LEAD);
+        let mut g = 0;
+        while 8 * g < nu {
+            let n = (nu - 8 * g).min(8);
+            let mut off = g * per_group;
+            while off < ((g + 1) * per_group).min(span) {
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off).cast());
+                off += 64;
+            }
+            let mut s = [zero; R];
+            let mut m = [zero; R];
+            let mut sa = [[0f32; 16]; R];
+            for r in 0..R {
+                (s[r], m[r]) = W::scales(w.add(r * rb), g, n);
+                _mm512_storeu_ps(sa[r].as_mut_ptr(), s[r]);
+            }
+            if n == 8 {
+                macro_rules! units {
+                    ($($u:literal)*) => {
+                        $(unit::<W, R, N>(&mut acc, &sa, w, rb, k, x, 8 * g + $u, $u);)*
+                    };
+                }
+                units!(0 1 2 3 4 5 6 7);
+            } else {
+                for u in 0..n {
+                    unit::<W, R, N>(&mut acc, &sa, w, rb, k, x, 8 * g + u, u);
+                }
+            }
+            if W::MIN {
+                for t in 0..N {
+                    let xs = _mm512_loadu_ps(xh.add(t * hk + 16 * g));
+                    for r in 0..R {
+                        accm[r][t] = _mm512_fmadd_ps(m[r], xs, accm[r][t]);
+                    }
+                }
+            }
+            g += 1;
+        }
+        for r in 0..R {
+            for t in 0..N {
+                let a = if W::MIN { _mm512_add_ps(acc[r][t], accm[r][t]) } else { acc[r][t] };
+                *y.add(t * ldy + r) = _mm512_reduce_add_ps(a);
+            }
+        }
+    }
+}
+
+/// Weight rows `0..rows` against the `N` activation rows at `x`, `R` rows at a time, then
+/// the rest one by one (the same per-output arithmetic).
+///
+/// # Safety
+///
+/// As [`tile`] for `rows` weight rows.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_of<W: W512, const R: usize, const N: usize>(
+    w: *const u8,
+    rb: usize,
+    rows: usize,
+    k: usize,
+    x: *const f32,
+    xh: *const f32,
+    hk: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: each tile covers rows `r .. r + R <= rows` (caller contract).
+    unsafe {
+        let mut r = 0;
+        while r + R <= rows {
+            tile::<W, R, N>(w.add(r * rb), rb, k, x, xh, hk, y.add(r), ldy);
+            r += R;
+        }
+        while r < rows {
+            tile::<W, 1, N>(w.add(r * rb), rb, k, x, xh, hk, y.add(r), ldy);
+            r += 1;
+        }
+    }
+}
+
+/// The whole block of rows: 4-row tiles for one activation row (GEMV), 2 weight rows × 4
+/// activation rows otherwise (activation rows in batches whose run sums fit [`XH_CAP`]).
+///
+/// # Safety
+///
+/// As [`super::super::MatmulF32Fn`]; the AVX-512 tier's features are available.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn matmul<W: W512>(
+    w: *const u8,
+    rb: usize,
+    rows: usize,
+    k: usize,
+    x: *const f32,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    let hk = k.div_ceil(256) * 16;
+    if W::MIN && hk > XH_CAP {
+        // SAFETY: forwarded caller contract; AVX2, FMA and F16C are part of the tier.
+        return unsafe { (W::FALLBACK)(w, rb, rows, k, x, n, y, ldy) };
+    }
+    let mut xh = core::mem::MaybeUninit::<[f32; XH_CAP]>::uninit();
+    let batch = if W::MIN { (XH_CAP / hk.max(1)).min(n) } else { n };
+    let mut t0 = 0;
+    while t0 < n {
+        let tn = batch.min(n - t0);
+        // SAFETY: activation rows `t0 .. t0 + tn <= n` and their outputs (caller contract);
+        // `xh` holds `tn · hk <= XH_CAP` sums.
+        unsafe {
+            let xt = x.add(t0 * k);
+            let yt = y.add(t0 * ldy);
+            if W::MIN {
+                for t in 0..tn {
+                    half_sums(xt.add(t * k), k, xh.as_mut_ptr().cast::<f32>().add(t * hk));
+                }
+            }
+            // Read only where `half_sums` wrote (types with a min) or not at all.
+            let xh = xh.as_ptr().cast::<f32>();
+            if tn == 1 {
+                rows_of::<W, 4, 1>(w, rb, rows, k, xt, xh, hk, yt, ldy);
+            } else {
+                let mut t = 0;
+                while t + 4 <= tn {
+                    let (xs, ys, hs) = (xt.add(t * k), yt.add(t * ldy), xh.add(t * hk));
+                    rows_of::<W, 2, 4>(w, rb, rows, k, xs, hs, hk, ys, ldy);
+                    t += 4;
+                }
+                let (xs, ys, hs) = (xt.add(t * k), yt.add(t * ldy), xh.add(t * hk));
+                match tn - t {
+                    3 => rows_of::<W, 2, 3>(w, rb, rows, k, xs, hs, hk, ys, ldy),
+                    2 => rows_of::<W, 2, 2>(w, rb, rows, k, xs, hs, hk, ys, ldy),
+                    1 => rows_of::<W, 2, 1>(w, rb, rows, k, xs, hs, hk, ys, ldy),
+                    _ => {}
+                }
+            }
+        }
+        t0 += tn;
+    }
+}
+
+macro_rules! entry {
+    ($name:ident, $w:ty) => {
+        /// AVX-512 table entry (see [`super::super::MatmulF32Fn`]).
+        ///
+        /// # Safety
+        ///
+        /// As [`super::super::MatmulF32Fn`]; the CPU has the AVX-512 tier's features
+        /// (AVX-512 F/BW/VL on top of AVX2, FMA and F16C).
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        #[allow(clippy::too_many_arguments)]
+        pub(super) unsafe fn $name(
+            w: *const u8,
+            rb: usize,
+            rows: usize,
+            k: usize,
+            x: *const f32,
+            n: usize,
+            y: *mut f32,
+            ldy: usize,
+        ) {
+            // SAFETY: forwarded caller contract; the features are enabled here.
+            unsafe { matmul::<$w>(w, rb, rows, k, x, n, y, ldy) }
+        }
+    };
+}
+
+entry!(avx512_q8_0_f32, Q8_0W);
+entry!(avx512_q4_0_f32, Q4_0W);
+entry!(avx512_q4_1_f32, Q4_1W);
+entry!(avx512_q5_0_f32, Q5_0W);
+entry!(avx512_q5_1_f32, Q5_1W);
+entry!(avx512_iq4_nl_f32, Iq4NlW);
+entry!(avx512_q4_k_f32, Q4KW);
+entry!(avx512_q5_k_f32, Q5KW);
+entry!(avx512_q6_k_f32, Q6KW);
