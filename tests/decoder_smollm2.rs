@@ -47,8 +47,9 @@ fn gguf_q4_1_f32_activations_match_transformers() {
 /// the kernels reproduce exactly (their int8 products match a float64 dot with the ideally
 /// quantized input to ~1e-7). Over 30 layers that moves the logits by 0.1-0.35 on average and
 /// 0.86 at most (measured), so the bound here is 1.0, not the 0.5 the issue guessed; even with
-/// only the gate/up products in int8 the maximum is 0.56. The one argmax that differs is at
-/// decode step 11, where the reference's top three logits lie within 0.053 of each other.
+/// only the gate/up products in int8 the maximum is 0.56. Decode step 11 is borderline (the
+/// reference's top three logits lie within 0.053 of each other): it missed with the per-head
+/// attention and matches with the tiled one, so at least 16 of 17 must agree.
 #[test]
 fn gguf_q4_1_int8_activations_stay_close() {
     let path = smollm2_gguf();

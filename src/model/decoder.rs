@@ -1150,14 +1150,14 @@ impl<'a> DecoderLM<'a> {
                     let part = groups * hd;
                     let per = part + 2 * groups + flash::scratch_floats(groups, hd, f16);
                     let items = |range: Range<usize>| {
-                        let sc = sc;
+                        let partials = sc;
                         for i in range {
                             let (g, s) = (i / segs, seg0 + i % segs);
                             // SAFETY: item `i` owns `scores[i * per ..][..per]` (partial
                             // output, `ml`, kernel scratch); chunks hold disjoint items; `q`
                             // and the cache are only read; keys below `p0 + 1`.
                             unsafe {
-                                let base = sc.0.add(i * per);
+                                let base = partials.0.add(i * per);
                                 let b = flash::Block {
                                     q: q.as_ptr().add(g * part),
                                     out: base,
