@@ -3,7 +3,9 @@
 //! 32-element types; `avx2_k.rs`: int8 activations for the K-quants on 256-bit registers and
 //! the K-quant row loop of every tier), and the tiers built on AVX2's table: AVX-VNNI
 //! (`avx2_q8.rs` / `avx2_k.rs` with [`VexOps`]) and AVX-512 (`avx512_q8.rs`: the 32-element
-//! types on 512-bit `vpdpbusd`; `avx512_k.rs`: the K-quants on 512-bit `vpdpwssd`);
+//! types on 512-bit `vpdpbusd`; `avx512_k.rs`: the K-quants on 512-bit `vpdpwssd`;
+//! `avx512_f32.rs`: f32 activations for the quantized types but Q2_K/Q3_K, 16 lanes, block
+//! scales factored out of the inner sums);
 //! `attention.rs`: the AVX2 loops of [`crate::ops::attention_head`].
 //!
 //! Compiled only where SSE2 is a target feature (not on the soft-float
