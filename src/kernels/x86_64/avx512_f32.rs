@@ -1,11 +1,11 @@
-//! AVX-512 matmul with f32 activations for the quantized weight types (Q4_K, Q5_K, Q6_K,
-//! Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL; Q2_K, Q3_K and f32/f16/bf16 keep AVX2's bodies).
+//! AVX-512 matmul with f32 activations for the quantized weight types (Q2_K..Q6_K, Q8_0,
+//! Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL; f32/f16/bf16 keep AVX2's bodies).
 //!
 //! A row is read in units of 32 elements (a block, or a sub-block of a K-quant super-block)
 //! and groups of 8 units (a super-block, or 8 blocks). The weights of a unit are
 //! `w_i = s_h · q_i + m_h` with `q_i` small integers, `s_h` the scale of the unit's half `h`
-//! (16 elements; both halves share it except in Q6_K) and `m_h` an offset (the types with a
-//! min: Q4_1, Q5_1, Q4_K, Q5_K), so the scales are factored out of the inner sums:
+//! (16 elements; both halves share it except in Q2_K, Q3_K, Q6_K) and `m_h` an offset (the
+//! types with a min: Q4_1, Q5_1, Q2_K, Q4_K, Q5_K), so the scales are factored out of the inner sums:
 //!
 //! `y = Σ_units [s · (q[0..16] ⊙ x[0..16] + q[16..32] ⊙ x[16..32])] + Σ_groups m ⊙ X`
 //!
@@ -14,13 +14,18 @@
 //!
 //! The arithmetic order of one output, whatever the tile: a 16-lane accumulator `acc` and
 //! (types with a min) `accm`, both zero; for each group, for each unit in order:
-//! `p = q_lo · x_lo` (rounded), `p = fma(q_hi, x_hi, p)`, `acc = fma(p, s, acc)` (Q6_K:
+//! `p = q_lo · x_lo` (rounded), `p = fma(q_hi, x_hi, p)`, `acc = fma(p, s, acc)` (Q2_K, Q3_K, Q6_K:
 //! `acc = fma(q_lo · x_lo, s_lo, acc)` then `acc = fma(q_hi · x_hi, s_hi, acc)`); after the
 //! group's units `accm = fma(m, X, accm)` (lane `2u + h` holding unit `u`'s half `h`); the
 //! result is `_mm512_reduce_add_ps(acc + accm)`. `q` is exact in f32, `s`, `m` and `X` do not
 //! depend on the tile, so GEMV and every GEMM tile give the same bits for an output, for
 //! every schedule and thread count. The result differs from the scalar oracle (which
 //! dequantizes, then accumulates by 8 lanes) by rounding only.
+//!
+//! The GEMV runs 4 weight rows per activation load; prefill tiles are 2 weight rows × 4
+//! activation rows. Each tile prefetches (`prefetcht0`) the weights of the tile after it,
+//! [`PF_LEAD`] bytes further on: SmolLM2's rows are 400–900 bytes, too short for the hardware
+//! stream prefetchers (Q4_K_M decode 79 → 150 tok/s on a Zen 5 with it).
 //!
 //! Rows whose `k / 16` run sums do not fit the stack buffer ([`XH_CAP`]) go through AVX2's
 //! body (a function of `k` only, so GEMV and GEMM still agree).
@@ -35,6 +40,9 @@ const XH_CAP: usize = 4096;
 
 /// How far past the next tile the weights are prefetched, in bytes.
 const PF_LEAD: usize = 4096;
+
+/// Bytes between two prefetches.
+const PF_STEP: usize = 64;
 
 /// A quantized weight encoding, read by units of 32 elements in groups of 8.
 trait W512 {
@@ -79,6 +87,29 @@ unsafe fn iota() -> __m512 {
 unsafe fn bytes16(p: *const u8) -> __m512i {
     // SAFETY: 16 bytes readable (caller contract).
     unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast())) }
+}
+
+/// As [`bytes16`] by `vpshufb` of a broadcast load (faster where two units read the same
+/// bytes: Q4_K / Q5_K).
+///
+/// # Safety
+///
+/// 16 readable bytes; AVX-512 F/BW available.
+#[inline(always)]
+unsafe fn bytes16_shuf(p: *const u8) -> __m512i {
+    // SAFETY: 16 bytes readable (caller contract).
+    unsafe {
+        // Dword lane 4 q + i gets byte 4 q + i of the broadcast 16 (`vpshufb` within each
+        // 128-bit quarter `q`), zero above.
+        let z = -128i8;
+        let idx = _mm512_set_epi8(
+            z, z, z, 15, z, z, z, 14, z, z, z, 13, z, z, z, 12, //
+            z, z, z, 11, z, z, z, 10, z, z, z, 9, z, z, z, 8, //
+            z, z, z, 7, z, z, z, 6, z, z, z, 5, z, z, z, 4, //
+            z, z, z, 3, z, z, z, 2, z, z, z, 1, z, z, z, 0,
+        );
+        _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(p.cast())), idx)
+    }
 }
 
 /// 16 i8 as f32 lanes.
@@ -378,7 +409,7 @@ unsafe fn k4_nibbles(qs: *const u8, u: usize) -> [__m512; 2] {
     // SAFETY: in bounds (caller contract).
     unsafe {
         let p = qs.add(32 * (u / 2));
-        let (a, b) = (bytes16(p), bytes16(p.add(16)));
+        let (a, b) = (bytes16_shuf(p), bytes16_shuf(p.add(16)));
         if u % 2 == 0 {
             [lut(a, iota()), lut(b, iota())]
         } else {
@@ -472,6 +503,102 @@ impl W512 for Q6KW {
             );
             let q = _mm256_sub_epi8(q, _mm256_set1_epi8(32));
             [sbytes_f32(_mm256_castsi256_si128(q)), sbytes_f32(_mm256_extracti128_si256::<1>(q))]
+        }
+    }
+}
+
+struct Q2KW;
+struct Q3KW;
+
+/// The 2-bit values of unit `u` of a Q2_K / Q3_K super-block's 64 bytes at `qs` (bits
+/// `2 (u % 4)` of bytes `32 (u / 4) ..`) looked up in `tbl` (indexed by those two bits and
+/// the two above them, which the table ignores).
+///
+/// # Safety
+///
+/// 64 readable bytes at `qs`; AVX-512 F available.
+#[inline(always)]
+unsafe fn q2_values(qs: *const u8, u: usize, tbl: __m512) -> [__m512; 2] {
+    // SAFETY: 32 bytes at `qs + 32 (u / 4)` (caller contract).
+    unsafe {
+        let p = qs.add(32 * (u / 4));
+        let sh = _mm_cvtsi32_si128(2 * (u % 4) as i32);
+        let f = |v: __m512i| lut(_mm512_srl_epi32(v, sh), tbl);
+        [f(bytes16(p)), f(bytes16(p.add(16)))]
+    }
+}
+
+/// `[i & 3 - bias for i in 0..16]` as f32.
+#[inline(always)]
+unsafe fn two_bits(bias: f32) -> __m512 {
+    // SAFETY: register-only AVX-512 F.
+    unsafe {
+        let i = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+        _mm512_sub_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(bias))
+    }
+}
+
+impl W512 for Q2KW {
+    const BYTES: usize = quant::q2_k::BYTES;
+    const HALF_SCALES: bool = true;
+    const MIN: bool = true;
+    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q2_k;
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, _n: usize) -> (__m512, __m512) {
+        // SAFETY: super-block `g` is in bounds (caller contract): 16 scale bytes at 0 (low
+        // nibble scale, high nibble min of sub-block j), `d`, `dmin` at 80, 82.
+        unsafe {
+            let blk = row.add(g * Self::BYTES);
+            let sm = bytes16(blk);
+            let sc = _mm512_cvtepi32_ps(_mm512_and_si512(sm, _mm512_set1_epi32(15)));
+            let mn = _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(sm));
+            let d = _mm512_set1_ps(super::f16_at(blk.add(80)));
+            let dmin = _mm512_set1_ps(super::f16_at(blk.add(82)));
+            (_mm512_mul_ps(d, sc), _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dmin, mn)))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
+        // SAFETY: super-block `b / 8` is in bounds (caller contract).
+        unsafe { q2_values(row.add(b / 8 * Self::BYTES + 16), b % 8, two_bits(0.0)) }
+    }
+}
+
+impl W512 for Q3KW {
+    const BYTES: usize = quant::q3_k::BYTES;
+    const HALF_SCALES: bool = true;
+    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q3_k;
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, _n: usize) -> (__m512, __m512) {
+        // SAFETY: super-block `g` is in bounds (caller contract): packed scales at 96..108,
+        // `d` at 108.
+        unsafe {
+            let blk = row.add(g * Self::BYTES);
+            let sc = quant::q3_k::scales_q3(core::slice::from_raw_parts(blk.add(96), 12));
+            let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc.as_ptr().cast())));
+            let d = _mm512_set1_ps(super::f16_at(blk.add(108)));
+            (_mm512_mul_ps(d, sc), _mm512_setzero_ps())
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
+        // SAFETY: super-block `b / 8` is in bounds (caller contract). Value
+        // `low + 4 high - 4`, `high` bit `u` of the 32 bytes at 0.
+        unsafe {
+            let (sb, u) = (b / 8, b % 8);
+            let blk = row.add(sb * Self::BYTES);
+            let q = q2_values(blk.add(32), u, two_bits(4.0));
+            let hm = _mm256_loadu_si256(blk.cast());
+            let m = _mm256_test_epi8_mask(hm, _mm256_set1_epi8((1u8 << u) as i8));
+            let four = _mm512_set1_ps(4.0);
+            [
+                _mm512_mask_add_ps(q[0], m as u16, q[0], four),
+                _mm512_mask_add_ps(q[1], (m >> 16) as u16, q[1], four),
+            ]
         }
     }
 }
@@ -628,7 +755,7 @@ unsafe fn tile<W: W512, const R: usize, const N: usize>(
             let mut off = g * per_group;
             while off < ((g + 1) * per_group).min(span) {
                 _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off).cast());
-                off += 64;
+                off += PF_STEP;
             }
             let mut s = [zero; R];
             let mut m = [zero; R];
@@ -798,3 +925,5 @@ entry!(avx512_iq4_nl_f32, Iq4NlW);
 entry!(avx512_q4_k_f32, Q4KW);
 entry!(avx512_q5_k_f32, Q5KW);
 entry!(avx512_q6_k_f32, Q6KW);
+entry!(avx512_q2_k_f32, Q2KW);
+entry!(avx512_q3_k_f32, Q3KW);

@@ -3,7 +3,9 @@
 //! 32-element types; `avx2_k.rs`: int8 activations for the K-quants on 256-bit registers and
 //! the K-quant row loop of every tier), and the tiers built on AVX2's table: AVX-VNNI
 //! (`avx2_q8.rs` / `avx2_k.rs` with [`VexOps`]) and AVX-512 (`avx512_q8.rs`: the 32-element
-//! types on 512-bit `vpdpbusd`; `avx512_k.rs`: the K-quants on 512-bit `vpdpwssd`);
+//! types on 512-bit `vpdpbusd`; `avx512_k.rs`: the K-quants on 512-bit `vpdpwssd`;
+//! `avx512_f32.rs`: f32 activations for every quantized type, 16 lanes, block
+//! scales factored out of the inner sums);
 //! `attention.rs`: the AVX2 loops of [`crate::ops::attention_head`] and the lanes of the
 //! grouped, tiled attention (`flash.rs`) for the AVX2 and AVX-512 tables.
 //!
@@ -84,6 +86,8 @@ pub(crate) const AVX512: Kernels = AVX2
     .with_f32(DType::Q4_K, avx512_f32::avx512_q4_k_f32)
     .with_f32(DType::Q5_K, avx512_f32::avx512_q5_k_f32)
     .with_f32(DType::Q6_K, avx512_f32::avx512_q6_k_f32)
+    .with_f32(DType::Q2_K, avx512_f32::avx512_q2_k_f32)
+    .with_f32(DType::Q3_K, avx512_f32::avx512_q3_k_f32)
     .with_q8(DType::Q8_0, avx512_q8::avx512_q8_0_q8)
     .with_q8(DType::Q4_0, avx512_q8::avx512_q4_0_q8)
     .with_q8(DType::Q4_1, avx512_q8::avx512_q4_1_q8)
