@@ -167,32 +167,6 @@ typedef uint32_t RmlActivations;
 #endif // __cplusplus
 
 /**
- * Element type of the KV cache (the values of `RmlDecoderOptions::kv_cache`).
- */
-enum RmlKvCache
-#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
-  : uint32_t
-#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
- {
-    /**
-     * 4-byte floats (exact; the default).
-     */
-    RML_KV_CACHE_F32 = 0,
-    /**
-     * IEEE half precision (2 bytes; values rounded to nearest even when stored): half the
-     * cache memory and half the bytes attention reads per token.
-     */
-    RML_KV_CACHE_F16 = 1,
-};
-#ifndef __cplusplus
-#if __STDC_VERSION__ >= 202311L
-typedef enum RmlKvCache RmlKvCache;
-#else
-typedef uint32_t RmlKvCache;
-#endif // __STDC_VERSION__ >= 202311L
-#endif // __cplusplus
-
-/**
  * How weights are kept in memory (the values of `RmlDecoderOptions::weight_format`).
  */
 enum RmlWeightFormat
