@@ -192,6 +192,32 @@ typedef uint32_t RmlWeightFormat;
 #endif // __cplusplus
 
 /**
+ * Element type of the KV cache (the values of `RmlDecoderOptions::kv_cache`).
+ */
+enum RmlKvCache
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+    /**
+     * 4-byte floats (exact; the default).
+     */
+    RML_KV_CACHE_F32 = 0,
+    /**
+     * IEEE half precision (2 bytes; values rounded to nearest even when stored): half the
+     * cache memory and half the bytes attention reads per token.
+     */
+    RML_KV_CACHE_F16 = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RmlKvCache RmlKvCache;
+#else
+typedef uint32_t RmlKvCache;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * A model family: everything the decoder and the config readers need to know about it.
  */
 typedef struct ArchSpec ArchSpec;
