@@ -21,7 +21,7 @@ use super::avx2_k::{
     self, k4_scales_mins, q3_scales16, scales, KBlock, KDot, Q2K, Q3K, Q4K, Q5K, Q6K,
 };
 use super::avx512_q8::quad;
-use super::{dpwssd512, opaque512, prefetch_ahead, PREFETCH_AHEAD};
+use super::{dpwssd512, opaque512, prefetch_ahead, PREFETCH_AHEAD, PREFETCH_MIN_BYTES};
 use crate::quant::{Q8Acts, QK_K};
 
 /// Word `i` of a `vpermw` index that spreads the scales `s[i / 8]` over 8 i16 lanes each.
@@ -727,6 +727,7 @@ unsafe fn gemv_rows<K: K512, const R: usize>(
     rb: usize,
     xq: &Q8Acts<'_>,
     y: *mut f32,
+    prefetch: bool,
 ) {
     let nb = xq.nb();
     let (qs, d, sums) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.sum().as_ptr());
@@ -735,13 +736,16 @@ unsafe fn gemv_rows<K: K512, const R: usize>(
     unsafe {
         let mut acc = [_mm256_setzero_ps(); 8];
         // Prefetch distance: whole super-blocks, at most one row (then the next group's).
-        let ahead = PREFETCH_AHEAD.div_ceil(K::BYTES).min(nb) * K::BYTES;
+        // (none for matrices under PREFETCH_MIN_BYTES).
+        let ahead = if prefetch { PREFETCH_AHEAD.div_ceil(K::BYTES).min(nb) * K::BYTES } else { 0 };
         for b in 0..nb {
             let x = qs.add(b * QK_K);
             let bs = sums.add(b * 16);
             let mut v = [_mm512_setzero_si512(); 8];
-            for i in 0..R {
-                prefetch_ahead(w, rb, i, R, b * K::BYTES, ahead, nb * K::BYTES, K::BYTES);
+            if ahead != 0 {
+                for i in 0..R {
+                    prefetch_ahead(w, rb, i, R, b * K::BYTES, ahead, nb * K::BYTES, K::BYTES);
+                }
             }
             let blk = |i: usize| w.add(i * rb + b * K::BYTES);
             // Four rows at a time, unrolled (constant row indices keep the scale vectors and
@@ -829,14 +833,15 @@ unsafe fn matmul_512<K: K512>(
         // joint reduction) or 8 rows (no mins); the remaining rows by the shared row loop.
         let g = if K::MINS { 4 } else { 8 };
         let full = rows / g * g;
+        let prefetch = rows * rb >= PREFETCH_MIN_BYTES;
         let mut r = 0;
         while r < full {
             // SAFETY: rows `r .. r + g <= rows` and their outputs (caller contract).
             unsafe {
                 if K::MINS {
-                    gemv_rows::<K, 4>(w.add(r * rb), rb, xq, y.add(r));
+                    gemv_rows::<K, 4>(w.add(r * rb), rb, xq, y.add(r), prefetch);
                 } else {
-                    gemv_rows::<K, 8>(w.add(r * rb), rb, xq, y.add(r));
+                    gemv_rows::<K, 8>(w.add(r * rb), rb, xq, y.add(r), prefetch);
                 }
             }
             r += g;

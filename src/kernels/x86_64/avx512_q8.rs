@@ -21,7 +21,7 @@
 use core::arch::x86_64::*;
 
 use super::avx2_q8::{self, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
-use super::{hsum_ps, opaque512, prefetch_ahead, VexOps, PREFETCH_AHEAD};
+use super::{hsum_ps, opaque512, prefetch_ahead, VexOps, PREFETCH_AHEAD, PREFETCH_MIN_BYTES};
 use crate::quant::{Q8Acts, QK};
 
 /// A 32-element block as seen by the AVX-512 tile ([`tile`]), on top of its [`QBlock`]
@@ -405,6 +405,8 @@ unsafe fn reduce2(a: [__m512i; 4], b: [__m512i; 4]) -> __m512i {
 #[derive(Clone, Copy)]
 struct TileX {
     nb: usize,
+    /// Whether the GEMV prefetches weight rows ahead ([`PREFETCH_MIN_BYTES`]).
+    prefetch: bool,
     qs: *const i8,
     d: *const f32,
     s: *const f32,
@@ -571,7 +573,7 @@ unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
         let g = 8 * Q::BYTES;
         let ahead = PREFETCH_AHEAD.div_ceil(g).min(x.nb / 8) * g;
         while b + 8 <= x.nb {
-            if N == 1 && ahead != 0 {
+            if N == 1 && ahead != 0 && x.prefetch {
                 for i in 0..R {
                     prefetch_ahead(w, rb, i, R, b * Q::BYTES, ahead, x.nb * Q::BYTES, g);
                 }
@@ -625,8 +627,16 @@ unsafe fn matmul_512<Q: VBlock>(
         let o = t * nb;
         // SAFETY: activation rows `t .. t + step <= n <= xq.n()` start at block `o`; the
         // pointers below stay inside `xq`'s arrays (offsets of whole rows).
-        let x =
-            unsafe { TileX { nb, qs: qs.add(o * QK), d: d.add(o), s: s.add(o), sum: sum.add(o) } };
+        let x = unsafe {
+            TileX {
+                nb,
+                prefetch: rows * rb >= PREFETCH_MIN_BYTES,
+                qs: qs.add(o * QK),
+                d: d.add(o),
+                s: s.add(o),
+                sum: sum.add(o),
+            }
+        };
         let mut r = 0;
         while r < rows {
             // SAFETY: rows `r ..` of `nb` blocks inside the block, outputs `y[(t + i) * ldy +

@@ -171,6 +171,13 @@ unsafe fn dpwssd512(mut acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
 /// L2-resident matrices lose a few percent to the extra instructions.
 pub(super) const PREFETCH_AHEAD: usize = 2560;
 
+/// The smallest matrix (bytes) whose GEMV prefetches ahead ([`PREFETCH_AHEAD`]). A model's
+/// per-layer matrices (SmolLM2's 0.1-0.6 MB) decoded one after the other lost 10-20% of int8
+/// decode speed to the prefetches on AMD Zen 5 (interleaved runs of the binaries with and
+/// without), while matrices of several MB (an output head, the 8192 × 8192 benchmark shapes)
+/// need them to read at the memory's pace.
+pub(super) const PREFETCH_MIN_BYTES: usize = 4 << 20;
+
 /// Prefetches (`prefetcht0`) the `span` bytes of row `i` of an `r`-row group (rows at
 /// `w + i * rb`) that are `ahead` bytes past byte `at` of the row: in the row while that is
 /// inside its `len` bytes, else at the same distance into row `i + r` (the next group's row
