@@ -390,6 +390,8 @@ impl Kernels {
     }
 
     /// This table with `f` as the attention body.
+    // Only the x86_64 tiers have their own bodies so far.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn with_attention(mut self, f: AttentionFn) -> Self {
         self.attention = f;
         self
@@ -414,6 +416,8 @@ impl Kernels {
     }
 
     /// This table with `f` as the Q8_K (256-value block) activation quantizer.
+    // Only the x86_64 tiers have their own bodies so far.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn with_quantize_q8k(mut self, f: QuantizeQ8Fn) -> Self {
         self.quantize_q8k = f;
         self
