@@ -256,7 +256,7 @@ impl Sampler {
         }
         let mut total = 0f64;
         for c in cands.iter_mut() {
-            c.value = libm::expf(c.value - max);
+            c.value = crate::ops::expf(c.value - max);
             total += c.value as f64;
         }
         let mut keep = cands.len();
