@@ -291,15 +291,35 @@ pub(crate) unsafe fn quantize_q8(
     qs_stride: usize,
     d: *mut f32,
 ) -> bool {
+    // SAFETY: forwarded caller contract, blocks of QK values.
+    unsafe { quantize_blocks::<QK>(x, nb, qs, qs_stride, d, quantize_block_q8) }
+}
+
+/// `nb` blocks of `N` values quantized by `block` (one scale each); false at the first block
+/// `block` refuses (a non-finite value).
+///
+/// # Safety
+///
+/// `x` points to `nb * N` floats, `qs + b * qs_stride` to `N` writable bytes for each
+/// `b < nb`, `d` to `nb` writable floats, none aliasing.
+#[inline(always)]
+unsafe fn quantize_blocks<const N: usize>(
+    x: *const f32,
+    nb: usize,
+    qs: *mut i8,
+    qs_stride: usize,
+    d: *mut f32,
+    block: fn(&[f32], &mut [i8]) -> Option<f32>,
+) -> bool {
     for b in 0..nb {
         // SAFETY: caller contract: block `b` of input and output are in bounds.
         let (xb, qb) = unsafe {
             (
-                core::slice::from_raw_parts(x.add(b * QK), QK),
-                core::slice::from_raw_parts_mut(qs.add(b * qs_stride), QK),
+                core::slice::from_raw_parts(x.add(b * N), N),
+                core::slice::from_raw_parts_mut(qs.add(b * qs_stride), N),
             )
         };
-        match quantize_block_q8(xb, qb) {
+        match block(xb, qb) {
             // SAFETY: `d + b` is writable (caller contract).
             Some(s) => unsafe { d.add(b).write(s) },
             None => return false,
@@ -321,20 +341,8 @@ pub(crate) unsafe fn quantize_q8k(
     qs_stride: usize,
     d: *mut f32,
 ) -> bool {
-    const N: usize = crate::quant::QK_K;
-    for b in 0..nb {
-        // SAFETY: caller contract: block `b` of input and output are in bounds.
-        let (xb, qb) = unsafe {
-            (
-                core::slice::from_raw_parts(x.add(b * N), N),
-                core::slice::from_raw_parts_mut(qs.add(b * qs_stride), N),
-            )
-        };
-        match quantize_block_any(xb, qb) {
-            // SAFETY: `d + b` is writable (caller contract).
-            Some(s) => unsafe { d.add(b).write(s) },
-            None => return false,
-        }
+    // SAFETY: forwarded caller contract, blocks of QK_K values.
+    unsafe {
+        quantize_blocks::<{ crate::quant::QK_K }>(x, nb, qs, qs_stride, d, quantize_block_any)
     }
-    true
 }
