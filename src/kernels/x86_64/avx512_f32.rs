@@ -24,7 +24,7 @@
 //!
 //! The GEMV runs 4 weight rows per activation load; prefill tiles are 2 weight rows × 4
 //! activation rows. Each tile prefetches (`prefetcht0`) the weights of the tile after it,
-//! [`PF_LEAD`] bytes further on: SmolLM2's rows are 400–900 bytes, too short for the hardware
+//! [`super::NEXT_TILE_LEAD`] bytes further on ([`super::prefetch_next_tile`]): SmolLM2's rows are 400–900 bytes, too short for the hardware
 //! stream prefetchers (Q4_K_M decode 79 → 150 tok/s on a Zen 5 with it).
 //!
 //! Rows whose `k / 16` run sums do not fit the stack buffer ([`XH_CAP`]) go through AVX2's
@@ -37,12 +37,6 @@ use crate::quant;
 /// Run sums (per 16 activations) held on the stack: rows with more (`k > 65536` for one
 /// activation row) use AVX2's body.
 const XH_CAP: usize = 4096;
-
-/// How far past the next tile the weights are prefetched, in bytes.
-const PF_LEAD: usize = 4096;
-
-/// Bytes between two prefetches.
-const PF_STEP: usize = 64;
 
 /// A quantized weight encoding, read by units of 32 elements in groups of 8.
 trait W512 {
@@ -744,19 +738,12 @@ unsafe fn tile<W: W512, const R: usize, const N: usize>(
         let mut acc = [[zero; N]; R];
         let mut accm = [[zero; N]; R];
         let nu = k / 32;
-        // Software prefetch of the weights that follow this tile, spread over its groups
-        // (short rows defeat the hardware's stream detection).
-        let span = R * rb;
-        let per_group = span.div_ceil(nu.div_ceil(8).max(1)).next_multiple_of(64);
-        let ahead = w.wrapping_add(span + PF_LEAD);
         let mut g = 0;
         while 8 * g < nu {
             let n = (nu - 8 * g).min(8);
-            let mut off = g * per_group;
-            while off < ((g + 1) * per_group).min(span) {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off).cast());
-                off += PF_STEP;
-            }
+            // Software prefetch of the weights that follow this tile, spread over its groups
+            // (short rows defeat the hardware's stream detection).
+            super::prefetch_next_tile(w, R * rb, g, nu.div_ceil(8));
             let mut s = [zero; R];
             let mut m = [zero; R];
             let mut sa = [[0f32; 16]; R];

@@ -21,7 +21,9 @@ use super::avx2_k::{
     self, k4_scales_mins, q3_scales16, scales, KBlock, KDot, Q2K, Q3K, Q4K, Q5K, Q6K,
 };
 use super::avx512_q8::quad;
-use super::{dpwssd512, opaque512, prefetch_ahead, PREFETCH_AHEAD, PREFETCH_MIN_BYTES};
+use super::{
+    dpwssd512, opaque512, prefetch_ahead, prefetch_next_tile, PREFETCH_AHEAD, PREFETCH_MIN_BYTES,
+};
 use crate::quant::{Q8Acts, QK_K};
 
 /// Word `i` of a `vpermw` index that spreads the scales `s[i / 8]` over 8 i16 lanes each.
@@ -736,7 +738,7 @@ unsafe fn gemv_rows<K: K512, const R: usize>(
     unsafe {
         let mut acc = [_mm256_setzero_ps(); 8];
         // Prefetch distance: whole super-blocks, at most one row (then the next group's).
-        // (none for matrices under PREFETCH_MIN_BYTES).
+        // Matrices under PREFETCH_MIN_BYTES prefetch the next group's rows instead.
         let ahead = if prefetch { PREFETCH_AHEAD.div_ceil(K::BYTES).min(nb) * K::BYTES } else { 0 };
         for b in 0..nb {
             let x = qs.add(b * QK_K);
@@ -746,6 +748,8 @@ unsafe fn gemv_rows<K: K512, const R: usize>(
                 for i in 0..R {
                     prefetch_ahead(w, rb, i, R, b * K::BYTES, ahead, nb * K::BYTES, K::BYTES);
                 }
+            } else {
+                prefetch_next_tile(w, R * rb, b, nb);
             }
             let blk = |i: usize| w.add(i * rb + b * K::BYTES);
             // Four rows at a time, unrolled (constant row indices keep the scale vectors and

@@ -21,7 +21,10 @@
 use core::arch::x86_64::*;
 
 use super::avx2_q8::{self, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
-use super::{hsum_ps, opaque512, prefetch_ahead, VexOps, PREFETCH_AHEAD, PREFETCH_MIN_BYTES};
+use super::{
+    hsum_ps, opaque512, prefetch_ahead, prefetch_next_tile, VexOps, PREFETCH_AHEAD,
+    PREFETCH_MIN_BYTES,
+};
 use crate::quant::{Q8Acts, QK};
 
 /// A 32-element block as seen by the AVX-512 tile ([`tile`]), on top of its [`QBlock`]
@@ -568,20 +571,27 @@ unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
     unsafe {
         let mut acc = [_mm512_setzero_ps(); P];
         let mut b = 0;
-        // The GEMV prefetches each row ahead, in whole groups of eight blocks, at most one
-        // row (then the next tile's).
+        // The GEMV prefetches: from PREFETCH_MIN_BYTES on each row ahead, in whole groups of
+        // eight blocks, at most one row (then the next tile's); below it the next tile's
+        // weights, spread over the groups.
         let g = 8 * Q::BYTES;
         let ahead = PREFETCH_AHEAD.div_ceil(g).min(x.nb / 8) * g;
+        let parts = x.nb.div_ceil(8);
         while b + 8 <= x.nb {
             if N == 1 && ahead != 0 && x.prefetch {
                 for i in 0..R {
                     prefetch_ahead(w, rb, i, R, b * Q::BYTES, ahead, x.nb * Q::BYTES, g);
                 }
+            } else if N == 1 {
+                prefetch_next_tile(w, R * rb, b / 8, parts);
             }
             group::<Q, R, N, P>(w, rb, x, b, 8, &mut acc);
             b += 8;
         }
         if b < x.nb {
+            if N == 1 && !x.prefetch {
+                prefetch_next_tile(w, R * rb, b / 8, parts);
+            }
             group::<Q, R, N, P>(w, rb, x, b, x.nb - b, &mut acc);
         }
         for (p, acc) in acc.iter().enumerate() {
