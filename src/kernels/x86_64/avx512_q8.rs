@@ -7,7 +7,10 @@
 //!   in element order in one 512-bit vector, unsigned) and dotted by 512-bit `vpdpbusd` with
 //!   every activation row of the tile, read as plain 64-byte loads; two outputs' block sums are
 //!   reduced together ([`reduce2`]) and their f32 terms share one vector, the f16 block scales
-//!   picked out of the row with one or two `vpermt2w`.
+//!   picked out of the row with one or two `vpermt2w`. From 4 activation rows, whole groups
+//!   of 16 weight rows take [`tile16`] instead (`16 × 8`, `16 × 4`): each block of the 16
+//!   rows is transposed in registers ([`transpose16`], lane = row), so that eight `vpdpbusd`
+//!   of broadcast activation dwords give the 16 rows' block sums with no horizontal reduction.
 //! - **AVX-VNNI** (the VEX-encoded 256-bit `vpdpbusd`): the AVX2 kernel of `avx2_q8.rs` with
 //!   `vpdpbusd` in place of `maddubs` + `madd` ([`super::VexOps`]).
 //!
@@ -605,6 +608,161 @@ unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
     }
 }
 
+/// The dword transpose of [`transpose16`]: `z[i]` holds row `i`'s eight dwords in its low
+/// 256 bits and row `i + 8`'s in its high 256 bits; returns `t[k]` whose dword lane `r` is
+/// dword `k` of row `r` (`r < 16`). Per 256-bit half an 8 × 8 transpose: `unpack{lo,hi}_epi32`,
+/// `unpack{lo,hi}_epi64`, then one `vpermt2q` per output joining rows 0..4 and 4..8.
+///
+/// # Safety
+///
+/// AVX-512 F available.
+#[inline(always)]
+unsafe fn transpose8x2(z: [__m512i; 8]) -> [__m512i; 8] {
+    // SAFETY: register-only intrinsics.
+    unsafe {
+        // a[2 p] / a[2 p + 1]: per 128-bit lane `[z2p.k0, z2p+1.k0, z2p.k1, z2p+1.k1]` / k2, k3.
+        let mut a = [_mm512_setzero_si512(); 8];
+        for p in 0..4 {
+            a[2 * p] = _mm512_unpacklo_epi32(z[2 * p], z[2 * p + 1]);
+            a[2 * p + 1] = _mm512_unpackhi_epi32(z[2 * p], z[2 * p + 1]);
+        }
+        // lo[k] / hi[k]: per 128-bit lane `L` rows 0..4 / 4..8 (of the half), dword `4 L' + k`
+        // (`L'` the lane within its half).
+        let lo = [
+            _mm512_unpacklo_epi64(a[0], a[2]),
+            _mm512_unpackhi_epi64(a[0], a[2]),
+            _mm512_unpacklo_epi64(a[1], a[3]),
+            _mm512_unpackhi_epi64(a[1], a[3]),
+        ];
+        let hi = [
+            _mm512_unpacklo_epi64(a[4], a[6]),
+            _mm512_unpackhi_epi64(a[4], a[6]),
+            _mm512_unpacklo_epi64(a[5], a[7]),
+            _mm512_unpackhi_epi64(a[5], a[7]),
+        ];
+        // 128-bit lanes [lo.L0, hi.L0, lo.L2, hi.L2] (dwords 0..4), [.L1, .L1, .L3, .L3] (4..8).
+        let i0 = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+        let i1 = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+        let mut t = [_mm512_setzero_si512(); 8];
+        for k in 0..4 {
+            t[k] = _mm512_permutex2var_epi64(lo[k], i0, hi[k]);
+            t[4 + k] = _mm512_permutex2var_epi64(lo[k], i1, hi[k]);
+        }
+        t
+    }
+}
+
+/// The unsigned operands ([`VBlock::decode2`]) of the block at `wb + r * rb` for the 16 rows
+/// `r`, transposed: dword lane `r` of `t[k]` is bytes `4 k .. 4 k + 4` of row `r`'s block.
+///
+/// # Safety
+///
+/// A whole block at `wb + r * rb` for `r < 16`; AVX-512 F/BW/VL available.
+#[inline(always)]
+unsafe fn transpose16<Q: VBlock>(wb: *const u8, rb: usize) -> [__m512i; 8] {
+    // SAFETY: the 16 blocks are whole (caller contract).
+    unsafe {
+        let mut z = [_mm512_setzero_si512(); 8];
+        for (i, z) in z.iter_mut().enumerate() {
+            *z = Q::decode2(wb.add(i * rb), wb.add((i + 8) * rb));
+        }
+        transpose8x2(z)
+    }
+}
+
+/// Weight rows per [`tile16`].
+const ROWS16: usize = 16;
+
+/// The fewest activation rows (of a tile step, 8 or 4) that take [`tile16`] for whole groups
+/// of 16 weight rows.
+const TILE16_MIN_N: usize = 4;
+
+/// AVX-512: a `16 × N` tile of weight rows at `w + r * rb` times activation rows `x`, into
+/// `y[t * ldy + r]`, with the weights transposed in registers so that no horizontal sum is
+/// needed: lane `r` of every vector is weight row `r`.
+///
+/// For each of the oracle's eight lanes `j` ([`crate::kernels::scalar::accumulate8`]) and
+/// its blocks `b = j, j + 8, ..` in order, block `b` of the 16 rows is decoded and transposed
+/// once ([`transpose16`]) and dotted with each activation row by eight `vpdpbusd` of broadcast
+/// activation dwords (from `- OFF · Σ x`, [`VBlock::OFF`]); its term `(dw · dx) · isum [+ mw ·
+/// s]`, unfused, the f16 scales of the 16 rows gathered, goes into `acc[t] = acc[t] + term`.
+/// The eight lanes' vectors end in [`crate::kernels::scalar::hsum8`]'s tree, taken vertically:
+/// every output is the oracle's bits.
+///
+/// # Safety
+///
+/// 16 rows of `x.nb` blocks at `w + r * rb` (`16 · rb <= i32::MAX`), `N` activation rows of
+/// `x.nb` blocks in `x`, `y[t * ldy + r]` writable for `r < 16`, `t < N`; AVX2, F16C and
+/// AVX-512 F/BW/VL/VNNI available.
+#[inline(always)]
+unsafe fn tile16<Q: VBlock, const N: usize>(
+    w: *const u8,
+    rb: usize,
+    x: TileX,
+    y: *mut f32,
+    ldy: usize,
+) {
+    debug_assert!(ROWS16 * rb <= i32::MAX as usize);
+    // SAFETY: blocks `b < nb` of the 16 rows and `N` activation rows (caller contract); the
+    // gathers read the first 4 bytes of such blocks (every block has at least 18 bytes).
+    unsafe {
+        let nb = x.nb;
+        let rbv = _mm512_set1_epi32(rb as i32);
+        let offs = _mm512_mullo_epi32(
+            rbv,
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        );
+        // part[t][j]: lane `j`'s accumulator of activation row `t`.
+        let mut part = [[_mm512_setzero_ps(); 8]; N];
+        for j in 0..nb.min(8) {
+            let mut acc = [_mm512_setzero_ps(); N];
+            let mut b = j;
+            while b < nb {
+                let wb = w.add(b * Q::BYTES);
+                let tw = transpose16::<Q>(wb, rb);
+                // Each row's first dword: the f16 scale, then (with a minimum) the minimum.
+                let g = _mm512_i32gather_epi32::<1>(offs, wb.cast());
+                let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+                let mw = if Q::MIN {
+                    _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(g)))
+                } else {
+                    dw
+                };
+                for (t, acc) in acc.iter_mut().enumerate() {
+                    let i = t * nb + b;
+                    let xb = x.qs.add(i * QK).cast::<i32>();
+                    let mut isum = if Q::OFF != 0 {
+                        _mm512_set1_epi32(Q::OFF.wrapping_mul(*x.sum.add(i)).wrapping_neg())
+                    } else {
+                        _mm512_setzero_si512()
+                    };
+                    for (k, tw) in tw.iter().enumerate() {
+                        let xk = _mm512_set1_epi32(xb.add(k).read_unaligned());
+                        isum = _mm512_dpbusd_epi32(isum, *tw, xk);
+                    }
+                    let dx = _mm512_set1_ps(*x.d.add(i));
+                    let mut c = _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum));
+                    if Q::MIN {
+                        c = _mm512_add_ps(c, _mm512_mul_ps(mw, _mm512_set1_ps(*x.s.add(i))));
+                    }
+                    *acc = _mm512_add_ps(*acc, c);
+                }
+                b += 8;
+            }
+            for (p, acc) in part.iter_mut().zip(acc) {
+                p[j] = acc;
+            }
+        }
+        for (t, p) in part.iter().enumerate() {
+            let v = _mm512_add_ps(
+                _mm512_add_ps(_mm512_add_ps(p[0], p[4]), _mm512_add_ps(p[2], p[6])),
+                _mm512_add_ps(_mm512_add_ps(p[1], p[5]), _mm512_add_ps(p[3], p[7])),
+            );
+            _mm512_storeu_ps(y.add(t * ldy), v);
+        }
+    }
+}
+
 /// AVX-512: the block in tiles. Activation rows go eight at a time (then four, two) against
 /// one weight row at a time ([`tile`] `1 × 8`, the row's blocks decoded once for the eight),
 /// the tile's activations staying in L1 across the rows; a last single activation row (and
@@ -648,6 +806,20 @@ unsafe fn matmul_512<Q: VBlock>(
             }
         };
         let mut r = 0;
+        if step >= TILE16_MIN_N && ROWS16 * rb <= i32::MAX as usize {
+            while rows - r >= ROWS16 {
+                // SAFETY: rows `r .. r + 16` of `nb` blocks inside the block (`16 · rb` checked
+                // above), outputs `y[(t + i) * ldy + r + j]` writable (caller contract).
+                unsafe {
+                    let (wr, yr) = (w.add(r * rb), y.add(t * ldy + r));
+                    match step {
+                        8 => tile16::<Q, 8>(wr, rb, x, yr, ldy),
+                        _ => tile16::<Q, 4>(wr, rb, x, yr, ldy),
+                    }
+                }
+                r += ROWS16;
+            }
+        }
         while r < rows {
             // SAFETY: rows `r ..` of `nb` blocks inside the block, outputs `y[(t + i) * ldy +
             // r + j]` writable (caller contract).
@@ -737,4 +909,53 @@ entries! {
     vnni_q5_0_q8, avx512_q5_0_q8, Q5_0B;
     vnni_q5_1_q8, avx512_q5_1_q8, Q5_1B;
     vnni_iq4_nl_q8, avx512_iq4_nl_q8, Iq4NlB;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::Isa;
+
+    /// [`transpose16`] of Q8_0 blocks (`rb` apart) into `[k][r]` dwords.
+    ///
+    /// # Safety
+    ///
+    /// 16 whole blocks at `w + r * rb`; AVX-512 F/BW/VL available.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn transposed(w: *const u8, rb: usize) -> [[u32; 16]; 8] {
+        let mut out = [[0u32; 16]; 8];
+        // SAFETY: forwarded caller contract; each store writes one 64-byte row of `out`.
+        unsafe {
+            let t = transpose16::<Q8_0B>(w, rb);
+            for (o, t) in out.iter_mut().zip(t) {
+                _mm512_storeu_si512(o.as_mut_ptr().cast(), t);
+            }
+        }
+        out
+    }
+
+    /// Lane `r` of `t[k]` is bytes `4 k .. 4 k + 4` of row `r`'s decoded block, as a scalar
+    /// transpose says.
+    #[test]
+    fn transpose16_matches_scalar() {
+        if !Isa::Avx512.is_available() {
+            return;
+        }
+        let rb = 3 * Q8_0B::BYTES + 5;
+        let mut w = alloc::vec![0u8; 16 * rb];
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        for b in w.iter_mut() {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            *b = (s >> 56) as u8;
+        }
+        // SAFETY: 16 rows of `rb >= 34` bytes; AVX-512 available (checked above).
+        let got = unsafe { transposed(w.as_ptr(), rb) };
+        for (k, got) in got.iter().enumerate() {
+            for (r, &got) in got.iter().enumerate() {
+                let q = &w[r * rb + 2 + 4 * k..][..4];
+                let want = u32::from_le_bytes([q[0], q[1], q[2], q[3]]) ^ 0x8080_8080;
+                assert_eq!(got, want, "k={k} r={r}");
+            }
+        }
+    }
 }
