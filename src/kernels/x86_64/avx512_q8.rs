@@ -8,7 +8,7 @@
 //!   every activation row of the tile, read as plain 64-byte loads; two outputs' block sums are
 //!   reduced together ([`reduce2`]) and their f32 terms share one vector, the f16 block scales
 //!   picked out of the row with one or two `vpermt2w`. From 4 activation rows, whole groups
-//!   of 16 weight rows take [`tile16`] instead (`16 × 8`, `16 × 4`): each block of the 16
+//!   of 16 weight rows take [`tile16`] instead (`16 × 16`, `16 × 8`, `16 × 4`): each block of the 16
 //!   rows is transposed in registers ([`transpose16`], lane = row), so that eight `vpdpbusd`
 //!   of broadcast activation dwords give the 16 rows' block sums with no horizontal reduction.
 //! - **AVX-VNNI** (the VEX-encoded 256-bit `vpdpbusd`): the AVX2 kernel of `avx2_q8.rs` with
@@ -673,21 +673,23 @@ unsafe fn transpose16<Q: VBlock>(wb: *const u8, rb: usize) -> [__m512i; 8] {
 /// Weight rows per [`tile16`].
 const ROWS16: usize = 16;
 
-/// The fewest activation rows (of a tile step, 8 or 4) that take [`tile16`] for whole groups
-/// of 16 weight rows.
+/// The fewest activation rows (of a tile step, 16, 8 or 4) that take [`tile16`] for whole
+/// groups of 16 weight rows.
 const TILE16_MIN_N: usize = 4;
 
 /// AVX-512: a `16 × N` tile of weight rows at `w + r * rb` times activation rows `x`, into
 /// `y[t * ldy + r]`, with the weights transposed in registers so that no horizontal sum is
 /// needed: lane `r` of every vector is weight row `r`.
 ///
-/// For each of the oracle's eight lanes `j` ([`crate::kernels::scalar::accumulate8`]) and
-/// its blocks `b = j, j + 8, ..` in order, block `b` of the 16 rows is decoded and transposed
-/// once ([`transpose16`]) and dotted with each activation row by eight `vpdpbusd` of broadcast
-/// activation dwords (from `- OFF · Σ x`, [`VBlock::OFF`]); its term `(dw · dx) · isum [+ mw ·
-/// s]`, unfused, the f16 scales of the 16 rows gathered, goes into `acc[t] = acc[t] + term`.
-/// The eight lanes' vectors end in [`crate::kernels::scalar::hsum8`]'s tree, taken vertically:
-/// every output is the oracle's bits.
+/// The blocks `b` in order (the rows' streams sequential): block `b` of the 16 rows is
+/// decoded and transposed once ([`transpose16`]) and dotted with each activation row `t` by
+/// eight `vpdpbusd` of broadcast activation dwords (from `- OFF · Σ x`, [`VBlock::OFF`]); its
+/// term `(dw · dx) · isum [+ mw · s]`, unfused, the f16 scales of the 16 rows gathered, goes
+/// into `part[t][b % 8] = part[t][b % 8] + term` (the oracle's lane `b % 8`,
+/// [`crate::kernels::scalar::accumulate8`]). The eight lanes' vectors end in
+/// [`crate::kernels::scalar::hsum8`]'s tree, taken vertically: every output is the oracle's
+/// bits. (Visiting lane by lane instead, blocks `j, j + 8, ..`, so that `part[t][j]` could
+/// stay in a register, was 20% slower at `N = 16`: the strided weight reads.)
 ///
 /// # Safety
 ///
@@ -714,43 +716,36 @@ unsafe fn tile16<Q: VBlock, const N: usize>(
         );
         // part[t][j]: lane `j`'s accumulator of activation row `t`.
         let mut part = [[_mm512_setzero_ps(); 8]; N];
-        for j in 0..nb.min(8) {
-            let mut acc = [_mm512_setzero_ps(); N];
-            let mut b = j;
-            while b < nb {
-                let wb = w.add(b * Q::BYTES);
-                let tw = transpose16::<Q>(wb, rb);
-                // Each row's first dword: the f16 scale, then (with a minimum) the minimum.
-                let g = _mm512_i32gather_epi32::<1>(offs, wb.cast());
-                let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
-                let mw = if Q::MIN {
-                    _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(g)))
+        for b in 0..nb {
+            let j = b % 8;
+            let wb = w.add(b * Q::BYTES);
+            let tw = transpose16::<Q>(wb, rb);
+            // Each row's first dword: the f16 scale, then (with a minimum) the minimum.
+            let g = _mm512_i32gather_epi32::<1>(offs, wb.cast());
+            let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+            let mw = if Q::MIN {
+                _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(g)))
+            } else {
+                dw
+            };
+            for (t, p) in part.iter_mut().enumerate() {
+                let i = t * nb + b;
+                let xb = x.qs.add(i * QK).cast::<i32>();
+                let mut isum = if Q::OFF != 0 {
+                    _mm512_set1_epi32(Q::OFF.wrapping_mul(*x.sum.add(i)).wrapping_neg())
                 } else {
-                    dw
+                    _mm512_setzero_si512()
                 };
-                for (t, acc) in acc.iter_mut().enumerate() {
-                    let i = t * nb + b;
-                    let xb = x.qs.add(i * QK).cast::<i32>();
-                    let mut isum = if Q::OFF != 0 {
-                        _mm512_set1_epi32(Q::OFF.wrapping_mul(*x.sum.add(i)).wrapping_neg())
-                    } else {
-                        _mm512_setzero_si512()
-                    };
-                    for (k, tw) in tw.iter().enumerate() {
-                        let xk = _mm512_set1_epi32(xb.add(k).read_unaligned());
-                        isum = _mm512_dpbusd_epi32(isum, *tw, xk);
-                    }
-                    let dx = _mm512_set1_ps(*x.d.add(i));
-                    let mut c = _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum));
-                    if Q::MIN {
-                        c = _mm512_add_ps(c, _mm512_mul_ps(mw, _mm512_set1_ps(*x.s.add(i))));
-                    }
-                    *acc = _mm512_add_ps(*acc, c);
+                for (k, tw) in tw.iter().enumerate() {
+                    let xk = _mm512_set1_epi32(xb.add(k).read_unaligned());
+                    isum = _mm512_dpbusd_epi32(isum, *tw, xk);
                 }
-                b += 8;
-            }
-            for (p, acc) in part.iter_mut().zip(acc) {
-                p[j] = acc;
+                let dx = _mm512_set1_ps(*x.d.add(i));
+                let mut c = _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum));
+                if Q::MIN {
+                    c = _mm512_add_ps(c, _mm512_mul_ps(mw, _mm512_set1_ps(*x.s.add(i))));
+                }
+                p[j] = _mm512_add_ps(p[j], c);
             }
         }
         for (t, p) in part.iter().enumerate() {
@@ -763,11 +758,15 @@ unsafe fn tile16<Q: VBlock, const N: usize>(
     }
 }
 
-/// AVX-512: the block in tiles. Activation rows go eight at a time (then four, two) against
-/// one weight row at a time ([`tile`] `1 × 8`, the row's blocks decoded once for the eight),
-/// the tile's activations staying in L1 across the rows; a last single activation row (and
-/// `n = 1`, the GEMV) takes the weight rows four at a time (`4 × 1`: four rows' streams in
-/// flight, two output pairs), the last one to three rows as `2 × 1` and `1 × 1`.
+/// AVX-512: the block in tiles. Activation rows go sixteen at a time (with 16 weight rows or
+/// more), then eight, four, two; from four on, whole groups of 16 weight rows take
+/// [`tile16`] (`16 × 16`, `16 × 8`, `16 × 4`: no horizontal sums), and the last `rows % 16`
+/// rows go one weight row at a time ([`tile`] `1 × 8`, twice for sixteen; `1 × 4`, `1 × 2`:
+/// the row's blocks decoded once for the tile's activation rows), the tile's activations
+/// staying in L1 across the rows. A last single activation row (and `n = 1`, the GEMV) takes
+/// the weight rows four at a time (`4 × 1`: four rows' streams in flight, two output pairs),
+/// the last one to three rows as `2 × 1` and `1 × 1`. Every output has the same bits
+/// whichever tile computes it.
 ///
 /// # Safety
 ///
@@ -787,6 +786,7 @@ unsafe fn matmul_512<Q: VBlock>(
     let mut t = 0;
     while t < n {
         let step = match n - t {
+            16.. if rows >= ROWS16 => 16,
             8.. => 8,
             4..=7 => 4,
             2 | 3 => 2,
@@ -813,6 +813,7 @@ unsafe fn matmul_512<Q: VBlock>(
                 unsafe {
                     let (wr, yr) = (w.add(r * rb), y.add(t * ldy + r));
                     match step {
+                        16 => tile16::<Q, 16>(wr, rb, x, yr, ldy),
                         8 => tile16::<Q, 8>(wr, rb, x, yr, ldy),
                         _ => tile16::<Q, 4>(wr, rb, x, yr, ldy),
                     }
@@ -826,6 +827,17 @@ unsafe fn matmul_512<Q: VBlock>(
             unsafe {
                 let (wr, yr) = (w.add(r * rb), y.add(t * ldy + r));
                 match step {
+                    16 => {
+                        tile::<Q, 1, 8, 4>(wr, rb, x, yr, ldy);
+                        let x8 = TileX {
+                            qs: x.qs.add(8 * nb * QK),
+                            d: x.d.add(8 * nb),
+                            s: x.s.add(8 * nb),
+                            sum: x.sum.add(8 * nb),
+                            ..x
+                        };
+                        tile::<Q, 1, 8, 4>(wr, rb, x8, yr.add(8 * ldy), ldy);
+                    }
                     8 => tile::<Q, 1, 8, 4>(wr, rb, x, yr, ldy),
                     4 => tile::<Q, 1, 4, 2>(wr, rb, x, yr, ldy),
                     2 => tile::<Q, 1, 2, 1>(wr, rb, x, yr, ldy),
