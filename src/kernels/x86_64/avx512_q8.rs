@@ -7,8 +7,8 @@
 //!   in element order in one 512-bit vector, unsigned) and dotted by 512-bit `vpdpbusd` with
 //!   every activation row of the tile, read as plain 64-byte loads; two outputs' block sums are
 //!   reduced together ([`reduce2`]) and their f32 terms share one vector, the f16 block scales
-//!   picked out of the row with one or two `vpermt2w`. From 4 activation rows, whole groups
-//!   of 16 weight rows take [`tile16`] instead (`16 × 16`, `16 × 8`, `16 × 4`): each block of the 16
+//!   picked out of the row with one or two `vpermt2w`. From 2 activation rows, whole groups
+//!   of 16 weight rows take [`tile16`] instead (`16 × 16`, `16 × 8`, `16 × 4`, `16 × 2`): each block of the 16
 //!   rows is transposed in registers ([`transpose16`], lane = row), so that eight `vpdpbusd`
 //!   of broadcast activation dwords give the 16 rows' block sums with no horizontal reduction.
 //! - **AVX-VNNI** (the VEX-encoded 256-bit `vpdpbusd`): the AVX2 kernel of `avx2_q8.rs` with
@@ -673,9 +673,11 @@ unsafe fn transpose16<Q: VBlock>(wb: *const u8, rb: usize) -> [__m512i; 8] {
 /// Weight rows per [`tile16`].
 const ROWS16: usize = 16;
 
-/// The fewest activation rows (of a tile step, 16, 8 or 4) that take [`tile16`] for whole
-/// groups of 16 weight rows.
-const TILE16_MIN_N: usize = 4;
+/// The fewest activation rows (of a tile step, 16, 8, 4 or 2) that take [`tile16`] for whole
+/// groups of 16 weight rows. (`16 × 2` too is faster than the `1 × 2` tiles: SmolLM2 Q8_0
+/// int8 prefill of 2 and 3 tokens at one thread, 99-111 -> 119-127 and 123-128 -> 136-144
+/// tok/s.)
+const TILE16_MIN_N: usize = 2;
 
 /// AVX-512: a `16 × N` tile of weight rows at `w + r * rb` times activation rows `x`, into
 /// `y[t * ldy + r]`, with the weights transposed in registers so that no horizontal sum is
@@ -760,8 +762,8 @@ unsafe fn tile16<Q: VBlock, const N: usize>(
 }
 
 /// AVX-512: the block in tiles. Activation rows go sixteen at a time (with 16 weight rows or
-/// more), then eight, four, two; from four on, whole groups of 16 weight rows take
-/// [`tile16`] (`16 × 16`, `16 × 8`, `16 × 4`: no horizontal sums), and the last `rows % 16`
+/// more), then eight, four, two; whole groups of 16 weight rows take [`tile16`]
+/// (`16 × 16`, `16 × 8`, `16 × 4`, `16 × 2`: no horizontal sums), and the last `rows % 16`
 /// rows go one weight row at a time ([`tile`] `1 × 8`, twice for sixteen; `1 × 4`, `1 × 2`:
 /// the row's blocks decoded once for the tile's activation rows), the tile's activations
 /// staying in L1 across the rows. A last single activation row (and `n = 1`, the GEMV) takes
@@ -816,7 +818,8 @@ unsafe fn matmul_512<Q: VBlock>(
                     match step {
                         16 => tile16::<Q, 16>(wr, rb, x, yr, ldy),
                         8 => tile16::<Q, 8>(wr, rb, x, yr, ldy),
-                        _ => tile16::<Q, 4>(wr, rb, x, yr, ldy),
+                        4 => tile16::<Q, 4>(wr, rb, x, yr, ldy),
+                        _ => tile16::<Q, 2>(wr, rb, x, yr, ldy),
                     }
                 }
                 r += ROWS16;
