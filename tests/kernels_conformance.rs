@@ -418,7 +418,7 @@ fn long_k(kern: &Kernels) {
 
 /// The 32-element types' int8 GEMM past 16 weight rows (the AVX-512 `16 × N` tile, with
 /// remainder rows and activation rows for the smaller tiles): K of one block up to three
-/// groups of eight with partial last groups, `n` from 2 to 17; every output the oracle's bits.
+/// groups of eight with partial last groups, `n` from 2 to 37; every output the oracle's bits.
 fn rows_of_sixteen(kern: &Kernels) {
     let shapes = [
         (16, 1, 4),
@@ -429,6 +429,7 @@ fn rows_of_sixteen(kern: &Kernels) {
         (32, 17, 5),
         (19, 9, 3),
         (32, 3, 2),
+        (35, 10, 37),
     ];
     let types = [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL];
     for (i, &(rows, blocks, n)) in shapes.iter().enumerate() {

@@ -8,9 +8,10 @@
 //!   every activation row of the tile, read as plain 64-byte loads; two outputs' block sums are
 //!   reduced together ([`reduce2`]) and their f32 terms share one vector, the f16 block scales
 //!   picked out of the row with one or two `vpermt2w`. From 2 activation rows, whole groups
-//!   of 16 weight rows take [`tile16`] instead (`16 × 16`, `16 × 8`, `16 × 4`, `16 × 2`): each block of the 16
-//!   rows is transposed in registers ([`transpose16`], lane = row), so that eight `vpdpbusd`
-//!   of broadcast activation dwords give the 16 rows' block sums with no horizontal reduction.
+//!   of 16 weight rows take [`tile16`] instead (`16 × 32`, `16 × 16`, `16 × 8`, `16 × 4`,
+//!   `16 × 2`): each block of the 16 rows is transposed in registers ([`transpose16`], lane =
+//!   row), so that eight `vpdpbusd` of broadcast activation dwords give the 16 rows' block
+//!   sums with no horizontal reduction.
 //! - **AVX-VNNI** (the VEX-encoded 256-bit `vpdpbusd`): the AVX2 kernel of `avx2_q8.rs` with
 //!   `vpdpbusd` in place of `maddubs` + `madd` ([`super::VexOps`]).
 //!
@@ -673,7 +674,7 @@ unsafe fn transpose16<Q: VBlock>(wb: *const u8, rb: usize) -> [__m512i; 8] {
 /// Weight rows per [`tile16`].
 const ROWS16: usize = 16;
 
-/// The fewest activation rows (of a tile step, 16, 8, 4 or 2) that take [`tile16`] for whole
+/// The fewest activation rows (of a tile step, 32, 16, 8, 4 or 2) that take [`tile16`] for whole
 /// groups of 16 weight rows. (`16 × 2` too is faster than the `1 × 2` tiles: SmolLM2 Q8_0
 /// int8 prefill of 2 and 3 tokens at one thread, 99-111 -> 119-127 and 123-128 -> 136-144
 /// tok/s.)
@@ -761,10 +762,10 @@ unsafe fn tile16<Q: VBlock, const N: usize>(
     }
 }
 
-/// AVX-512: the block in tiles. Activation rows go sixteen at a time (with 16 weight rows or
-/// more), then eight, four, two; whole groups of 16 weight rows take [`tile16`]
-/// (`16 × 16`, `16 × 8`, `16 × 4`, `16 × 2`: no horizontal sums), and the last `rows % 16`
-/// rows go one weight row at a time ([`tile`] `1 × 8`, twice for sixteen; `1 × 4`, `1 × 2`:
+/// AVX-512: the block in tiles. Activation rows go 32 or 16 at a time (with 16 weight rows or
+/// more), then eight, four, two; whole groups of 16 weight rows take [`tile16`] (`16 × 32`,
+/// `16 × 16`, `16 × 8`, `16 × 4`, `16 × 2`: no horizontal sums), and the last `rows % 16` rows
+/// go one weight row at a time ([`tile`] `1 × 8`, repeated for 16 and 32; `1 × 4`, `1 × 2`:
 /// the row's blocks decoded once for the tile's activation rows), the tile's activations
 /// staying in L1 across the rows. A last single activation row (and `n = 1`, the GEMV) takes
 /// the weight rows four at a time (`4 × 1`: four rows' streams in flight, two output pairs),
@@ -789,6 +790,7 @@ unsafe fn matmul_512<Q: VBlock>(
     let mut t = 0;
     while t < n {
         let step = match n - t {
+            32.. if rows >= ROWS16 => 32,
             16.. if rows >= ROWS16 => 16,
             8.. => 8,
             4..=7 => 4,
@@ -816,6 +818,7 @@ unsafe fn matmul_512<Q: VBlock>(
                 unsafe {
                     let (wr, yr) = (w.add(r * rb), y.add(t * ldy + r));
                     match step {
+                        32 => tile16::<Q, 32>(wr, rb, x, yr, ldy),
                         16 => tile16::<Q, 16>(wr, rb, x, yr, ldy),
                         8 => tile16::<Q, 8>(wr, rb, x, yr, ldy),
                         4 => tile16::<Q, 4>(wr, rb, x, yr, ldy),
@@ -831,16 +834,17 @@ unsafe fn matmul_512<Q: VBlock>(
             unsafe {
                 let (wr, yr) = (w.add(r * rb), y.add(t * ldy + r));
                 match step {
-                    16 => {
-                        tile::<Q, 1, 8, 4>(wr, rb, x, yr, ldy);
-                        let x8 = TileX {
-                            qs: x.qs.add(8 * nb * QK),
-                            d: x.d.add(8 * nb),
-                            s: x.s.add(8 * nb),
-                            sum: x.sum.add(8 * nb),
-                            ..x
-                        };
-                        tile::<Q, 1, 8, 4>(wr, rb, x8, yr.add(8 * ldy), ldy);
+                    16 | 32 => {
+                        for c in (0..step).step_by(8) {
+                            let xc = TileX {
+                                qs: x.qs.add(c * nb * QK),
+                                d: x.d.add(c * nb),
+                                s: x.s.add(c * nb),
+                                sum: x.sum.add(c * nb),
+                                ..x
+                            };
+                            tile::<Q, 1, 8, 4>(wr, rb, xc, yr.add(c * ldy), ldy);
+                        }
                     }
                     8 => tile::<Q, 1, 8, 4>(wr, rb, x, yr, ldy),
                     4 => tile::<Q, 1, 4, 2>(wr, rb, x, yr, ldy),
