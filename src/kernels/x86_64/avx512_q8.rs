@@ -959,6 +959,9 @@ mod tests {
     #[test]
     fn transpose16_matches_scalar() {
         if !Isa::Avx512.is_available() {
+            // The conformance suite's RML_EXPECT_ISAS makes a missing tier fail in CI.
+            #[cfg(feature = "std")]
+            std::eprintln!("transpose16_matches_scalar: skipped, this CPU has no AVX-512");
             return;
         }
         let rb = 3 * Q8_0B::BYTES + 5;
