@@ -197,16 +197,16 @@ fn gemv_quant(c: &mut Criterion) {
             let w = Matrix::new(dtype, rows, k, data.as_slice()).unwrap();
             let x = values(k, 6);
             let mut y = vec![0f32; rows];
-            let mut s = vec![0u8; scratch_bytes(k, 1, Activations::Int8)];
+            let mut s = vec![0u8; scratch_bytes(k, 1, Activations::Int8Plain)];
             let id = format!("{rows}x{k}");
             g.throughput(Throughput::Bytes(bytes.len() as u64));
             if rows * k > 1 << 22 {
                 g.sample_size(20);
             }
             for (name, kern, act) in [
-                (format!("int8-{}", best.isa()), best, Activations::Int8),
+                (format!("int8-{}", best.isa()), best, Activations::Int8Plain),
                 (format!("f32-{}", best.isa()), best, Activations::F32),
-                ("int8-scalar".into(), scalar, Activations::Int8),
+                ("int8-scalar".into(), scalar, Activations::Int8Plain),
                 ("f32-scalar".into(), scalar, Activations::F32),
             ] {
                 g.bench_function(BenchmarkId::new(name, &id), |b| {
@@ -241,7 +241,7 @@ fn gemv_types(c: &mut Criterion) {
         }
         let x = values(k, 6);
         let mut y = vec![0f32; rows];
-        let mut s = vec![0u8; scratch_bytes(k, 1, Activations::Int8)];
+        let mut s = vec![0u8; scratch_bytes(k, 1, Activations::Int8Plain)];
         for &dtype in &types {
             if k % dtype.block_size() != 0 {
                 continue;
@@ -253,7 +253,7 @@ fn gemv_types(c: &mut Criterion) {
             for &kern in &tiers {
                 g.bench_function(BenchmarkId::new(format!("int8-{}", kern.isa()), dtype), |b| {
                     b.iter(|| {
-                        rml_gemm(kern, &w, black_box(&x), 1, &mut y, Activations::Int8, &mut s)
+                        rml_gemm(kern, &w, black_box(&x), 1, &mut y, Activations::Int8Plain, &mut s)
                     })
                 });
             }

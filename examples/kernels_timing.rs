@@ -152,7 +152,7 @@ fn quantized(best: &Kernels) {
             let w = Matrix::new(dtype, rows, k, data.as_slice()).unwrap();
             let x = values(k, 6);
             let mut y = vec![0f32; rows];
-            let mut s = vec![0u8; scratch_bytes(k, 1, Activations::Int8)];
+            let mut s = vec![0u8; scratch_bytes(k, 1, Activations::Int8Plain)];
             let gb = bytes.len() as f64 / 1e9;
             let it = (3e8 / bytes.len() as f64).max(5.0) as usize;
             let mut time = |kern: &Kernels, act, it| {
@@ -171,9 +171,9 @@ fn quantized(best: &Kernels) {
                     .unwrap()
                 })
             };
-            let i8b = time(best, Activations::Int8, it);
+            let i8b = time(best, Activations::Int8Plain, it);
             let f32b = time(best, Activations::F32, it);
-            let i8s = time(scalar, Activations::Int8, it / 4 + 3);
+            let i8s = time(scalar, Activations::Int8Plain, it / 4 + 3);
             let f32s = time(scalar, Activations::F32, it / 8 + 3);
             println!(
                 "gemv {dtype} {rows}x{k} (GB/s of weights): int8-{isa} {:.2}, f32-{isa} {:.2}, \
@@ -316,7 +316,7 @@ fn types(only: &[String]) {
     // `KT_ACTS=f32`: the f32-activation GEMV instead of the int8 one.
     let act = match std::env::var("KT_ACTS").as_deref() {
         Ok("f32") => Activations::F32,
-        _ => Activations::Int8,
+        _ => Activations::Int8Plain,
     };
     let all = int8_types();
     let picked: Vec<DType> = all
@@ -352,7 +352,7 @@ fn types(only: &[String]) {
         let mut g = Gemv {
             x: values(k, 6),
             y: vec![0f32; rows],
-            s: vec![0u8; scratch_bytes(k, 1, Activations::Int8)],
+            s: vec![0u8; scratch_bytes(k, 1, Activations::Int8Plain)],
             iters,
             act,
         };

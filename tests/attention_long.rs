@@ -14,6 +14,7 @@ use rml::format::TensorSource;
 use rml::load::Model;
 use rml::model::config::{parse_config, ModelConfig};
 use rml::model::{AttentionPath, DecoderLM, DecoderOptions, KvDtype};
+use rml::ops::Activations;
 use rml::{Executor, InlineExecutor};
 
 /// Positions of the long runs: past 1,000 and past several 256-position decode segments.
@@ -142,10 +143,13 @@ fn smollm2_long_context_tiled_equals_per_head() {
     let (prompt, steps) = toks.split_at(LONG);
     let pool = ThreadPool::new(2);
     let logits = |attention: AttentionPath, kv_dtype: KvDtype| {
+        // f32 activations: the comparison is of the attention paths alone (int8 activations
+        // would turn their 1e-6 differences into requantized inputs).
         let opts = DecoderOptions {
             context_len: Some(LONG + 16),
             attention,
             kv_dtype,
+            activations: Activations::F32,
             ..DecoderOptions::default()
         };
         let mut m = DecoderLM::new(cfg, &&model, &pool, opts).unwrap();
@@ -184,7 +188,12 @@ fn smollm2_f16_kv_cache_keeps_the_greedy_text() {
     let (prompt, generated) = (r.tokens("prompt"), r.tokens("generated"));
     let mut worst = 0f32;
     for kv_dtype in [KvDtype::F32, KvDtype::F16] {
-        let opts = DecoderOptions { context_len: Some(64), kv_dtype, ..DecoderOptions::default() };
+        let opts = DecoderOptions {
+            context_len: Some(64),
+            kv_dtype,
+            activations: Activations::F32,
+            ..DecoderOptions::default()
+        };
         let mut m = DecoderLM::new(model.config(), &&model, &InlineExecutor, opts).unwrap();
         let mut tok = argmax(m.prefill(&prompt).unwrap());
         let mut got = vec![tok];

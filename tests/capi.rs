@@ -212,10 +212,15 @@ fn decoder_options_reach_the_decoder() {
     let prompt = [1u32, 17, 42, 99, 3];
     let m = open(&dir);
     let model = Model::open(&dir).unwrap();
-    for (activations, weight_format) in [(0, 0), (1, 1), (0, 1)] {
+    for (activations, weight_format) in [(0, 0), (1, 1), (0, 1), (2, 1), (3, 1)] {
         let rust_opts = DecoderOptions {
             context_len: Some(8),
-            activations: [Activations::F32, Activations::Int8][activations as usize],
+            activations: [
+                Activations::Int8,
+                Activations::F32,
+                Activations::Int8Plain,
+                Activations::Mixed,
+            ][activations as usize],
             weight_format: [WeightFormat::AsStored, WeightFormat::Q8_0][weight_format as usize],
             ..DecoderOptions::default()
         };

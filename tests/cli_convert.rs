@@ -21,6 +21,12 @@ use rml::model::{DecoderLM, DecoderOptions};
 use rml::ops::Activations;
 use rml::InlineExecutor;
 
+/// The decoder's defaults with f32 activations: these checks compare against reference
+/// numbers (or bit patterns) of the exact path.
+fn exact() -> DecoderOptions {
+    DecoderOptions { activations: Activations::F32, ..DecoderOptions::default() }
+}
+
 fn convert(input: &Path, name: &str, dtype: &str) -> PathBuf {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let _ = std::fs::remove_dir_all(&out);
@@ -64,9 +70,8 @@ fn gguf_to_f32_safetensors_matches_transformers() {
     let r = Reference::open(&data("smollm2-135m/reference.safetensors"));
     let (prompt, generated) = (r.tokens("prompt"), r.tokens("generated"));
     let want = r.f32s("decode_logits");
-    for act in [Activations::F32, Activations::Int8] {
-        let opts =
-            DecoderOptions { context_len: Some(32), activations: act, ..DecoderOptions::default() };
+    for act in [Activations::F32, Activations::Int8Plain, Activations::Int8] {
+        let opts = DecoderOptions { context_len: Some(32), activations: act, ..exact() };
         let mut m = DecoderLM::new(model.config(), &&model, &InlineExecutor, opts).unwrap();
         assert!(m.weights().matrices().all(|l| l.dtype() == rml::DType::F32 && l.is_borrowed()));
         let logits = m.prefill(&prompt).unwrap();
@@ -125,15 +130,14 @@ fn q8_0_output_is_packed_and_loads_in_place() {
     assert_eq!(down.dtype.name(), "F32");
     let src = PackedSource::new(&model).unwrap();
     let prompt = Reference::open(&data("tiny-llama/f32/reference.safetensors")).tokens("prompt");
-    let mut packed =
-        DecoderLM::new(model.config(), &src, &InlineExecutor, DecoderOptions::default()).unwrap();
+    let mut packed = DecoderLM::new(model.config(), &src, &InlineExecutor, exact()).unwrap();
     for l in packed.weights().matrices() {
         assert!(l.is_borrowed(), "{} was copied", l.name());
         assert_eq!(l.dtype() == rml::DType::Q8_0, l.k() % 32 == 0, "{}", l.name());
     }
     // The same numbers as quantizing the f32 model at load.
     let f32_model = Model::open(data("tiny-llama/f32")).unwrap();
-    let opts = DecoderOptions { weight_format: WeightFormat::Q8_0, ..DecoderOptions::default() };
+    let opts = DecoderOptions { weight_format: WeightFormat::Q8_0, ..exact() };
     let mut at_load =
         DecoderLM::new(f32_model.config(), &&f32_model, &InlineExecutor, opts).unwrap();
     let a = packed.prefill(&prompt).unwrap().to_vec();
@@ -205,9 +209,7 @@ fn every_dtype_in_both_containers_reads_back_and_runs() {
             assert!(o.status.success(), "{dtype}{ext}: {}", String::from_utf8_lossy(&o.stderr));
             let model = Model::open(&out).unwrap();
             let src = rml::model::packed::PackedSource::new(&model).unwrap();
-            let mut m =
-                DecoderLM::new(model.config(), &src, &InlineExecutor, DecoderOptions::default())
-                    .unwrap();
+            let mut m = DecoderLM::new(model.config(), &src, &InlineExecutor, exact()).unwrap();
             // Every matrix has the dtype asked for where its rows split into blocks (the
             // down projections' rows of 176 do not: f32), used in place.
             let (file_type, want_dtype) = expected(dtype);
@@ -260,13 +262,8 @@ fn every_dtype_in_both_containers_reads_back_and_runs() {
                 String::from_utf8_lossy(&o.stderr)
             );
             let model2 = Model::open(&back).unwrap();
-            let mut m2 = DecoderLM::new(
-                model2.config(),
-                &&model2,
-                &InlineExecutor,
-                DecoderOptions::default(),
-            )
-            .unwrap();
+            let mut m2 =
+                DecoderLM::new(model2.config(), &&model2, &InlineExecutor, exact()).unwrap();
             let again = m2.prefill(&prompt).unwrap().to_vec();
             assert!(max_abs_diff(&again, &logits) <= 1e-4, "{dtype}{ext}: read back differs");
             // ... and into the other container in the same dtype: the blocks are carried over
@@ -282,9 +279,7 @@ fn every_dtype_in_both_containers_reads_back_and_runs() {
             );
             let model3 = Model::open(&across).unwrap();
             let src3 = rml::model::packed::PackedSource::new(&model3).unwrap();
-            let mut m3 =
-                DecoderLM::new(model3.config(), &src3, &InlineExecutor, DecoderOptions::default())
-                    .unwrap();
+            let mut m3 = DecoderLM::new(model3.config(), &src3, &InlineExecutor, exact()).unwrap();
             for (a, b) in m.weights().matrices().zip(m3.weights().matrices()) {
                 assert_eq!(a.dtype(), b.dtype(), "{dtype}{ext} -> {other}: {}", a.name());
             }
@@ -459,7 +454,7 @@ fn gguf_to_q8_0_gguf_keeps_the_tokenizer_and_matches_transformers() {
     let r = Reference::open(&data("smollm2-135m/reference.safetensors"));
     let (prompt, generated) = (r.tokens("prompt"), r.tokens("generated"));
     let want = r.f32s("decode_logits");
-    let opts = DecoderOptions { context_len: Some(32), ..DecoderOptions::default() };
+    let opts = DecoderOptions { context_len: Some(32), ..exact() };
     let mut m = DecoderLM::new(model.config(), &&model, &InlineExecutor, opts).unwrap();
     let logits = m.prefill(&prompt).unwrap();
     let mut worst = max_abs_diff(logits, &r.f32s("prefill_logits_last"));

@@ -138,7 +138,7 @@ fn decode_steps_allocate_nothing() {
         assert!(k >= 10, "{dir}: {k} Q4_K tensors");
     }
     for (name, exec) in executors() {
-        for act in [Activations::F32, Activations::Int8] {
+        for act in [Activations::F32, Activations::Int8Plain, Activations::Int8] {
             count_steps(&format!("tiny f32, {name}, {act:?}"), &cfg, &st, &*exec, act);
             // 3 decode segments of 256 positions, attention run in parallel on the pool.
             let mut long = cfg.clone();

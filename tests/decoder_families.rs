@@ -13,7 +13,14 @@ use rml::format::safetensors::SafeTensors;
 use rml::format::{TensorSource, TensorView};
 use rml::model::config::{from_gguf, parse_config, LayerKind, ModelConfig};
 use rml::model::{DecoderLM, DecoderOptions, Hidden, Stage};
+use rml::ops::Activations;
 use rml::{Code, InlineExecutor};
+
+/// The decoder's defaults with f32 activations: these checks compare against reference
+/// numbers (or bit patterns) of the exact path.
+fn exact() -> DecoderOptions {
+    DecoderOptions { activations: Activations::F32, ..DecoderOptions::default() }
+}
 
 const TOL: f32 = 1e-4;
 
@@ -29,14 +36,14 @@ fn hf_model(dir: &str, config_file: &str) -> DecoderLM<'static> {
     let cfg = config(dir, config_file);
     let st = SafeTensors::parse(leak_aligned(&data(dir).join("model.safetensors"))).unwrap();
     let st: &'static SafeTensors<'static> = Box::leak(Box::new(st));
-    DecoderLM::new(&cfg, st, &InlineExecutor, DecoderOptions::default()).unwrap()
+    DecoderLM::new(&cfg, st, &InlineExecutor, exact()).unwrap()
 }
 
 fn gguf_model(path: &str) -> DecoderLM<'static> {
     let g = Gguf::parse(leak_aligned(&data(path))).unwrap();
     let g: &'static Gguf<'static> = Box::leak(Box::new(g));
     let cfg = from_gguf(g).unwrap_or_else(|e| panic!("{path}: {e}"));
-    DecoderLM::new(&cfg, g, &InlineExecutor, DecoderOptions::default()).unwrap()
+    DecoderLM::new(&cfg, g, &InlineExecutor, exact()).unwrap()
 }
 
 /// Prefill (every row, and the hidden states when the reference has them) and teacher-forced
@@ -122,7 +129,7 @@ fn gemma3_reads_query_pre_attn_scalar() {
     assert_eq!(cfg.query_pre_attn_scalar, Some(256.0));
     let st = SafeTensors::parse(leak_aligned(&data("tiny-gemma3/model.safetensors"))).unwrap();
     let st: &'static SafeTensors<'static> = Box::leak(Box::new(st));
-    let mut m = DecoderLM::new(&cfg, st, &InlineExecutor, DecoderOptions::default()).unwrap();
+    let mut m = DecoderLM::new(&cfg, st, &InlineExecutor, exact()).unwrap();
     let r = Reference::open(&data(dir).join("reference.safetensors"));
     check(dir, &mut m, &r, TOL);
 }
@@ -152,7 +159,7 @@ fn sliding_window_survives_chunked_prefill() {
         let cfg = config(dir, "config.json");
         let st = SafeTensors::parse(leak_aligned(&data(dir).join("model.safetensors"))).unwrap();
         let st: &'static SafeTensors<'static> = Box::leak(Box::new(st));
-        let opts = DecoderOptions { prefill_chunk: 5, ..DecoderOptions::default() };
+        let opts = DecoderOptions { prefill_chunk: 5, ..exact() };
         let mut m = DecoderLM::new(&cfg, st, &InlineExecutor, opts).unwrap();
         let vocab = cfg.vocab_size;
         let want = r.f32s("prefill_logits");
@@ -210,7 +217,7 @@ fn every_family_builds_in_its_memory_plan() {
         "tiny-llama3/gguf/tiny-llama3-Q8_0.gguf",
     ];
     let prompt = [5u32, 17, 42, 99, 3, 128, 7, 64, 200, 13];
-    let opts = DecoderOptions { context_len: Some(32), ..DecoderOptions::default() };
+    let opts = DecoderOptions { context_len: Some(32), ..exact() };
     let mut sources: Vec<(String, ModelConfig, &'static dyn rml::format::TensorSource<'static>)> =
         Vec::new();
     for dir in dirs {
@@ -283,7 +290,7 @@ fn tie_word_embeddings_takes_the_family_default() {
     let cfg = parse_config(&text).unwrap();
     assert!(!cfg.tie_word_embeddings);
     let st = SafeTensors::parse(leak_aligned(&data("tiny-qwen3/model.safetensors"))).unwrap();
-    let e = DecoderLM::new(&cfg, &st, &InlineExecutor, DecoderOptions::default()).unwrap_err();
+    let e = DecoderLM::new(&cfg, &st, &InlineExecutor, exact()).unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
     assert!(e.message().contains("lm_head.weight"), "{e}");
     // Gemma 3: absent means true.
@@ -301,7 +308,7 @@ fn untied_without_an_output_matrix_names_it() {
     let text = with("tiny-gemma3/config.json", &[("tie_word_embeddings", Some("false"))]);
     let cfg = parse_config(&text).unwrap();
     let st = SafeTensors::parse(leak_aligned(&data("tiny-gemma3/model.safetensors"))).unwrap();
-    let e = DecoderLM::new(&cfg, &st, &InlineExecutor, DecoderOptions::default()).unwrap_err();
+    let e = DecoderLM::new(&cfg, &st, &InlineExecutor, exact()).unwrap_err();
     assert!(e.message().contains("\"lm_head.weight\""), "{e}");
 }
 
@@ -334,7 +341,7 @@ fn llama_untied_without_lm_head_names_it() {
         let text = with("tiny-llama/f32/config.json", &[("tie_word_embeddings", tie)]);
         let cfg = parse_config(&text).unwrap();
         assert!(!cfg.tie_word_embeddings, "tie_word_embeddings {tie:?}");
-        let e = match DecoderLM::new(&cfg, &src, &InlineExecutor, DecoderOptions::default()) {
+        let e = match DecoderLM::new(&cfg, &src, &InlineExecutor, exact()) {
             Ok(_) => panic!("tie_word_embeddings {tie:?} without lm_head.weight was accepted"),
             Err(e) => e,
         };
@@ -343,7 +350,7 @@ fn llama_untied_without_lm_head_names_it() {
     // Tied, with lm_head.weight in the file too: accepted (the embedding is the head).
     let text = with("tiny-llama/f32/config.json", &[("tie_word_embeddings", Some("true"))]);
     let cfg = parse_config(&text).unwrap();
-    DecoderLM::new(&cfg, st, &InlineExecutor, DecoderOptions::default()).unwrap();
+    DecoderLM::new(&cfg, st, &InlineExecutor, exact()).unwrap();
 }
 
 #[test]

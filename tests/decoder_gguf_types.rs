@@ -166,7 +166,7 @@ fn check(dir: &str, file: &str) {
     assert!(f.prefill <= 1e-4 && f.decode <= 1e-4, "{file} f32: {} / {}", f.prefill, f.decode);
     assert_eq!(f.argmax_agree, f.positions, "{file} f32: argmax");
     let (lp, lsteps) = llamacpp(file);
-    let q = run(&path, &reference, &types, Activations::Int8);
+    let q = run(&path, &reference, &types, Activations::Int8Plain);
     // The F32 file has no quantized matrix: int8 is f32 there, and llama.cpp's 4e-6 is its
     // own f32 rounding.
     let floor = |x: f32| x.max(1e-4);
@@ -343,7 +343,7 @@ fn tiny_llama_bf16() {
     let path = "tiny-llama-gguf/tiny-llama-BF16.gguf";
     let reference = "tiny-llama/bf16/reference.safetensors";
     let bf16 = |_: &str| "BF16".to_string();
-    for act in [Activations::F32, Activations::Int8] {
+    for act in [Activations::F32, Activations::Int8Plain, Activations::Int8] {
         let f = run(path, reference, &bf16, act);
         eprintln!(
             "tiny-llama-BF16.gguf, {act:?} activations: max abs logit diff prefill {:.2e}, \

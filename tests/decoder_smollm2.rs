@@ -54,7 +54,7 @@ fn gguf_q4_1_f32_activations_match_transformers() {
 fn gguf_q4_1_int8_activations_stay_close() {
     let path = smollm2_gguf();
     let model = Model::open(&path).unwrap();
-    let (diff, agree) = teacher_forced(&model, Activations::Int8);
+    let (diff, agree) = teacher_forced(&model, Activations::Int8Plain);
     eprintln!("SmolLM2 Q4_1, int8 activations: max abs logit diff {diff:.3e}, argmax {agree}/17");
     assert!(diff <= 1.0, "max abs logit diff {diff}");
     assert!(agree >= 16, "argmax agrees at {agree}/17 positions");
@@ -70,13 +70,36 @@ fn gguf_q4_1_int8_activations_stay_close() {
     assert!(!readme.contains("the greedy text is the same"), "README.md claims identical text");
 }
 
+/// The default, int8 with outlier-block correction on the normalized inputs: over this
+/// fixture's 17 positions the largest logit error is 0.714 against plain int8's 0.795
+/// (measured; over the 3,746 positions of the README's agreement table the mean halves too),
+/// and every argmax equals transformers'.
+#[test]
+fn gguf_q4_1_default_int8_activations_stay_closer() {
+    let path = smollm2_gguf();
+    let model = Model::open(&path).unwrap();
+    assert_eq!(DecoderOptions::default().activations, Activations::Int8);
+    let (diff, agree) = teacher_forced(&model, Activations::Int8);
+    let (plain, _) = teacher_forced(&model, Activations::Int8Plain);
+    eprintln!(
+        "SmolLM2 Q4_1, corrected int8 activations: max abs logit diff {diff:.3e} (plain int8 \
+         {plain:.3e}), argmax {agree}/17"
+    );
+    assert!(diff <= 0.75 && diff < plain, "max abs logit diff {diff}, plain int8 {plain}");
+    assert_eq!(agree, 17, "argmax agrees at {agree}/17 positions");
+}
+
 #[test]
 fn gguf_hidden_states_follow_the_reference() {
     // The residual stream reaches ~22,000; compare relative to each layer's largest value.
     let path = smollm2_gguf();
     let model = Model::open(&path).unwrap();
     let r = Reference::open(&data("smollm2-135m/reference.safetensors"));
-    let opts = DecoderOptions { context_len: Some(16), ..DecoderOptions::default() };
+    let opts = DecoderOptions {
+        context_len: Some(16),
+        activations: Activations::F32,
+        ..DecoderOptions::default()
+    };
     let mut m = DecoderLM::new(model.config(), &&model, &InlineExecutor, opts).unwrap();
     let mut seen = 0;
     let mut observe = |s: &Hidden<'_>| {
@@ -102,7 +125,7 @@ fn gguf_pool_and_inline_are_bit_identical() {
     let model = Model::open(&path).unwrap();
     let r = Reference::open(&data("smollm2-135m/reference.safetensors"));
     let (prompt, generated) = (r.tokens("prompt"), r.tokens("generated"));
-    for act in [Activations::F32, Activations::Int8] {
+    for act in [Activations::F32, Activations::Int8Plain, Activations::Int8] {
         let run = |exec: &dyn rml::Executor, schedule: Option<Schedule>| {
             let opts = DecoderOptions {
                 context_len: Some(32),

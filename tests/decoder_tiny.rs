@@ -189,7 +189,7 @@ fn q8_0_weights_at_load_stay_close() {
     let want = r.f32s("prefill_logits");
     let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
     for dtype in ["f32", "bf16", "f16"] {
-        for act in [Activations::F32, Activations::Int8] {
+        for act in [Activations::F32, Activations::Int8Plain, Activations::Int8] {
             let opts = DecoderOptions {
                 weight_format: WeightFormat::Q8_0,
                 activations: act,

@@ -301,10 +301,10 @@ fn check_int8(kern: &Kernels, dtype: DType, c: &Case) -> Result<(), TestCaseErro
     let (data, _) = weights(dtype, c.rows, c.k, &mut rng);
     let x: Vec<f32> = (0..c.n * c.k).map(|_| rng.f() * 3.0).collect();
     let w = Matrix::new(dtype, c.rows, c.k, data.as_slice()).unwrap();
-    let y = run(kern, &w, &x, c.n, Activations::Int8).unwrap();
+    let y = run(kern, &w, &x, c.n, Activations::Int8Plain).unwrap();
     if NEW_TYPES.contains(&dtype) {
         // The scalar table is the oracle (its arithmetic: tests/quant_vectors.rs).
-        let want = run(table(Isa::Scalar).unwrap(), &w, &x, c.n, Activations::Int8).unwrap();
+        let want = run(table(Isa::Scalar).unwrap(), &w, &x, c.n, Activations::Int8Plain).unwrap();
         prop_assert_eq!(
             bits(&y),
             bits(&want),
@@ -472,7 +472,7 @@ fn zeros(kern: &Kernels) {
         let data = AlignedBlock::try_from_slice(&bytes).unwrap();
         let w = Matrix::new(dtype, rows, k, data.as_slice()).unwrap();
         let x: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.37).sin()).collect();
-        for act in [Activations::F32, Activations::Int8] {
+        for act in [Activations::F32, Activations::Int8Plain, Activations::Int8] {
             let y = run(kern, &w, &x, n, act).unwrap();
             assert!(y.iter().all(|&v| v == 0.0), "{} {dtype} {act:?}: {y:?}", kern.isa());
         }
@@ -481,7 +481,7 @@ fn zeros(kern: &Kernels) {
     let mut rng = Rng(7);
     let (data, _) = weights(DType::Q8_0, 9, 64, &mut rng);
     let w = Matrix::new(DType::Q8_0, 9, 64, data.as_slice()).unwrap();
-    let y = run(kern, &w, &[0.0; 128], 2, Activations::Int8).unwrap();
+    let y = run(kern, &w, &[0.0; 128], 2, Activations::Int8Plain).unwrap();
     assert!(y.iter().all(|&v| v == 0.0));
     let mut out = [0xFFu8; 34];
     kern.quantize_row_q8_0(&[0.0; QK], &mut out).unwrap();
@@ -497,7 +497,7 @@ fn errors(kern: &Kernels) {
         assert_eq!(e.code(), Code::InvalidArgument, "{e}");
         let data = AlignedBlock::try_from_slice(&[0u8; 34 * 2]).unwrap();
         let w = Matrix::new(DType::Q8_0, 1, 64, data.as_slice()).unwrap();
-        let e = run(kern, &w, &x, 1, Activations::Int8).unwrap_err();
+        let e = run(kern, &w, &x, 1, Activations::Int8Plain).unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{e}");
     }
     let e = kern.quantize_row_q8_0(&[1.0; 33], &mut [0u8; 34]).unwrap_err();
@@ -600,6 +600,65 @@ fn int8_extremes(kern: &Kernels) {
     assert_eq!(&xq.qs()[..2], &[-127, 127]);
 }
 
+/// Rows and activation rows for the outlier-block correction: up to 40 weight rows (the
+/// 16-row tiles and their remainders) and 1..=9 activation rows of `1..=max` blocks.
+fn case_outliers(block: usize) -> impl Strategy<Value = Case> {
+    let max = if block == 256 { 3 } else { 12 };
+    (0usize..=40, 1usize..=max, 1usize..=9, any::<u64>()).prop_map(move |(rows, b, n, seed)| Case {
+        rows,
+        k: b * block,
+        n,
+        seed,
+    })
+}
+
+/// int8 activations with outlier-block correction ([`Activations::Int8`]) on inputs with one
+/// massive channel per activation row (as LLM residual streams have): every output
+/// bit-identical to the scalar table's, GEMM rows bit-identical to GEMV, and (where the
+/// channel is an outlier by the rule, K >= 128, and over 16 outputs or more) the summed error against f32 activations at
+/// most a quarter of plain int8's.
+fn check_outliers(kern: &Kernels, dtype: DType, c: &Case) -> Result<(), TestCaseError> {
+    let mut rng = Rng(c.seed);
+    let (data, _) = weights(dtype, c.rows, c.k, &mut rng);
+    let mut x: Vec<f32> = (0..c.n * c.k).map(|_| rng.f()).collect();
+    for t in 0..c.n {
+        let i = (rng.next() % c.k as u64) as usize;
+        x[t * c.k + i] = if rng.next() % 2 == 0 { 60.0 } else { -45.0 };
+    }
+    let w = Matrix::new(dtype, c.rows, c.k, data.as_slice()).unwrap();
+    let scalar = table(Isa::Scalar).unwrap();
+    let y = run(kern, &w, &x, c.n, Activations::Int8).unwrap();
+    let want = run(scalar, &w, &x, c.n, Activations::Int8).unwrap();
+    prop_assert_eq!(
+        bits(&y),
+        bits(&want),
+        "{} {}: corrected int8 differs from scalar",
+        kern.isa(),
+        dtype
+    );
+    for t in 0..c.n {
+        let y1 = run(kern, &w, &x[t * c.k..(t + 1) * c.k], 1, Activations::Int8).unwrap();
+        prop_assert_eq!(
+            bits(&y[t * c.rows..(t + 1) * c.rows]),
+            bits(&y1),
+            "GEMM row differs from GEMV"
+        );
+    }
+    // (Over at least 16 outputs: one output's plain error can be small by chance.)
+    if c.k >= 128 && c.rows * c.n >= 16 {
+        let exact = run(scalar, &w, &x, c.n, Activations::F32).unwrap();
+        let plain = run(kern, &w, &x, c.n, Activations::Int8Plain).unwrap();
+        let err = |v: &[f32]| v.iter().zip(&exact).map(|(a, b)| (a - b).abs() as f64).sum::<f64>();
+        let (e_corr, e_plain) = (err(&y), err(&plain));
+        prop_assert!(
+            e_corr <= 0.25 * e_plain,
+            "{} {dtype}: corrected error {e_corr} vs plain {e_plain}",
+            kern.isa()
+        );
+    }
+    Ok(())
+}
+
 /// The newer types at the extremes of their integer ranges: every weight byte all-ones,
 /// all-zeros or alternating (largest unsigned values, Q3_K's scale -32 and high bits, Q6_K's
 /// 63) against activations of ±127: the int8 path must give the scalar table's bits (no
@@ -622,8 +681,8 @@ fn new_type_extremes(kern: &Kernels) {
                 [&|_| 1.0, &|_| -1.0, &|i| if i % 3 == 0 { -1.0 } else { 1.0 }];
             for a in acts {
                 let x: Vec<f32> = (0..2 * k).map(a).collect();
-                let got = run(kern, &w, &x, 2, Activations::Int8).unwrap();
-                let want = run(scalar, &w, &x, 2, Activations::Int8).unwrap();
+                let got = run(kern, &w, &x, 2, Activations::Int8Plain).unwrap();
+                let want = run(scalar, &w, &x, 2, Activations::Int8Plain).unwrap();
                 assert_eq!(bits(&got), bits(&want), "{} {dtype} fill {fill:#x}", kern.isa());
             }
         }
@@ -705,6 +764,24 @@ macro_rules! suite {
                     if let Some(k) = kernels(ISA) {
                         for dtype in &NEW_TYPES[3..] {
                             check_int8(k, *dtype, &c)?;
+                        }
+                    }
+                }
+
+                #[test]
+                fn outlier_correction_32(c in case_outliers(32)) {
+                    if let Some(k) = kernels(ISA) {
+                        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL] {
+                            check_outliers(k, dtype, &c)?;
+                        }
+                    }
+                }
+
+                #[test]
+                fn outlier_correction_k_quants(c in case_outliers(256)) {
+                    if let Some(k) = kernels(ISA) {
+                        for dtype in &NEW_TYPES[3..] {
+                            check_outliers(k, *dtype, &c)?;
                         }
                     }
                 }

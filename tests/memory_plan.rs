@@ -216,7 +216,7 @@ fn main() {
     let cases = cases();
     let mut n = 0;
     for case in &cases {
-        for activations in [Activations::F32, Activations::Int8] {
+        for activations in [Activations::F32, Activations::Int8Plain, Activations::Int8] {
             for weight_format in [WeightFormat::AsStored, WeightFormat::Q8_0] {
                 for (context_len, prefill_chunk, kv_dtype) in [
                     (Some(64), 64, KvDtype::F32),

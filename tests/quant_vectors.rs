@@ -144,7 +144,7 @@ fn scalar_dots_match_a_float64_dot() {
                 let xt: Vec<f64> = x[t * k..(t + 1) * k].iter().map(|&v| v as f64).collect();
                 check_dot(&format!("{dt} {raw_name} f32 row {t}"), y[t], &wv, &xt);
             }
-            let mut scratch = vec![0u8; scratch_bytes(k, n, Activations::Int8)];
+            let mut scratch = vec![0u8; scratch_bytes(k, n, Activations::Int8Plain)];
             gemm_with(
                 kern,
                 &InlineExecutor,
@@ -153,12 +153,12 @@ fn scalar_dots_match_a_float64_dot() {
                 &x,
                 n,
                 &mut y,
-                Activations::Int8,
+                Activations::Int8Plain,
                 &mut scratch,
             )
             .unwrap();
             let fmt = info.act.unwrap();
-            let mut s2 = vec![0u8; scratch_bytes(k, n, Activations::Int8)];
+            let mut s2 = vec![0u8; scratch_bytes(k, n, Activations::Int8Plain)];
             let xq = Q8Acts::quantize_as(fmt, kern, &x, n, k, &mut s2).unwrap();
             let per = k / xq.nb();
             for (t, &yt) in y.iter().enumerate() {

@@ -1,5 +1,5 @@
 //! Teacher-forced agreement of rml's int8-activation and mixed-activation logits
-//! ([`Activations::Int8`], [`Activations::Mixed`]; and, when given, llama.cpp's) with rml's
+//! ([`Activations::Int8Plain`], [`Activations::Mixed`]; and, when given, llama.cpp's) with rml's
 //! own f32-activation logits, the yardstick (3e-5 from PyTorch on the SmolLM2
 //! fixture).
 //!
@@ -128,13 +128,28 @@ fn main() -> Result<()> {
         model_path.display(),
         rml::kernels::active()?.isa()
     );
-    println!(
-        "{:<18} {:>6}  {:<44} {:<44} {:<44}",
-        "prompt", "tokens", "rml int8", "rml mixed", "llama.cpp"
-    );
-    let (mut all_rml, mut all_llama, mut llama_prompts) = (Agree::default(), Agree::default(), 0);
-    let (mut all_mixed, mut short_rml, mut short_mixed, mut short_llama) =
-        (Agree::default(), Agree::default(), Agree::default(), Agree::default());
+    // The modes compared with the yardstick: RML_AGREE_MODES (comma-separated, of int8,
+    // int8-plain, mixed), all three by default.
+    let modes: Vec<(&str, Activations)> = std::env::var("RML_AGREE_MODES")
+        .unwrap_or_else(|_| "int8,int8-plain,mixed".into())
+        .split(',')
+        .map(|m| match m {
+            "int8" => Ok(("rml int8", Activations::Int8)),
+            "int8-plain" => Ok(("rml int8-plain", Activations::Int8Plain)),
+            "mixed" => Ok(("rml mixed", Activations::Mixed)),
+            other => Err(Error::invalid_argument(format_args!(
+                "RML_AGREE_MODES: unknown mode {other:?} (int8, int8-plain, mixed)"
+            ))),
+        })
+        .collect::<Result<_>>()?;
+    print!("{:<18} {:>6}", "prompt", "tokens");
+    for (label, _) in &modes {
+        print!("  {label:<44}");
+    }
+    println!("  llama.cpp");
+    // Sums per mode, the last being llama.cpp's: [short prompts, all prompts].
+    let mut sums = vec![[Agree::default(); 2]; modes.len() + 1];
+    let mut llama_prompts = 0;
     for p in &prompts {
         let name = p["name"].as_str().unwrap_or("?");
         let text = p["text"].as_str().unwrap_or("");
@@ -152,27 +167,25 @@ fn main() -> Result<()> {
                 ids
             }
         };
+        let short = usize::from(name != "long_code");
         let yard = logits(&model, &pool, &ids, Activations::F32)?;
-        let int8 = logits(&model, &pool, &ids, Activations::Int8)?;
-        let mut a = Agree::default();
-        a.add(&yard, &int8, vocab);
-        all_rml.merge(&a);
-        let mixed = logits(&model, &pool, &ids, Activations::Mixed)?;
-        let mut m = Agree::default();
-        m.add(&yard, &mixed, vocab);
-        all_mixed.merge(&m);
-        let short = name != "long_code";
-        if short {
-            short_rml.merge(&a);
-            short_mixed.merge(&m);
+        print!("{name:<18} {:>6}", ids.len());
+        for (i, &(_, act)) in modes.iter().enumerate() {
+            let mut a = Agree::default();
+            a.add(&yard, &logits(&model, &pool, &ids, act)?, vocab);
+            sums[i][1].merge(&a);
+            if short == 1 {
+                sums[i][0].merge(&a);
+            }
+            print!("  {:<44}", a.show());
         }
         let llama = match read_f32(&out.join(format!("{name}.llama.f32"))) {
             Some(l) if l.len() == yard.len() => {
                 let mut b = Agree::default();
                 b.add(&yard, &l, vocab);
-                all_llama.merge(&b);
-                if short {
-                    short_llama.merge(&b);
+                sums[modes.len()][1].merge(&b);
+                if short == 1 {
+                    sums[modes.len()][0].merge(&b);
                 }
                 llama_prompts += 1;
                 b.show()
@@ -180,23 +193,14 @@ fn main() -> Result<()> {
             Some(l) => format!("(llama logits have {} values, want {})", l.len(), yard.len()),
             None => "(no llama.cpp logits)".into(),
         };
-        println!("{name:<18} {:>6}  {:<44} {:<44} {llama}", ids.len(), a.show(), m.show());
+        println!("  {llama}");
     }
-    println!(
-        "{:<18} {:>6}  {:<44} {:<44} {}",
-        "SHORT",
-        short_rml.positions,
-        short_rml.show(),
-        short_mixed.show(),
-        short_llama.show()
-    );
-    println!(
-        "{:<18} {:>6}  {:<44} {:<44} {} ({llama_prompts} prompts)",
-        "ALL",
-        all_rml.positions,
-        all_rml.show(),
-        all_mixed.show(),
-        all_llama.show()
-    );
+    for (which, label) in [(0, "SHORT"), (1, "ALL")] {
+        print!("{label:<18} {:>6}", sums[0][which].positions);
+        for s in &sums {
+            print!("  {:<44}", s[which].show());
+        }
+        println!(" ({llama_prompts} prompts with llama.cpp logits)");
+    }
     Ok(())
 }

@@ -43,7 +43,7 @@ fn main() {
                 .unwrap();
             }
             let w = Matrix::new(dtype, rows, k, &data).unwrap();
-            for act in [Activations::F32, Activations::Int8] {
+            for act in [Activations::F32, Activations::Int8Plain] {
                 print!("{:<22}", format!("{dtype} {rows}x{k} {act:?}"));
                 let mut base = 0.0;
                 for &isa in &isas {

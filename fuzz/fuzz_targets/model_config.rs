@@ -72,7 +72,7 @@ fn options() -> [DecoderOptions; 4] {
         DecoderOptions::default(),
         DecoderOptions { context_len: Some(1), prefill_chunk: 1, ..DecoderOptions::default() },
         DecoderOptions {
-            activations: Activations::Int8,
+            activations: Activations::Int8Plain,
             weight_format: WeightFormat::Q8_0,
             prefill_chunk: usize::MAX,
             ..DecoderOptions::default()

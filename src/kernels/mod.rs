@@ -72,7 +72,9 @@ pub type MatmulF32Fn = unsafe fn(
 ///
 /// # Safety
 ///
-/// As [`MatmulF32Fn`]; each row is `xq.nb()` blocks of the entry's dtype and `n <= xq.n()`.
+/// As [`MatmulF32Fn`], except that only the first `xq.nb()` blocks of the entry's dtype of
+/// each row are read (`row_bytes` may be larger: the outlier correction runs the kernels over
+/// one column block of wider rows, see `ops::outliers`); `n <= xq.n()`.
 pub type MatmulQ8Fn = unsafe fn(
     w: *const u8,
     row_bytes: usize,

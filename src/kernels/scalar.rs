@@ -204,12 +204,14 @@ pub(crate) unsafe fn rows_f32(
 ///
 /// # Safety
 ///
-/// As [`super::MatmulQ8Fn`]: `w` points to `rows` rows of `row_bytes` bytes, each `xq.nb()`
-/// blocks of the activation format's length; `xq.n() >= n`; every `y[t * ldy + r]` is
+/// As [`super::MatmulQ8Fn`]: row `r` starts at `w + r * row_bytes` and its first `xq.nb()`
+/// blocks of `block_bytes` bytes are readable; `xq.n() >= n`; every `y[t * ldy + r]` is
 /// writable and not aliased.
+#[allow(clippy::too_many_arguments)]
 #[inline]
 pub(crate) unsafe fn rows_q8(
     dot: fn(&[u8], &Q8Row<'_>) -> f32,
+    block_bytes: usize,
     w: *const u8,
     row_bytes: usize,
     rows: usize,
@@ -218,9 +220,10 @@ pub(crate) unsafe fn rows_q8(
     y: *mut f32,
     ldy: usize,
 ) {
+    let used = xq.nb() * block_bytes;
     for r in 0..rows {
-        // SAFETY: row `r` is in bounds (caller contract).
-        let row = unsafe { core::slice::from_raw_parts(w.add(r * row_bytes), row_bytes) };
+        // SAFETY: the row's first `nb` blocks are in bounds (caller contract).
+        let row = unsafe { core::slice::from_raw_parts(w.add(r * row_bytes), used) };
         for t in 0..n {
             let xt = xq.row(t);
             // SAFETY: `t * ldy + r` is writable (caller contract).
@@ -270,7 +273,9 @@ macro_rules! entries {
             ldy: usize,
         ) {
             // SAFETY: forwarded caller contract.
-            unsafe { $crate::kernels::scalar::rows_q8($dot_q8, w, row_bytes, rows, xq, n, y, ldy) }
+            unsafe {
+                $crate::kernels::scalar::rows_q8($dot_q8, BYTES, w, row_bytes, rows, xq, n, y, ldy)
+            }
         }
     };
 }

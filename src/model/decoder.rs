@@ -59,9 +59,12 @@ pub const DEFAULT_MAX_CONTEXT: usize = 4096;
 pub struct DecoderOptions {
     /// Positions the KV cache holds; `None`: `min(max_position_embeddings, 4096)`.
     pub context_len: Option<usize>,
-    /// f32 activations (exact), int8 activations for quantized weights (fastest), or
-    /// [`Activations::Mixed`]: f32 for the q/k/v and gate/up projections, int8 for the rest
-    /// (half int8's mean logit error; see [`Activations::for_normed_input`]).
+    /// How activations meet quantized weights: [`Activations::Int8`] by default (int8 with
+    /// outlier-block correction on the RMS-normalized inputs: q/k/v, gate/up and the output
+    /// head; plain int8 for o and down, see [`Activations::for_other_input`]),
+    /// [`Activations::F32`] for exact results, [`Activations::Int8Plain`] (ggml's scheme,
+    /// fastest), or [`Activations::Mixed`] (f32 for q/k/v and gate/up, plain int8 for the
+    /// rest). f32/f16/bf16 weights always meet f32 activations.
     pub activations: Activations,
     /// Keep weights as stored, or quantize float matrices to Q8_0 at load.
     pub weight_format: WeightFormat,
@@ -124,7 +127,7 @@ impl Default for DecoderOptions {
     fn default() -> Self {
         DecoderOptions {
             context_len: None,
-            activations: Activations::F32,
+            activations: Activations::Int8,
             weight_format: WeightFormat::AsStored,
             prefill_chunk: 64,
             schedule: None,
@@ -952,7 +955,7 @@ impl<'a> DecoderLM<'a> {
         let groups = nh / nkv;
         let eps = c.rms_norm_eps as f32;
         let (act, sched) = (options.activations, options.schedule);
-        let normed = act.for_normed_input();
+        let (normed, other) = (act.for_normed_input(), act.for_other_input());
         let scale = c.attention_scale();
         let layout = w.rope_layout;
         let act_fn = c.arch.activation;
@@ -1201,7 +1204,7 @@ impl<'a> DecoderLM<'a> {
                     }
                 }
             }
-            matmul(exec, sched, &lw.o, att, n, xn, act, scratch)
+            matmul(exec, sched, &lw.o, att, n, xn, other, scratch)
                 .map_err(|e| nonfinite_input(e, att, qd, p0))?;
             if let Some(pn) = &lw.post_attn_norm {
                 for row in xn.chunks_exact_mut(h) {
@@ -1221,7 +1224,7 @@ impl<'a> DecoderLM<'a> {
                 Activation::Silu => ops::swiglu(gate, up),
                 Activation::GeluTanh => ops::geglu_tanh(gate, up),
             }
-            matmul(exec, sched, &lw.down, gate, n, xn, act, scratch)
+            matmul(exec, sched, &lw.down, gate, n, xn, other, scratch)
                 .map_err(|e| nonfinite_input(e, gate, inter, p0))?;
             if let Some(pn) = &lw.post_ffn_norm {
                 for row in xn.chunks_exact_mut(h) {

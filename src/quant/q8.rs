@@ -260,6 +260,97 @@ impl<'a> Q8Acts<'a> {
         Ok(Q8Acts { fmt: ActFormat::Q8, n, nb, qs: q2, d: d2, s, sum })
     }
 
+    /// The quantization residuals of chosen blocks, quantized again: for `blocks[j] = t · nb +
+    /// b` (block `b` of row `t`), the `E` values `x[t·k + b·E + e] − d·q[e]` (`E` = 32 for
+    /// [`ActFormat::Q8`], 256 for [`ActFormat::Q8K`]; `d`, `q` the scale and values of block
+    /// `b` of row `t` of `xq`, the quantization of `x`) become row `j` of the result, one block
+    /// per row (`nb() == 1`), by the rule of the module docs; row `blocks.len()` is one more
+    /// block of zeros (so that a kernel may always be run over two rows). A residual is at most
+    /// `d / 2` per value, so its scale is at most `d / 254`: the two passes together carry
+    /// about 15 bits.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::InvalidArgument`] if `x.len() != xq.n() * k`, `k != xq.nb() · E`, a
+    /// listed block lies outside `xq`, or `scratch` is shorter than [`q8_acts_bytes_as`]`(fmt, E,
+    /// blocks.len() + 1)`.
+    pub(crate) fn quantize_residuals(
+        kern: &crate::kernels::Kernels,
+        x: &[f32],
+        k: usize,
+        xq: &Q8Acts<'_>,
+        blocks: &[u32],
+        scratch: &'a mut [u8],
+    ) -> Result<Self> {
+        let fmt = xq.fmt;
+        let e = block_elems(fmt);
+        if Some(k) != xq.nb.checked_mul(e) || Some(x.len()) != xq.n.checked_mul(k) {
+            return Err(Error::invalid_argument(format_args!(
+                "int8 residuals: x has {} elements, k = {k}, for {} rows of {} blocks of {e}",
+                x.len(),
+                xq.n,
+                xq.nb
+            )));
+        }
+        let m = blocks.len();
+        let (qs, d, s, sum) = carve(scratch, m + 1, fmt)?;
+        qs[m * e..].fill(0);
+        d[m] = 0.0;
+        let quantize = if fmt == ActFormat::Q8 { kern.quantize_q8 } else { kern.quantize_q8k };
+        let mut r = [0f32; QK_K];
+        for (j, &i) in blocks.iter().enumerate() {
+            let i = i as usize;
+            if i >= xq.d.len() {
+                return Err(Error::invalid_argument(format_args!(
+                    "int8 residuals: block {i} outside {} rows of {} blocks",
+                    xq.n, xq.nb
+                )));
+            }
+            let (t, b) = (i / xq.nb, i % xq.nb);
+            let (xb, qb, db) = (&x[t * k + b * e..][..e], &xq.qs[i * e..][..e], xq.d[i]);
+            for ((r, &xv), &qv) in r.iter_mut().zip(xb).zip(qb) {
+                *r = xv - db * qv as f32;
+            }
+            // SAFETY: `r` holds at least `e` floats (one block of the format), `qs` has room
+            // for block `j`'s `e` values and `d` for its scale; the table's functions are only
+            // reachable through `Kernels` values whose ISA is available (see `super::table`).
+            let ok = unsafe { quantize(r.as_ptr(), 1, qs[j * e..].as_mut_ptr(), e, &mut d[j]) };
+            if !ok {
+                // x was quantized before, so it is finite; x - d·q could still overflow.
+                return Err(non_finite(DType::Q8_0, &r[..e]).context("int8 residuals"));
+            }
+        }
+        if fmt == ActFormat::Q8 {
+            finish_sums(qs, d, s, sum);
+        } else {
+            for (q, sum) in qs.chunks_exact(16).zip(sum.iter_mut()) {
+                *sum = q.iter().map(|&v| v as i32).sum();
+            }
+        }
+        Ok(Q8Acts { fmt, n: m + 1, nb: 1, qs, d, s, sum })
+    }
+
+    /// Activation rows `r` as activations of their own (the same blocks, no copy).
+    ///
+    /// # Panics
+    ///
+    /// If `r` does not lie inside `0..self.n()`.
+    pub fn rows(&self, r: core::ops::Range<usize>) -> Q8Acts<'a> {
+        assert!(r.start <= r.end && r.end <= self.n, "activation rows {r:?} of {}", self.n);
+        let (nb, e) = (self.nb, block_elems(self.fmt));
+        let sums = if self.fmt == ActFormat::Q8 { 1 } else { 16 };
+        let s = if self.fmt == ActFormat::Q8 { &self.s[r.start * nb..r.end * nb] } else { &[][..] };
+        Q8Acts {
+            fmt: self.fmt,
+            n: r.len(),
+            nb,
+            qs: &self.qs[r.start * nb * e..r.end * nb * e],
+            d: &self.d[r.start * nb..r.end * nb],
+            s,
+            sum: &self.sum[r.start * nb * sums..r.end * nb * sums],
+        }
+    }
+
     /// Activation rows.
     pub fn n(&self) -> usize {
         self.n

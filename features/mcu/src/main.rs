@@ -202,13 +202,13 @@ fn dsp_conformance(ipt: u64) -> rml::Result<Option<usize>> {
             *v = ((next() % 20001) as f32 - 10000.0) / 1000.0;
         }
         let m = Matrix::new(rml::DType::Q8_0, rows, k, w)?;
-        let scratch = &mut bench.scratch[..scratch_bytes(k, n, Activations::Int8)];
+        let scratch = &mut bench.scratch[..scratch_bytes(k, n, Activations::Int8Plain)];
         let [y0, y1] = &mut bench.y;
         let (y0, y1) = (&mut y0[..n * rows], &mut y1[..n * rows]);
         let mut ticks = [0u64; 2];
         for (i, (kern, y)) in [(scalar, &mut *y0), (dsp, &mut *y1)].into_iter().enumerate() {
             let t = timer::now();
-            gemm_with(kern, &InlineExecutor, None, &m, x, n, y, Activations::Int8, scratch)?;
+            gemm_with(kern, &InlineExecutor, None, &m, x, n, y, Activations::Int8Plain, scratch)?;
             ticks[i] = timer::ticks(t) as u64;
         }
         if y0.iter().zip(y1.iter()).any(|(a, b)| a.to_bits() != b.to_bits()) {
@@ -452,7 +452,7 @@ fn main() -> ! {
 
     let base =
         DecoderOptions { context_len: Some(24), prefill_chunk: 16, ..DecoderOptions::default() };
-    let int8 = DecoderOptions { activations: Activations::Int8, ..base };
+    let int8 = DecoderOptions { activations: Activations::Int8Plain, ..base };
     let runs = [
         (
             Run {
@@ -494,7 +494,7 @@ fn main() -> ! {
             Run {
                 name: "f32 weights converted to Q8_0 at load, int8 activations",
                 options: DecoderOptions {
-                    activations: Activations::Int8,
+                    activations: Activations::Int8Plain,
                     weight_format: WeightFormat::Q8_0,
                     ..base
                 },

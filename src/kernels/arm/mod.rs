@@ -169,8 +169,8 @@ unsafe fn block_dot(w: *const u8, x: *const u8) -> i32 {
 ///
 /// # Safety
 ///
-/// `w` points to `rows` rows of `row_bytes` bytes, each `xq.nb()` Q8_0 blocks; `xq.n() >= n`;
-/// every `y[t * ldy + r]` is writable and not aliased.
+/// Row `r` starts at `w + r * row_bytes` and its first `xq.nb()` Q8_0 blocks are readable;
+/// `xq.n() >= n`; every `y[t * ldy + r]` is writable and not aliased.
 unsafe fn matmul_q8_0_q8(
     w: *const u8,
     row_bytes: usize,
@@ -182,8 +182,8 @@ unsafe fn matmul_q8_0_q8(
 ) {
     let nb = xq.nb();
     for r in 0..rows {
-        // SAFETY: row `r` is in bounds (caller contract).
-        let row = unsafe { core::slice::from_raw_parts(w.add(r * row_bytes), row_bytes) };
+        // SAFETY: the row's first `nb` blocks are in bounds (caller contract).
+        let row = unsafe { core::slice::from_raw_parts(w.add(r * row_bytes), nb * 34) };
         for t in 0..n {
             let qs = &xq.qs()[t * nb * QK..(t + 1) * nb * QK];
             let d = &xq.d()[t * nb..(t + 1) * nb];
