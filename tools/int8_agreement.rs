@@ -1,7 +1,7 @@
-//! Teacher-forced agreement of rml's int8-activation and mixed-activation logits
-//! ([`Activations::Int8Plain`], [`Activations::Mixed`]; and, when given, llama.cpp's) with rml's
-//! own f32-activation logits, the yardstick (3e-5 from PyTorch on the SmolLM2
-//! fixture).
+//! Teacher-forced agreement of rml's int8-activation logits ([`Activations::Int8`], the
+//! default with outlier correction; [`Activations::Int8Plain`]; [`Activations::Mixed`]; and,
+//! when given, llama.cpp's) with rml's own f32-activation logits, the yardstick (3e-5 from
+//! PyTorch on the SmolLM2 fixture).
 //!
 //! ```text
 //! cargo run --release --features cli --example int8_agreement -- MODEL.gguf OUT_DIR
@@ -9,8 +9,10 @@
 //!
 //! For every prompt of `tests/data/agreement/prompts.json` (chat prompts wrapped in the
 //! SmolLM2 chat template) it tokenizes with `tests/data/smollm2-135m/tokenizer.json`, writes
-//! the ids to `OUT_DIR/NAME.tokens` (u32 little-endian; an existing file is reused), runs them through the model once with
-//! f32, once with int8 and once with mixed activations (every position's logits), and reports
+//! the ids to `OUT_DIR/NAME.tokens` (u32 little-endian; an existing file is reused), runs them
+//! through the model with f32 activations and once per mode of `RML_AGREE_MODES`
+//! (comma-separated `int8`, `int8-plain`, `mixed`; all three by default), every position's
+//! logits, and reports
 //! per prompt, over the short prompts (all but `long_code`) and over all positions: argmax agreement (the share of positions whose top token is the f32
 //! one), and the mean and largest absolute logit difference. If `OUT_DIR/NAME.llama.f32`
 //! exists (llama.cpp's logits for the same ids, `positions × vocab` f32 little-endian, as
