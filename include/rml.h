@@ -155,14 +155,15 @@ enum RmlActivations
      */
     RML_ACTIVATIONS_INT8 = 0,
     /**
+     * Activations quantized to Q8_0 / Q8_K blocks once per product, dotted in int8
+     * (ggml's scheme, fastest; logits move by up to about 2 on SmolLM2). Value 1 was called
+     * `RML_ACTIVATIONS_INT8` before the corrected mode became the default, with this meaning.
+     */
+    RML_ACTIVATIONS_INT8_PLAIN = 1,
+    /**
      * f32 activations; quantized weights are dequantized on the fly (exact).
      */
-    RML_ACTIVATIONS_F32 = 1,
-    /**
-     * Activations quantized to Q8_0 / Q8_K blocks once per product, dotted in int8
-     * (ggml's scheme, fastest; logits move by up to about 2 on SmolLM2).
-     */
-    RML_ACTIVATIONS_INT8_PLAIN = 2,
+    RML_ACTIVATIONS_F32 = 2,
     /**
      * f32 activations for q/k/v and gate/up, plain int8 for the rest.
      */

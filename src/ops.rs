@@ -284,9 +284,10 @@ impl SyncPtr {
 /// `y[rows] = W · x`.
 ///
 /// `schedule` `None` uses the executor's default. Runs inline below [`PAR_ROWS_F32`] rows
-/// (f32/f16/bf16) or [`PAR_ROWS_QUANT`] rows (quantized). With [`Activations::Int8Plain`] and
-/// quantized weights `scratch` must hold at least [`scratch_bytes`]`(k, 1, Int8)` bytes;
-/// otherwise it is not used. Uses the kernels of [`kernels::active`]; allocates nothing.
+/// (f32/f16/bf16) or [`PAR_ROWS_QUANT`] rows (quantized). With int8 activations
+/// ([`Activations::Int8`], [`Activations::Int8Plain`], [`Activations::Mixed`]) and quantized
+/// weights `scratch` must hold at least [`scratch_bytes`]`(k, 1, act)` bytes; otherwise it is
+/// not used. Uses the kernels of [`kernels::active`]; allocates nothing.
 ///
 /// # Errors
 ///
@@ -438,8 +439,8 @@ enum RowKernel {
 /// `Y_i[n × rows_i] = X[n × k] · W_iᵀ` for each `W_i = w[i]`, `Y_i = y[i]`.
 ///
 /// The decoder runs the q/k/v projections together and the gate/up projections together:
-/// one dispatch instead of three or two, and with [`Activations::Int8Plain`] the input is quantized
-/// once. Rows of all matrices are numbered in order and split across `exec` like one matrix's
+/// one dispatch instead of three or two, and with int8 activations the input is quantized
+/// (and its outlier blocks found) once per activation format. Rows of all matrices are numbered in order and split across `exec` like one matrix's
 /// rows (the parallel threshold is [`PAR_ROWS_QUANT`] if every matrix is quantized, else
 /// [`PAR_ROWS_F32`]); every output is computed by the same kernel call as in [`gemm`], so the
 /// results are bit-identical to separate [`gemm`] calls. `scratch` as for [`gemm`].

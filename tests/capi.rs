@@ -217,8 +217,8 @@ fn decoder_options_reach_the_decoder() {
             context_len: Some(8),
             activations: [
                 Activations::Int8,
-                Activations::F32,
                 Activations::Int8Plain,
+                Activations::F32,
                 Activations::Mixed,
             ][activations as usize],
             weight_format: [WeightFormat::AsStored, WeightFormat::Q8_0][weight_format as usize],

@@ -51,11 +51,12 @@ pub enum RmlActivations {
     /// default; Rust's `Activations::Int8`): closer to f32 than llama.cpp's int8 path on
     /// SmolLM2, within about 10% of the plain int8 speed.
     Int8 = 0,
-    /// f32 activations; quantized weights are dequantized on the fly (exact).
-    F32 = 1,
     /// Activations quantized to Q8_0 / Q8_K blocks once per product, dotted in int8
-    /// (ggml's scheme, fastest; logits move by up to about 2 on SmolLM2).
-    Int8Plain = 2,
+    /// (ggml's scheme, fastest; logits move by up to about 2 on SmolLM2). Value 1 was called
+    /// `RML_ACTIVATIONS_INT8` before the corrected mode became the default, with this meaning.
+    Int8Plain = 1,
+    /// f32 activations; quantized weights are dequantized on the fly (exact).
+    F32 = 2,
     /// f32 activations for q/k/v and gate/up, plain int8 for the rest.
     Mixed = 3,
 }
@@ -166,13 +167,13 @@ fn new_state(model: Arc<ModelInner>, o: &RmlDecoderOptions) -> Result<DecoderSta
     let schedule = schedule_of(o)?;
     let activations = match o.activations {
         0 => Activations::Int8,
-        1 => Activations::F32,
-        2 => Activations::Int8Plain,
+        1 => Activations::Int8Plain,
+        2 => Activations::F32,
         3 => Activations::Mixed,
         a => {
             return Err(Error::invalid_argument(format_args!(
-                "options.activations {a} is not an RmlActivations (0 = INT8, 1 = F32, \
-                 2 = INT8_PLAIN, 3 = MIXED)"
+                "options.activations {a} is not an RmlActivations (0 = INT8, 1 = INT8_PLAIN, \
+                 2 = F32, 3 = MIXED)"
             )))
         }
     };

@@ -38,7 +38,9 @@ pub const fn q8_acts_bytes_as(fmt: ActFormat, k: usize, n: usize) -> usize {
 }
 
 /// Bytes of scratch for `n` activation rows of `k` elements in BOTH formats (what
-/// [`crate::ops::gemm_fused`] may need when its matrices mix 32-element types and K-quants):
+/// [`crate::ops::gemm_fused`] with plain int8 activations may need when its matrices mix
+/// 32-element types and K-quants; the default int8 mode needs more, see
+/// [`crate::ops::scratch_bytes`]):
 /// [`q8_acts_bytes_as`] of [`ActFormat::Q8`], plus that of [`ActFormat::Q8K`] when `k` is a
 /// multiple of 256.
 pub const fn q8_acts_bytes(k: usize, n: usize) -> usize {

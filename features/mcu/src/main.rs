@@ -450,8 +450,13 @@ fn main() -> ! {
         }
     };
 
-    let base =
-        DecoderOptions { context_len: Some(24), prefill_chunk: 16, ..DecoderOptions::default() };
+    // f32 activations spelled out: the decoder's default is int8 with outlier correction.
+    let base = DecoderOptions {
+        context_len: Some(24),
+        prefill_chunk: 16,
+        activations: Activations::F32,
+        ..DecoderOptions::default()
+    };
     let int8 = DecoderOptions { activations: Activations::Int8Plain, ..base };
     let runs = [
         (
