@@ -384,11 +384,14 @@ fn owned_rows_are_stolen_from_the_far_end() {
         // 2 threads, Owned over 64 rows: 8 chunks of 8, shares 0..4 (caller) and 4..8. The
         // caller claims the front of its share, chunk 0, first, and holds it until the 7 other
         // chunks have run: so the worker runs its share front to back, then takes the
-        // caller's share from the far end.
+        // caller's share from the far end. The worker waits in its last own chunk (7) until
+        // the caller is inside chunk 0, so an OS that delays the caller's first claim (seen
+        // under AddressSanitizer on a loaded machine) cannot let the worker steal chunk 0.
         let pool = protocol_pool(2);
         let plan = ChunkPlan::new(0..64, Schedule::Owned, 2, false);
         assert_eq!((plan.num_chunks(), plan.share(0), plan.share(1)), (8, 0..4, 4..8));
         let done = AtomicUsize::new(0);
+        let caller_in = AtomicBool::new(false);
         let order = Mutex::new(Vec::new());
         let caller = std::thread::current().id();
         let s0 = pool.stats();
@@ -396,10 +399,16 @@ fn owned_rows_are_stolen_from_the_far_end() {
             let c = r.start / 8;
             if c == 0 {
                 assert_eq!(std::thread::current().id(), caller, "chunk 0 is the caller's first");
+                caller_in.store(true, Ordering::SeqCst);
                 while done.load(Relaxed) < 7 {
                     std::thread::yield_now();
                 }
             } else {
+                if c == 7 {
+                    while !caller_in.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                }
                 assert_ne!(std::thread::current().id(), caller, "the caller is held in chunk 0");
                 order.lock().unwrap().push(c);
                 done.fetch_add(1, Relaxed);
