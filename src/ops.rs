@@ -11,7 +11,7 @@ use core::ops::Range;
 use crate::error::{Error, Result};
 use crate::exec::{Executor, Schedule};
 use crate::kernels::{self, Kernels};
-use crate::quant::{q8_acts_bytes_as, ActFormat, Q8Acts, QK, QK_K};
+use crate::quant::{q8_acts_bytes_as, ActFormat, Q8Acts, QK_K};
 use crate::tensor::DType;
 
 /// f32 / f16 / bf16 GEMV runs in parallel only from this many rows on.
@@ -180,14 +180,6 @@ fn int8_parts(k: usize, n: usize, act: Activations) -> [usize; 4] {
         if corr { outliers::outlier_bytes(ActFormat::Q8, k, n) } else { 0 },
         if corr && k_ok { outliers::outlier_bytes(ActFormat::Q8K, k, n) } else { 0 },
     ]
-}
-
-/// Elements per block of an activation format.
-const fn act_block(fmt: ActFormat) -> usize {
-    match fmt {
-        ActFormat::Q8 => QK,
-        ActFormat::Q8K => QK_K,
-    }
 }
 
 /// Splits int8 scratch into the parts of [`int8_parts`] that `want` names (the others are
@@ -386,7 +378,7 @@ pub fn gemm_with(
         let xq = Q8Acts::quantize_as(fmt, kern, x, n, k, sq)?;
         let outl = if corr { Some(Outliers::find(kern, x, k, &xq, so)?) } else { None };
         let outl = outl.filter(|o| !o.is_empty());
-        let bb = w.dtype.row_bytes(act_block(fmt))?;
+        let bb = w.dtype.row_bytes(fmt.block_elems())?;
         run(&|range: Range<usize>| {
             // SAFETY: `kern` is an available table (only `kernels::table`/`active` hand them
             // out); rows `range` lie inside `data` (`Matrix::new` checked `rows * rb`); `xq`
@@ -504,7 +496,7 @@ pub fn gemm_fused<const N: usize>(
     for i in 0..N {
         fns[i] = match int8_fmt(w[i]) {
             Some(f) => {
-                bbs[i] = w[i].dtype.row_bytes(act_block(f))?;
+                bbs[i] = w[i].dtype.row_bytes(f.block_elems())?;
                 RowKernel::Q8(kern.matmul_q8(w[i].dtype)?, f)
             }
             None => RowKernel::F32(kern.matmul_f32(w[i].dtype)?),

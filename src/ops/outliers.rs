@@ -24,7 +24,7 @@
 
 use crate::error::{Error, Result};
 use crate::kernels::{Kernels, MatmulQ8Fn};
-use crate::quant::{q8_acts_bytes_as, ActFormat, Q8Acts, QK, QK_K};
+use crate::quant::{q8_acts_bytes_as, ActFormat, Q8Acts};
 
 /// A block is an outlier block when its largest |value| exceeds this many times the RMS of
 /// its activation row (so a row has fewer than `k / 64` values that large; for blocks of 32,
@@ -39,19 +39,11 @@ const TMP: usize = 1024;
 /// Activation rows one correction kernel call takes at most.
 const MAX_ACT_ROWS: usize = 64;
 
-/// Elements per block of `fmt`.
-const fn elems(fmt: ActFormat) -> usize {
-    match fmt {
-        ActFormat::Q8 => QK,
-        ActFormat::Q8K => QK_K,
-    }
-}
-
 /// Bytes of scratch [`Outliers::find`] needs for `n` rows of `k` activations in `fmt`, for
 /// the worst case of every block an outlier: the per-row thresholds, the block list and the
 /// requantized residuals ([`q8_acts_bytes_as`]), with alignment slack.
 pub(crate) const fn outlier_bytes(fmt: ActFormat, k: usize, n: usize) -> usize {
-    let e = elems(fmt);
+    let e = fmt.block_elems();
     let nb = k / e;
     let m = n * nb;
     (n + nb + 1 + m) * 4 + 4 + q8_acts_bytes_as(fmt, e, m + 1)
@@ -84,7 +76,8 @@ impl<'a> Outliers<'a> {
     ) -> Result<Self> {
         let (n, nb, fmt) = (xq.n(), xq.nb(), xq.format());
         let need = outlier_bytes(fmt, k, n);
-        if scratch.len() < need || Some(k) != nb.checked_mul(elems(fmt)) || x.len() != n * k {
+        if scratch.len() < need || Some(k) != nb.checked_mul(fmt.block_elems()) || x.len() != n * k
+        {
             return Err(Error::invalid_argument(format_args!(
                 "int8 outlier blocks: scratch part has {} bytes (need {need}), k = {k}, {} \
                  inputs for {n} rows of {nb} blocks (size scratch with ops::scratch_bytes for \

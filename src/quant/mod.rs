@@ -62,6 +62,16 @@ pub enum ActFormat {
     Q8K,
 }
 
+impl ActFormat {
+    /// Activation values per block: 32 for [`ActFormat::Q8`], 256 for [`ActFormat::Q8K`].
+    pub const fn block_elems(self) -> usize {
+        match self {
+            ActFormat::Q8 => QK,
+            ActFormat::Q8K => QK_K,
+        }
+    }
+}
+
 /// Whole blocks to f32: `(bytes, out)`, see [`TypeInfo::dequantize`].
 pub type DequantizeFn = fn(&[u8], &mut [f32]);
 

@@ -23,18 +23,10 @@ const fn block_bytes(fmt: ActFormat) -> usize {
     }
 }
 
-/// Elements per block of each format.
-const fn block_elems(fmt: ActFormat) -> usize {
-    match fmt {
-        ActFormat::Q8 => QK,
-        ActFormat::Q8K => QK_K,
-    }
-}
-
 /// Bytes of scratch that [`Q8Acts::quantize_as`] needs for `n` activation rows of `k`
 /// elements in `fmt`, with 64 bytes of alignment slack.
 pub const fn q8_acts_bytes_as(fmt: ActFormat, k: usize, n: usize) -> usize {
-    n * k.div_ceil(block_elems(fmt)) * block_bytes(fmt) + 64
+    n * k.div_ceil(fmt.block_elems()) * block_bytes(fmt) + 64
 }
 
 /// Bytes of scratch for `n` activation rows of `k` elements in BOTH formats (what
@@ -86,7 +78,7 @@ fn carve(scratch: &mut [u8], m: usize, fmt: ActFormat) -> Result<Parts<'_>> {
         )));
     };
     let buf = &mut scratch[off..need];
-    let (qs, rest) = buf.split_at_mut(m * block_elems(fmt));
+    let (qs, rest) = buf.split_at_mut(m * fmt.block_elems());
     let (d, rest) = rest.split_at_mut(m * 4);
     let s_len = if fmt == ActFormat::Q8 { m * 4 } else { 0 };
     let (s, sum) = rest.split_at_mut(s_len);
@@ -285,7 +277,7 @@ impl<'a> Q8Acts<'a> {
         scratch: &'a mut [u8],
     ) -> Result<Self> {
         let fmt = xq.fmt;
-        let e = block_elems(fmt);
+        let e = fmt.block_elems();
         if Some(k) != xq.nb.checked_mul(e) || Some(x.len()) != xq.n.checked_mul(k) {
             return Err(Error::invalid_argument(format_args!(
                 "int8 residuals: x has {} elements, k = {k}, for {} rows of {} blocks of {e}",
@@ -339,7 +331,7 @@ impl<'a> Q8Acts<'a> {
     /// If `r` does not lie inside `0..self.n()`.
     pub fn rows(&self, r: core::ops::Range<usize>) -> Q8Acts<'a> {
         assert!(r.start <= r.end && r.end <= self.n, "activation rows {r:?} of {}", self.n);
-        let (nb, e) = (self.nb, block_elems(self.fmt));
+        let (nb, e) = (self.nb, self.fmt.block_elems());
         let sums = if self.fmt == ActFormat::Q8 { 1 } else { 16 };
         let s = if self.fmt == ActFormat::Q8 { &self.s[r.start * nb..r.end * nb] } else { &[][..] };
         Q8Acts {
