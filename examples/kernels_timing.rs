@@ -400,8 +400,115 @@ fn types(only: &[String]) {
     }
 }
 
+/// `stream`: the int8 GEMVs of a decode step without the rest of it: SmolLM2-135M's seven
+/// per-layer matrices (q 576x576, k and v 192x576, o 576x576, gate and up 1536x576, down
+/// 576x1536), one after the other, over as many layers as fill three times the last-level
+/// cache (so every matrix comes from memory, as in a model larger than the cache), against a
+/// plain read loop over the same bytes and one GEMV over the same bytes as one tall matrix.
+/// `KT_STREAM_MB=40` sizes the buffer instead. `KT_STREAM_TYPES=Q4_1,Q8_0` picks the types (default Q4_1, Q8_0, Q5_0; types whose block
+/// does not divide 576, the K-quants, are skipped: SmolLM2's K-quant files store those
+/// matrices in 32-element types).
+fn stream() {
+    let kern = kernels::table(kernels::best()).unwrap();
+    let llc = common::llc_bytes().unwrap_or(32 << 20);
+    let names = std::env::var("KT_STREAM_TYPES").unwrap_or_else(|_| "Q4_1,Q8_0,Q5_0".into());
+    let mats: [(usize, usize); 7] =
+        [(576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536)];
+    for dtype in int8_types()
+        .into_iter()
+        .filter(|t| names.split(',').any(|n| n == t.to_string()) && 576 % t.block_size() == 0)
+    {
+        // One layer's bytes, each matrix quantized from values, then repeated.
+        let parts: Vec<AlignedBlock> =
+            mats.iter().map(|&(r, k)| type_weights(dtype, r, k)).collect();
+        let layer: usize = parts.iter().map(|p| p.as_slice().len()).sum();
+        // `KT_STREAM_MB=40`: that many MiB instead (below the cache: the matrices stay in it).
+        let total = std::env::var("KT_STREAM_MB").ok().and_then(|v| v.parse::<usize>().ok());
+        let layers = total.map_or(3 * llc, |mb| mb << 20).div_ceil(layer);
+        let mut data = AlignedBlock::try_new(layers * layer).unwrap();
+        for chunk in data.as_mut_slice().chunks_exact_mut(layer) {
+            let mut o = 0;
+            for p in &parts {
+                chunk[o..o + p.as_slice().len()].copy_from_slice(p.as_slice());
+                o += p.as_slice().len();
+            }
+        }
+        let bytes = data.as_slice();
+        let mut views = Vec::new();
+        let mut o = 0;
+        for _ in 0..layers {
+            for &(r, k) in &mats {
+                let len = r * dtype.row_bytes(k).unwrap();
+                views.push(Matrix::new(dtype, r, k, &bytes[o..o + len]).unwrap());
+                o += len;
+            }
+        }
+        let (k0, k1) = (values(576, 6), values(1536, 7));
+        let mut y = vec![0f32; 1536];
+        let mut s = vec![0u8; scratch_bytes(1536, 1, Activations::Int8Plain)];
+        let rb = dtype.row_bytes(576).unwrap();
+        let tall =
+            Matrix::new(dtype, bytes.len() / rb, 576, &bytes[..bytes.len() / rb * rb]).unwrap();
+        let mut ty = vec![0f32; tall.rows()];
+        let (mut seq, mut one, mut read) = (f64::MAX, f64::MAX, f64::MAX);
+        for _ in 0..3 {
+            seq = seq.min(best_of(3, || {
+                for w in &views {
+                    let x = if w.k() == 576 { &k0 } else { &k1 };
+                    let y = &mut y[..w.rows()];
+                    gemm_with(
+                        kern,
+                        &InlineExecutor,
+                        None,
+                        w,
+                        black_box(x),
+                        1,
+                        y,
+                        Activations::Int8Plain,
+                        &mut s,
+                    )
+                    .unwrap();
+                }
+            }));
+            one = one.min(best_of(3, || {
+                gemm_with(
+                    kern,
+                    &InlineExecutor,
+                    None,
+                    &tall,
+                    black_box(&k0),
+                    1,
+                    &mut ty,
+                    Activations::Int8Plain,
+                    &mut s,
+                )
+                .unwrap();
+            }));
+            read = read.min(best_of(3, || {
+                black_box(read_bytes(black_box(bytes)));
+            }));
+        }
+        let gb = bytes.len() as f64 / 1e9;
+        println!(
+            "stream {dtype} ({layers} layers, {} MiB, {}): layer GEMVs {:.2} GB/s, one tall GEMV {:.2} GB/s, \
+             read loop {:.2} GB/s; layer GEMVs {:.0}% of the read loop, {:.0}% of the tall GEMV",
+            bytes.len() >> 20,
+            kern.isa(),
+            gb / seq,
+            gb / one,
+            gb / read,
+            100.0 * read / seq,
+            100.0 * one / seq
+        );
+    }
+}
+
 fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    if what == "stream" {
+        stream();
+        return;
+    }
     if what == "types" {
         // Type names as separate arguments or comma-separated.
         let only: Vec<String> = std::env::args()

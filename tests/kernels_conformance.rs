@@ -600,6 +600,27 @@ fn int8_extremes(kern: &Kernels) {
     assert_eq!(&xq.qs()[..2], &[-127, 127]);
 }
 
+/// The int8 GEMV from 64 rows, where the AVX-512 tiers read the rows as several streams side
+/// by side (rows `j, j + q, ..`; `GEMV_STREAM_MIN_ROWS` in the x86 kernels): row counts
+/// around multiples of four and eight, K with partial groups of blocks (and super-blocks), in
+/// every int8 type, plain and with outlier correction; every output the oracle's bits. Also
+/// two activation rows over the same matrices (GEMM rows equal to the GEMV's).
+fn gemv_streams(kern: &Kernels) {
+    let rows_k32 = [(64, 1), (67, 9), (131, 3), (200, 17), (259, 2)];
+    let rows_k256 = [(64, 1), (70, 3), (133, 2), (257, 5)];
+    for dtype in rml::quant::TYPES.iter().filter(|t| t.act.is_some()).map(|t| t.dtype) {
+        let shapes: &[(usize, usize)] =
+            if dtype.block_size() == 256 { &rows_k256 } else { &rows_k32 };
+        for (i, &(rows, blocks)) in shapes.iter().enumerate() {
+            let k = blocks * dtype.block_size();
+            let c = Case { rows, k, n: 1, seed: 300 + i as u64 };
+            check_int8(kern, dtype, &c).unwrap();
+            check_outliers(kern, dtype, &c).unwrap();
+            check_outliers(kern, dtype, &Case { n: 2, ..c }).unwrap();
+        }
+    }
+}
+
 /// Rows and activation rows for the outlier-block correction: up to 40 weight rows (the
 /// 16-row tiles and their remainders) and 1..=9 activation rows of `1..=max` blocks.
 fn case_outliers(block: usize) -> impl Strategy<Value = Case> {
@@ -808,6 +829,11 @@ macro_rules! suite {
             #[test]
             fn int8_rows_of_sixteen() {
                 if let Some(k) = kernels(ISA) { rows_of_sixteen(k); }
+            }
+
+            #[test]
+            fn int8_gemv_streams() {
+                if let Some(k) = kernels(ISA) { gemv_streams(k); }
             }
 
             #[test]

@@ -22,7 +22,8 @@ use super::avx2_k::{
 };
 use super::avx512_q8::quad;
 use super::{
-    dpwssd512, opaque512, prefetch_ahead, prefetch_next_tile, PREFETCH_AHEAD, PREFETCH_MIN_BYTES,
+    dpwssd512, opaque512, prefetch_ahead, prefetch_next_tile, GEMV_STREAM_MIN_ROWS, PREFETCH_AHEAD,
+    PREFETCH_MIN_BYTES,
 };
 use crate::quant::{Q8Acts, QK_K};
 
@@ -709,7 +710,7 @@ unsafe fn tile<K: K512, const N: usize>(
 }
 
 /// GEMV of `R` weight rows (row `i` at `w + i * rb`, `R = 4` for types with mins, `R = 8`
-/// without) against activation row 0, into `y[i]`.
+/// without) against activation row 0, into `y[i * ys]`.
 ///
 /// Per super-block `b`: each row's super-block decoded and dotted with the same 256
 /// activations ([`dot_k`]), every row's `isum` (and `msum`) reduced in one [`reduce8x16`]
@@ -722,31 +723,39 @@ unsafe fn tile<K: K512, const N: usize>(
 /// # Safety
 ///
 /// `R` rows of `xq.nb()` super-blocks at `w + i * rb`, `xq` at least one activation row,
-/// `y[..R]` writable; AVX2, F16C and AVX-512 F/BW/VL/VNNI available.
+/// `y[i * ys]` writable for `i < R`; AVX2, F16C and AVX-512 F/BW/VL/VNNI available.
 #[inline(always)]
 unsafe fn gemv_rows<K: K512, const R: usize>(
     w: *const u8,
     rb: usize,
     xq: &Q8Acts<'_>,
     y: *mut f32,
-    prefetch: bool,
+    ys: usize,
+    prefetch: RowPrefetch,
 ) {
     let nb = xq.nb();
     let (qs, d, sums) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.sum().as_ptr());
     // SAFETY: super-blocks `b < nb` of rows `< R`, activation blocks `b < nb` of row 0, outputs
-    // `y[..R]` (caller contract).
+    // `y[i * ys]` (caller contract).
     unsafe {
         let mut acc = [_mm256_setzero_ps(); 8];
         // Prefetch distance: whole super-blocks, at most one row (then the next group's).
-        // Matrices under PREFETCH_MIN_BYTES prefetch the next group's rows instead.
-        let ahead = if prefetch { PREFETCH_AHEAD.div_ceil(K::BYTES).min(nb) * K::BYTES } else { 0 };
+        // Matrices under PREFETCH_MIN_BYTES prefetch the next group's rows instead; streams
+        // go on into their next rows (`len` unbounded).
+        let (ahead, len) = match prefetch {
+            RowPrefetch::NextTile => (0, 0),
+            RowPrefetch::Ahead => {
+                (PREFETCH_AHEAD.div_ceil(K::BYTES).min(nb) * K::BYTES, nb * K::BYTES)
+            }
+            RowPrefetch::Stream => (PREFETCH_AHEAD, usize::MAX),
+        };
         for b in 0..nb {
             let x = qs.add(b * QK_K);
             let bs = sums.add(b * 16);
             let mut v = [_mm512_setzero_si512(); 8];
             if ahead != 0 {
                 for i in 0..R {
-                    prefetch_ahead(w, rb, i, R, b * K::BYTES, ahead, nb * K::BYTES, K::BYTES);
+                    prefetch_ahead(w, rb, i, R, b * K::BYTES, ahead, len, K::BYTES);
                 }
             } else {
                 prefetch_next_tile(w, R * rb, b, nb);
@@ -808,9 +817,21 @@ unsafe fn gemv_rows<K: K512, const R: usize>(
         }
         let out = hsum8_lanes(acc);
         for (i, o) in out.iter().enumerate().take(R) {
-            *y.add(i) = *o;
+            *y.add(i * ys) = *o;
         }
     }
+}
+
+/// How [`gemv_rows`] prefetches its weights.
+#[derive(Clone, Copy)]
+enum RowPrefetch {
+    /// The next group's rows ([`prefetch_next_tile`]): matrices under [`PREFETCH_MIN_BYTES`].
+    NextTile,
+    /// [`PREFETCH_AHEAD`] bytes ahead in each row, then in the next group's row.
+    Ahead,
+    /// [`PREFETCH_AHEAD`] bytes ahead in each row's stream (the rows `rb` apart, each
+    /// followed by its own next rows; see [`super::GEMV_STREAMS`]).
+    Stream,
 }
 
 /// AVX-512 K-quant matmul: the GEMV in groups of rows with one joint reduction per
@@ -837,18 +858,41 @@ unsafe fn matmul_512<K: K512>(
         // joint reduction) or 8 rows (no mins); the remaining rows by the shared row loop.
         let g = if K::MINS { 4 } else { 8 };
         let full = rows / g * g;
-        let prefetch = rows * rb >= PREFETCH_MIN_BYTES;
-        let mut r = 0;
-        while r < full {
-            // SAFETY: rows `r .. r + g <= rows` and their outputs (caller contract).
-            unsafe {
-                if K::MINS {
-                    gemv_rows::<K, 4>(w.add(r * rb), rb, xq, y.add(r), prefetch);
-                } else {
-                    gemv_rows::<K, 8>(w.add(r * rb), rb, xq, y.add(r), prefetch);
+        if rows >= GEMV_STREAM_MIN_ROWS {
+            // As streams (`super::GEMV_STREAMS`, here one per row of a group): group `j`
+            // takes rows `j + i q` (`i < g`, `q = rows / g`), the `g` parts of the rows read
+            // side by side, each prefetched ahead.
+            let q = rows / g;
+            for j in 0..q {
+                // SAFETY: rows `j + i q < g q = full <= rows` and their outputs (caller
+                // contract).
+                unsafe {
+                    let (wj, yj, st) = (w.add(j * rb), y.add(j), RowPrefetch::Stream);
+                    if K::MINS {
+                        gemv_rows::<K, 4>(wj, q * rb, xq, yj, q, st);
+                    } else {
+                        gemv_rows::<K, 8>(wj, q * rb, xq, yj, q, st);
+                    }
                 }
             }
-            r += g;
+        } else {
+            let prefetch = if rows * rb >= PREFETCH_MIN_BYTES {
+                RowPrefetch::Ahead
+            } else {
+                RowPrefetch::NextTile
+            };
+            let mut r = 0;
+            while r < full {
+                // SAFETY: rows `r .. r + g <= rows` and their outputs (caller contract).
+                unsafe {
+                    if K::MINS {
+                        gemv_rows::<K, 4>(w.add(r * rb), rb, xq, y.add(r), 1, prefetch);
+                    } else {
+                        gemv_rows::<K, 8>(w.add(r * rb), rb, xq, y.add(r), 1, prefetch);
+                    }
+                }
+                r += g;
+            }
         }
         if full < rows {
             // SAFETY: the last `rows - full` rows and their outputs (caller contract).

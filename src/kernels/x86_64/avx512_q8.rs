@@ -26,8 +26,8 @@ use core::arch::x86_64::*;
 
 use super::avx2_q8::{self, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
 use super::{
-    hsum_ps, opaque512, prefetch_ahead, prefetch_next_tile, VexOps, PREFETCH_AHEAD,
-    PREFETCH_MIN_BYTES,
+    hsum_ps, opaque512, prefetch_ahead, prefetch_next_tile, VexOps, GEMV_STREAMS,
+    GEMV_STREAM_MIN_ROWS, PREFETCH_AHEAD, PREFETCH_MIN_BYTES,
 };
 use crate::quant::{Q8Acts, QK};
 
@@ -414,6 +414,10 @@ struct TileX {
     nb: usize,
     /// Whether the GEMV prefetches weight rows ahead ([`PREFETCH_MIN_BYTES`]).
     prefetch: bool,
+    /// Whether the GEMV runs as [`GEMV_STREAMS`] streams ([`GEMV_STREAM_MIN_ROWS`]): the
+    /// tile's rows are `rb` apart, each the head of its own stream of consecutive rows, and
+    /// each prefetches [`PREFETCH_AHEAD`] bytes ahead in its stream.
+    stream: bool,
     qs: *const i8,
     d: *const f32,
     s: *const f32,
@@ -555,13 +559,14 @@ unsafe fn group<Q: VBlock, const R: usize, const N: usize, const P: usize>(
 }
 
 /// AVX-512: an `R` × `N` tile (`P = ⌈R · N / 2⌉` output pairs) of weight rows at `w + r * rb`
-/// times activation rows `x`, into `y[t * ldy + r]`: the groups of eight blocks in order, then
+/// times activation rows `x`, into `y[t * ldy + r * ys]` (`ys` 1, or the stream length of a
+/// GEMV run as streams, [`TileX::stream`]): the groups of eight blocks in order, then
 /// the partial last group, each by [`group`]; each output ends with [`hsum_ps`] of its eight
 /// lanes, the oracle's [`crate::kernels::scalar::accumulate8`] order exactly.
 ///
 /// # Safety
 ///
-/// As [`group`] for every group; `y[t * ldy + r]` writable for `r < R`, `t < N`.
+/// As [`group`] for every group; `y[t * ldy + r * ys]` writable for `r < R`, `t < N`.
 #[inline(always)]
 unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
     w: *const u8,
@@ -569,6 +574,7 @@ unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
     x: TileX,
     y: *mut f32,
     ldy: usize,
+    ys: usize,
 ) {
     debug_assert_eq!(P, (R * N).div_ceil(2));
     // SAFETY: blocks `b .. b + m <= nb` (caller contract); outputs `y[t * ldy + r]`.
@@ -582,7 +588,12 @@ unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
         let ahead = PREFETCH_AHEAD.div_ceil(g).min(x.nb / 8) * g;
         let parts = x.nb.div_ceil(8);
         while b + 8 <= x.nb {
-            if N == 1 && ahead != 0 && x.prefetch {
+            if N == 1 && x.stream {
+                for i in 0..R {
+                    // `len` unbounded: the stream goes on into the row after this one.
+                    prefetch_ahead(w, rb, i, R, b * Q::BYTES, PREFETCH_AHEAD, usize::MAX, g);
+                }
+            } else if N == 1 && ahead != 0 && x.prefetch {
                 for i in 0..R {
                     prefetch_ahead(w, rb, i, R, b * Q::BYTES, ahead, x.nb * Q::BYTES, g);
                 }
@@ -593,17 +604,17 @@ unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
             b += 8;
         }
         if b < x.nb {
-            if N == 1 && !x.prefetch {
+            if N == 1 && !x.prefetch && !x.stream {
                 prefetch_next_tile(w, R * rb, b / 8, parts);
             }
             group::<Q, R, N, P>(w, rb, x, b, x.nb - b, &mut acc);
         }
         for (p, acc) in acc.iter().enumerate() {
             let (oa, ob) = (2 * p, 2 * p + 1);
-            *y.add(oa % N * ldy + oa / N) = hsum_ps(_mm512_castps512_ps256(*acc));
+            *y.add(oa % N * ldy + oa / N * ys) = hsum_ps(_mm512_castps512_ps256(*acc));
             if ob < R * N {
                 let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*acc)));
-                *y.add(ob % N * ldy + ob / N) = hsum_ps(hi);
+                *y.add(ob % N * ldy + ob / N * ys) = hsum_ps(hi);
             }
         }
     }
@@ -768,9 +779,11 @@ unsafe fn tile16<Q: VBlock, const N: usize>(
 /// go one weight row at a time ([`tile`] `1 × 8`, repeated for 16 and 32; `1 × 4`, `1 × 2`:
 /// the row's blocks decoded once for the tile's activation rows), the tile's activations
 /// staying in L1 across the rows. A last single activation row (and `n = 1`, the GEMV) takes
-/// the weight rows four at a time (`4 × 1`: four rows' streams in flight, two output pairs),
-/// the last one to three rows as `2 × 1` and `1 × 1`. Every output has the same bits
-/// whichever tile computes it.
+/// the weight rows four at a time (`4 × 1`: four rows in flight, two output pairs), the last
+/// one to three rows as `2 × 1` and `1 × 1`; from [`GEMV_STREAM_MIN_ROWS`] rows the `4 × 1`
+/// tiles take rows `j, j + q, j + 2 q, j + 3 q` (`q = rows / 4`), four streams side by side
+/// each prefetched ahead ([`GEMV_STREAMS`]). Every output has the same bits whichever tile
+/// computes it.
 ///
 /// # Safety
 ///
@@ -804,6 +817,7 @@ unsafe fn matmul_512<Q: VBlock>(
             TileX {
                 nb,
                 prefetch: rows * rb >= PREFETCH_MIN_BYTES,
+                stream: false,
                 qs: qs.add(o * QK),
                 d: d.add(o),
                 s: s.add(o),
@@ -811,6 +825,21 @@ unsafe fn matmul_512<Q: VBlock>(
             }
         };
         let mut r = 0;
+        if step == 1 && rows >= GEMV_STREAM_MIN_ROWS {
+            // The GEMV as four streams: tile `j` takes rows `j + i q` (`i < 4`), so the four
+            // quarters of the rows are read side by side, each prefetched ahead.
+            const _: () = assert!(GEMV_STREAMS == 4);
+            let q = rows / GEMV_STREAMS;
+            let xs = TileX { stream: true, prefetch: false, ..x };
+            for j in 0..q {
+                // SAFETY: rows `j + i q < 4 q <= rows` (`i < 4`) of `nb` blocks and their
+                // outputs `y[t * ldy + j + i q]` (caller contract).
+                unsafe {
+                    tile::<Q, 4, 1, 2>(w.add(j * rb), q * rb, xs, y.add(t * ldy + j), ldy, q)
+                };
+            }
+            r = GEMV_STREAMS * q;
+        }
         if step >= TILE16_MIN_N && ROWS16 * rb <= i32::MAX as usize {
             while rows - r >= ROWS16 {
                 // SAFETY: rows `r .. r + 16` of `nb` blocks inside the block (`16 · rb` checked
@@ -843,21 +872,21 @@ unsafe fn matmul_512<Q: VBlock>(
                                 sum: x.sum.add(c * nb),
                                 ..x
                             };
-                            tile::<Q, 1, 8, 4>(wr, rb, xc, yr.add(c * ldy), ldy);
+                            tile::<Q, 1, 8, 4>(wr, rb, xc, yr.add(c * ldy), ldy, 1);
                         }
                     }
-                    8 => tile::<Q, 1, 8, 4>(wr, rb, x, yr, ldy),
-                    4 => tile::<Q, 1, 4, 2>(wr, rb, x, yr, ldy),
-                    2 => tile::<Q, 1, 2, 1>(wr, rb, x, yr, ldy),
+                    8 => tile::<Q, 1, 8, 4>(wr, rb, x, yr, ldy, 1),
+                    4 => tile::<Q, 1, 4, 2>(wr, rb, x, yr, ldy, 1),
+                    2 => tile::<Q, 1, 2, 1>(wr, rb, x, yr, ldy, 1),
                     _ if rows - r >= 4 => {
-                        tile::<Q, 4, 1, 2>(wr, rb, x, yr, ldy);
+                        tile::<Q, 4, 1, 2>(wr, rb, x, yr, ldy, 1);
                         r += 3;
                     }
                     _ if rows - r >= 2 => {
-                        tile::<Q, 2, 1, 1>(wr, rb, x, yr, ldy);
+                        tile::<Q, 2, 1, 1>(wr, rb, x, yr, ldy, 1);
                         r += 1;
                     }
-                    _ => tile::<Q, 1, 1, 1>(wr, rb, x, yr, ldy),
+                    _ => tile::<Q, 1, 1, 1>(wr, rb, x, yr, ldy, 1),
                 }
             }
             r += 1;

@@ -181,6 +181,26 @@ pub(super) const PREFETCH_AHEAD: usize = 2560;
 /// Q6_K 67 → 82, Q8_0 68 → 78.
 pub(super) const PREFETCH_MIN_BYTES: usize = 4 << 20;
 
+/// How many streams a GEMV of at least [`GEMV_STREAM_MIN_ROWS`] rows reads side by side
+/// (the 32-element types' AVX-512 GEMV; the K-quant one reads one per row of its group of
+/// four or eight rows).
+///
+/// A GEMV over one activation row reads its weights once, so past the caches it runs at the
+/// pace memory delivers one core's reads. Row by row, a matrix is one sequential stream and
+/// one core gets about a plain read loop's rate from it; the AVX-512 GEMVs instead split the
+/// rows into this many equal parts and take one row of each part per step (outputs unchanged:
+/// each row's dot product is the same code), every part prefetched [`PREFETCH_AHEAD`] bytes
+/// ahead. Measured on a 2-vCPU Intel Xeon (AVX-512, AMX; 105 MiB L3, models read from
+/// memory), interleaved with the row-by-row GEMV: `kernels_timing stream` (SmolLM2's seven
+/// layer matrices, 315 MiB) Q8_0 8.5 -> 10.4-11.4 GB/s, Q4_1 7.1-8.5 -> 8.8-9.3 GB/s (a
+/// plain read loop 8.5); in cache (576 x 1536) Q8_0 17 -> 22-23 GB/s; SmolLM2 int8 decode
+/// at one thread Q8_0 51.6 -> 62-66 tok/s, Q4_1 69 -> 78-87 tok/s.
+pub(super) const GEMV_STREAMS: usize = 4;
+
+/// The fewest rows a GEMV runs as [`GEMV_STREAMS`] streams (fewer: one row group after the
+/// other, with [`prefetch_next_tile`] or, from [`PREFETCH_MIN_BYTES`], [`prefetch_ahead`]).
+pub(super) const GEMV_STREAM_MIN_ROWS: usize = 64;
+
 /// Prefetches (`prefetcht0`) the `span` bytes of row `i` of an `r`-row group (rows at
 /// `w + i * rb`) that are `ahead` bytes past byte `at` of the row: in the row while that is
 /// inside its `len` bytes, else at the same distance into row `i + r` (the next group's row
