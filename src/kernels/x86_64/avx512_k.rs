@@ -858,40 +858,28 @@ unsafe fn matmul_512<K: K512>(
         // joint reduction) or 8 rows (no mins); the remaining rows by the shared row loop.
         let g = if K::MINS { 4 } else { 8 };
         let full = rows / g * g;
-        if rows >= GEMV_STREAM_MIN_ROWS {
-            // As streams (`super::GEMV_STREAMS`, here one per row of a group): group `j`
-            // takes rows `j + i q` (`i < g`, `q = rows / g`), the `g` parts of the rows read
-            // side by side, each prefetched ahead.
-            let q = rows / g;
-            for j in 0..q {
-                // SAFETY: rows `j + i q < g q = full <= rows` and their outputs (caller
-                // contract).
-                unsafe {
-                    let (wj, yj, st) = (w.add(j * rb), y.add(j), RowPrefetch::Stream);
-                    if K::MINS {
-                        gemv_rows::<K, 4>(wj, q * rb, xq, yj, q, st);
-                    } else {
-                        gemv_rows::<K, 8>(wj, q * rb, xq, yj, q, st);
-                    }
-                }
-            }
+        // From GEMV_STREAM_MIN_ROWS rows as streams (`super::GEMV_STREAMS`, here one per row
+        // of a group): group `j` takes rows `j + i q` (`i < g`, `q = rows / g`), the `g`
+        // parts of the rows read side by side, each prefetched ahead. Below it group `j`
+        // takes rows `g j ..`, prefetching as the matrix size says.
+        let q = rows / g;
+        let (step, rs, ys, prefetch) = if rows >= GEMV_STREAM_MIN_ROWS {
+            (1, q * rb, q, RowPrefetch::Stream)
+        } else if rows * rb >= PREFETCH_MIN_BYTES {
+            (g, rb, 1, RowPrefetch::Ahead)
         } else {
-            let prefetch = if rows * rb >= PREFETCH_MIN_BYTES {
-                RowPrefetch::Ahead
-            } else {
-                RowPrefetch::NextTile
-            };
-            let mut r = 0;
-            while r < full {
-                // SAFETY: rows `r .. r + g <= rows` and their outputs (caller contract).
-                unsafe {
-                    if K::MINS {
-                        gemv_rows::<K, 4>(w.add(r * rb), rb, xq, y.add(r), 1, prefetch);
-                    } else {
-                        gemv_rows::<K, 8>(w.add(r * rb), rb, xq, y.add(r), 1, prefetch);
-                    }
+            (g, rb, 1, RowPrefetch::NextTile)
+        };
+        for j in 0..q {
+            let r = j * step;
+            // SAFETY: group `j`'s rows `r + i * rs / rb` (`i < g`) are below `g q = full <=
+            // rows`, and so are their outputs `y[r + i * ys]` (caller contract).
+            unsafe {
+                if K::MINS {
+                    gemv_rows::<K, 4>(w.add(r * rb), rs, xq, y.add(r), ys, prefetch);
+                } else {
+                    gemv_rows::<K, 8>(w.add(r * rb), rs, xq, y.add(r), ys, prefetch);
                 }
-                r += g;
             }
         }
         if full < rows {
