@@ -892,7 +892,7 @@ pub fn attention_head(
     assert!(n > 0 && out.len() == d, "attention_head: shapes");
     assert!(keys.len() >= n * d && values.len() >= n * d && scores.len() >= n);
     let scores = &mut scores[..n];
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
     if kernels::active().is_ok_and(|k| k.isa().has_avx2()) {
         // SAFETY: the active table is an AVX2 tier, so the CPU has AVX2; `keys` and `values`
         // hold `n * d` floats (asserted above). Same arithmetic as the loops below.

@@ -26,10 +26,14 @@ pub mod scalar;
 /// The block formats, now [`crate::quant`] (kept here so older paths resolve).
 pub use crate::quant;
 
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+// Not in `cargo fuzz` builds (`cfg(fuzzing)`) nor in the loom model's (`cfg(loom)`): neither
+// runs a kernel, and these modules were most of their build time (under coverage and
+// AddressSanitizer instrumentation, over 12 of the fuzz build's ~18 minutes on 2 cores).
+// Those builds use the scalar table.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
 mod x86_64;
 
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
 pub(crate) use x86_64::attention;
 
 pub(crate) mod flash;
@@ -164,7 +168,9 @@ impl Isa {
 
     /// Whether this build has the ISA's kernels and the CPU runs them.
     pub fn is_available(self) -> bool {
-        if cfg!(miri) {
+        // Miri cannot run SIMD intrinsics; `cargo fuzz` builds (`cfg(fuzzing)`) and the loom
+        // model's (`cfg(loom)`) leave the x86_64 tiers out (see `mod x86_64`).
+        if cfg!(any(miri, fuzzing, loom)) {
             return self == Isa::Scalar;
         }
         match self {
@@ -379,7 +385,7 @@ pub(crate) const SCALAR: Kernels = {
 // Only the SIMD tables use the builders.
 #[cfg_attr(
     not(any(
-        all(target_arch = "x86_64", target_feature = "sse2"),
+        all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))),
         all(target_arch = "aarch64", target_feature = "neon")
     )),
     allow(dead_code)
@@ -393,7 +399,7 @@ impl Kernels {
 
     /// This table with `f` as the attention body.
     // Only the x86_64 tiers have their own bodies so far.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
     pub(crate) const fn with_attention(mut self, f: AttentionFn) -> Self {
         self.attention = f;
         self
@@ -419,7 +425,7 @@ impl Kernels {
 
     /// This table with `f` as the Q8_K (256-value block) activation quantizer.
     // Only the x86_64 tiers have their own bodies so far.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
     pub(crate) const fn with_quantize_q8k(mut self, f: QuantizeQ8Fn) -> Self {
         self.quantize_q8k = f;
         self
@@ -512,11 +518,11 @@ pub fn table(isa: Isa) -> Result<&'static Kernels> {
 /// The table of an ISA known to be available.
 fn table_of(isa: Isa) -> &'static Kernels {
     match isa {
-        #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
         Isa::Avx2 => &x86_64::AVX2,
-        #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
         Isa::AvxVnni => &x86_64::AVX_VNNI,
-        #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
         Isa::Avx512 => &x86_64::AVX512,
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
         Isa::Neon => &aarch64::NEON,
