@@ -778,14 +778,18 @@ unsafe fn rows4_kblocked<W: Weights>(
             let k1 = if k - k0 > KC { k0 + KC } else { k };
             let mut t = 0;
             while t < tn {
-                let s = &mut store[t * 4..];
                 // SAFETY: activation rows `t0 + t .. + 3 <= n` (caller contract).
                 unsafe {
                     let xt = x.add((t0 + t) * k);
-                    match tn - t {
-                        1 => accumulate_parked::<W, 4, 1>(s, w, rb, k, xt, k0, k1),
-                        2 => accumulate_parked::<W, 4, 2>(s, w, rb, k, xt, k0, k1),
-                        _ => accumulate_parked::<W, 4, 3>(s, w, rb, k, xt, k0, k1),
+                    if tn - t >= 3 {
+                        accumulate_parked::<W, 4, 3>(&mut store[t * 4..], w, rb, k, xt, k0, k1);
+                    } else {
+                        // The last one or two activation rows, each a 4 × 1 tile parked at
+                        // `4 * (t + i)` (inside the 12 vectors a 4 × 3 tile would take).
+                        for i in 0..tn - t {
+                            let s = &mut store[(t + i) * 4..];
+                            accumulate_parked::<W, 4, 1>(s, w, rb, k, xt.add(i * k), k0, k1);
+                        }
                     }
                 }
                 t += 3;
@@ -794,20 +798,18 @@ unsafe fn rows4_kblocked<W: Weights>(
         }
         let mut t = 0;
         while t < tn {
-            let s = &store[t * 4..];
             // SAFETY: outputs of activation rows `t0 + t ..` (caller contract).
             unsafe {
                 let yt = y.add((t0 + t) * ldy);
-                match tn - t {
-                    1 => finish::<4, 1>(&core::array::from_fn(|r| [s[r]]), yt, ldy),
-                    2 => {
-                        finish::<4, 2>(&core::array::from_fn(|r| [s[2 * r], s[2 * r + 1]]), yt, ldy)
+                if tn - t >= 3 {
+                    let s = &store[t * 4..];
+                    let acc = core::array::from_fn(|r| [s[3 * r], s[3 * r + 1], s[3 * r + 2]]);
+                    finish::<4, 3>(&acc, yt, ldy);
+                } else {
+                    for i in 0..tn - t {
+                        let s = &store[(t + i) * 4..];
+                        finish::<4, 1>(&core::array::from_fn(|r| [s[r]]), yt.add(i * ldy), ldy);
                     }
-                    _ => finish::<4, 3>(
-                        &core::array::from_fn(|r| [s[3 * r], s[3 * r + 1], s[3 * r + 2]]),
-                        yt,
-                        ldy,
-                    ),
                 }
             }
             t += 3;
@@ -816,14 +818,14 @@ unsafe fn rows4_kblocked<W: Weights>(
     }
 }
 
-/// Tiles `rows × n` with `R × N` micro-tiles for each `N` in `3, 2, 1`.
+/// Four weight rows against `n` activation rows: `4 × 3` micro-tiles, the last one or two
+/// activation rows one at a time (`4 × 1`; the same per-output arithmetic).
 ///
 /// # Safety
 ///
-/// As [`super::super::MatmulF32Fn`]; AVX2, FMA and F16C are available.
+/// As [`super::super::MatmulF32Fn`] for 4 rows; AVX2, FMA and F16C are available.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn rows_of<W: Weights, const R: usize>(
+unsafe fn rows4<W: Weights>(
     w: *const u8,
     rb: usize,
     k: usize,
@@ -832,24 +834,23 @@ unsafe fn rows_of<W: Weights, const R: usize>(
     y: *mut f32,
     ldy: usize,
 ) {
-    // SAFETY: tiles stay inside `R` rows and `n` activation rows (caller contract).
+    // SAFETY: tiles stay inside 4 rows and `n` activation rows (caller contract).
     unsafe {
         let mut t = 0;
         while t + 3 <= n {
-            tile::<W, R, 3>(w, rb, k, x.add(t * k), y.add(t * ldy), ldy);
+            tile::<W, 4, 3>(w, rb, k, x.add(t * k), y.add(t * ldy), ldy);
             t += 3;
         }
-        match n - t {
-            2 => tile::<W, R, 2>(w, rb, k, x.add(t * k), y.add(t * ldy), ldy),
-            1 => tile::<W, R, 1>(w, rb, k, x.add(t * k), y.add(t * ldy), ldy),
-            _ => {}
+        while t < n {
+            tile::<W, 4, 1>(w, rb, k, x.add(t * k), y.add(t * ldy), ldy);
+            t += 1;
         }
     }
 }
 
 /// The whole block of rows: 8-row tiles for one activation row (GEMV), 4-row tiles with up
-/// to 3 activation rows otherwise; rows left over go through smaller tiles with the same
-/// per-output arithmetic.
+/// to 3 activation rows otherwise; rows left over go through `4 × 1` and `1 × 1` tiles with
+/// the same per-output arithmetic (few tile shapes: each is inlined into all 14 entries).
 ///
 /// # Safety
 ///
@@ -883,17 +884,17 @@ unsafe fn matmul<W: Weights>(
                 if k > KC_MIN {
                     rows4_kblocked::<W>(w.add(r * rb), rb, k, x, n, y.add(r), ldy);
                 } else {
-                    rows_of::<W, 4>(w.add(r * rb), rb, k, x, n, y.add(r), ldy);
+                    rows4::<W>(w.add(r * rb), rb, k, x, n, y.add(r), ldy);
                 }
                 r += 4;
             }
         }
-        if r + 2 <= rows {
-            rows_of::<W, 2>(w.add(r * rb), rb, k, x, n, y.add(r), ldy);
-            r += 2;
-        }
-        if r < rows {
-            rows_of::<W, 1>(w.add(r * rb), rb, k, x, n, y.add(r), ldy);
+        // The last rows (at most 3), one weight row × one activation row at a time.
+        while r < rows {
+            for t in 0..n {
+                tile::<W, 1, 1>(w.add(r * rb), rb, k, x.add(t * k), y.add(t * ldy + r), ldy);
+            }
+            r += 1;
         }
     }
 }

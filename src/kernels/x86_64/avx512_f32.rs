@@ -783,7 +783,8 @@ unsafe fn tile<W: W512, const R: usize, const N: usize>(
 }
 
 /// Weight rows `0..rows` against the `N` activation rows at `x`, `R` rows at a time, then
-/// the rest one by one (the same per-output arithmetic).
+/// the rest one weight row × one activation row at a time (`1 × 1` tiles: the same
+/// per-output arithmetic, and one tile shape fewer to inline into every entry).
 ///
 /// # Safety
 ///
@@ -809,7 +810,10 @@ unsafe fn rows_of<W: W512, const R: usize, const N: usize>(
             r += R;
         }
         while r < rows {
-            tile::<W, 1, N>(w.add(r * rb), rb, k, x, xh, hk, y.add(r), ldy);
+            for t in 0..N {
+                let (xt, ht, yt) = (x.add(t * k), xh.add(t * hk), y.add(t * ldy + r));
+                tile::<W, 1, 1>(w.add(r * rb), rb, k, xt, ht, hk, yt, ldy);
+            }
             r += 1;
         }
     }
@@ -864,12 +868,11 @@ unsafe fn matmul<W: W512>(
                     rows_of::<W, 2, 4>(w, rb, rows, k, xs, hs, hk, ys, ldy);
                     t += 4;
                 }
-                let (xs, ys, hs) = (xt.add(t * k), yt.add(t * ldy), xh.add(t * hk));
-                match tn - t {
-                    3 => rows_of::<W, 2, 3>(w, rb, rows, k, xs, hs, hk, ys, ldy),
-                    2 => rows_of::<W, 2, 2>(w, rb, rows, k, xs, hs, hk, ys, ldy),
-                    1 => rows_of::<W, 2, 1>(w, rb, rows, k, xs, hs, hk, ys, ldy),
-                    _ => {}
+                // The last one to three activation rows one at a time (`2 × 1` tiles).
+                while t < tn {
+                    let (xs, ys, hs) = (xt.add(t * k), yt.add(t * ldy), xh.add(t * hk));
+                    rows_of::<W, 2, 1>(w, rb, rows, k, xs, hs, hk, ys, ldy);
+                    t += 1;
                 }
             }
         }
