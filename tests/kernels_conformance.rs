@@ -13,6 +13,7 @@
 //!   within the same bound of the scalar table, int8 activations bit-identical to it (whose
 //!   own arithmetic `tests/quant_vectors.rs` checks against a float64 dot), also at the
 //!   extremes of their integer ranges.
+//! - The gated activations (SwiGLU, GeGLU with tanh): the portable loop's bits on every tier.
 //! - Coverage: every quantized type has its own f32 and int8 body (not the scalar entry) on
 //!   every x86 and aarch64 tier, so the checks above exercise SIMD code for each ISA × type ×
 //!   mode.
@@ -718,6 +719,47 @@ fn new_type_extremes(kern: &Kernels) {
     }
 }
 
+/// The gated activations (`swiglu_on`, `geglu_tanh_on`): the portable loop's bits on every
+/// ISA, for lengths around the vector widths (tails of every size) and for every kind of
+/// input: random values over ±100, ±0, the overflow and underflow edges of `exp`,
+/// subnormals, infinities and NaN.
+fn gated_activations(kern: &Kernels) {
+    let mut rng = Rng(7);
+    let special = [
+        0.0f32,
+        -0.0,
+        88.72,
+        -88.72,
+        89.0,
+        -104.0,
+        -87.3,
+        1e-40,
+        -1e-40,
+        f32::MAX,
+        f32::MIN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    for len in (0..=70).chain([1536, 1537]) {
+        let gate: Vec<f32> = (0..len)
+            .map(|i| if i % 5 == 0 { special[i / 5 % special.len()] } else { rng.f() * 100.0 })
+            .collect();
+        let up: Vec<f32> = (0..len).map(|_| rng.f() * 4.0).collect();
+        for gelu in [false, true] {
+            let (mut want, mut got) = (gate.clone(), gate.clone());
+            if gelu {
+                rml::ops::geglu_tanh(&mut want, &up);
+                rml::ops::geglu_tanh_on(kern, &mut got, &up);
+            } else {
+                rml::ops::swiglu(&mut want, &up);
+                rml::ops::swiglu_on(kern, &mut got, &up);
+            }
+            assert_eq!(bits(&got), bits(&want), "{} gelu={gelu} len={len}", kern.isa());
+        }
+    }
+}
+
 macro_rules! suite {
     ($($m:ident => $isa:expr),* $(,)?) => { $(
         mod $m {
@@ -854,6 +896,11 @@ macro_rules! suite {
             #[test]
             fn int8_extremes_are_exact() {
                 if let Some(k) = kernels(ISA) { int8_extremes(k); }
+            }
+
+            #[test]
+            fn gated_activations_match_portable() {
+                if let Some(k) = kernels(ISA) { gated_activations(k); }
             }
 
             #[test]

@@ -354,6 +354,28 @@ pub struct Kernels {
     pub(crate) quantize_q8k: QuantizeQ8Fn,
     /// The grouped, tiled attention body ([`flash::run`] on this ISA's lanes).
     pub(crate) attention: AttentionFn,
+    /// [`crate::ops::swiglu`]'s loop on this ISA's vectors.
+    pub(crate) swiglu: GluFn,
+    /// [`crate::ops::geglu_tanh`]'s loop on this ISA's vectors.
+    pub(crate) geglu_tanh: GluFn,
+}
+
+/// A gated activation in place over `gate` (`up` at least as long), bit-identical to the
+/// portable loop (see [`crate::ops::swiglu_on`]).
+///
+/// # Safety
+///
+/// The table's ISA must be available.
+pub(crate) type GluFn = unsafe fn(gate: &mut [f32], up: &[f32]);
+
+/// The portable [`GluFn`]s.
+fn swiglu_portable(gate: &mut [f32], up: &[f32]) {
+    crate::ops::swiglu_body(gate, up)
+}
+
+/// See [`swiglu_portable`].
+fn geglu_tanh_portable(gate: &mut [f32], up: &[f32]) {
+    crate::ops::geglu_tanh_body(gate, up)
 }
 
 /// The grouped, tiled attention body of a table (see `flash.rs`).
@@ -372,6 +394,8 @@ pub(crate) const SCALAR: Kernels = {
         quantize_q8: scalar::quantize_q8,
         quantize_q8k: scalar::quantize_q8k,
         attention: flash::run_portable,
+        swiglu: swiglu_portable,
+        geglu_tanh: geglu_tanh_portable,
     };
     let mut i = 0;
     while i < DType::COUNT {
@@ -414,6 +438,15 @@ impl Kernels {
     /// This table with `f` as the int8-activation matmul of `dtype`.
     pub(crate) const fn with_q8(mut self, dtype: DType, f: MatmulQ8Fn) -> Self {
         self.q8[dtype as usize] = Some(f);
+        self
+    }
+
+    /// This table with `swiglu` and `geglu_tanh` as the gated activations.
+    // Only the x86_64 tiers have their own bodies so far.
+    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    pub(crate) const fn with_glu(mut self, swiglu: GluFn, geglu_tanh: GluFn) -> Self {
+        self.swiglu = swiglu;
+        self.geglu_tanh = geglu_tanh;
         self
     }
 

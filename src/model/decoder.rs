@@ -1220,10 +1220,7 @@ impl<'a> DecoderLM<'a> {
             let gate_up = [&lw.gate.matrix()?, &lw.up.matrix()?];
             ops::gemm_fused(exec, sched, gate_up, xn, n, [&mut *gate, &mut *up], normed, scratch)
                 .map_err(|e| nonfinite_input(e, xn, h, p0))?;
-            match act_fn {
-                Activation::Silu => ops::swiglu(gate, up),
-                Activation::GeluTanh => ops::geglu_tanh(gate, up),
-            }
+            ops::glu_with(kern, act_fn == Activation::GeluTanh, gate, up);
             matmul(exec, sched, &lw.down, gate, n, xn, other, scratch)
                 .map_err(|e| nonfinite_input(e, gate, inter, p0))?;
             if let Some(pn) = &lw.post_ffn_norm {

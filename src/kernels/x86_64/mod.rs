@@ -28,6 +28,7 @@ mod avx512_q8;
 pub(crate) const AVX2: Kernels = SCALAR
     .for_isa(Isa::Avx2)
     .with_attention(attention::flash_avx2)
+    .with_glu(swiglu_avx2, geglu_tanh_avx2)
     .with_f32(DType::F32, avx2_f32::matmul_f32)
     .with_f32(DType::F16, avx2_f32::matmul_f16)
     .with_f32(DType::BF16, avx2_f32::matmul_bf16)
@@ -77,6 +78,7 @@ pub(crate) const AVX_VNNI: Kernels = AVX2
 pub(crate) const AVX512: Kernels = AVX2
     .for_isa(Isa::Avx512)
     .with_attention(attention::flash_avx512)
+    .with_glu(swiglu_avx512, geglu_tanh_avx512)
     .with_f32(DType::Q8_0, avx512_f32::avx512_q8_0_f32)
     .with_f32(DType::Q4_0, avx512_f32::avx512_q4_0_f32)
     .with_f32(DType::Q4_1, avx512_f32::avx512_q4_1_f32)
@@ -99,6 +101,37 @@ pub(crate) const AVX512: Kernels = AVX2
     .with_q8(DType::Q4_K, avx512_k::avx512_q4_k_q8k)
     .with_q8(DType::Q5_K, avx512_k::avx512_q5_k_q8k)
     .with_q8(DType::Q6_K, avx512_k::avx512_q6_k_q8k);
+
+/// Defines a [`super::GluFn`] that compiles a portable loop of [`crate::ops`] under target
+/// features (the autovectoriser widens it; Rust never fuses a multiply and an add, so each
+/// lane computes the portable loop's bits).
+macro_rules! glu {
+    ($name:ident, $body:path, $features:literal, $what:literal) => {
+        #[doc = $what]
+        ///
+        /// # Safety
+        ///
+        /// The CPU has the features this function is compiled with.
+        #[target_feature(enable = $features)]
+        unsafe fn $name(gate: &mut [f32], up: &[f32]) {
+            $body(gate, up)
+        }
+    };
+}
+glu!(swiglu_avx2, crate::ops::swiglu_body, "avx2,fma,f16c", "SwiGLU, 8 lanes.");
+glu!(geglu_tanh_avx2, crate::ops::geglu_tanh_body, "avx2,fma,f16c", "GeGLU (tanh), 8 lanes.");
+glu!(
+    swiglu_avx512,
+    crate::ops::swiglu_body,
+    "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
+    "SwiGLU, 16 lanes."
+);
+glu!(
+    geglu_tanh_avx512,
+    crate::ops::geglu_tanh_body,
+    "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
+    "GeGLU (tanh), 16 lanes."
+);
 
 use core::arch::x86_64::*;
 
