@@ -840,6 +840,7 @@ pub fn expf(x: f32) -> f32 {
     // `as i32` would saturate lane by lane (scalar code on x86); clamping first keeps every k
     // a result can use (-151..=129, see below) and makes the plain conversion defined, so the
     // loop vectorises. Lanes clamped here (NaN, |x| > 110) take a special case below.
+    #[allow(clippy::manual_clamp)] // `clamp` keeps NaN; `max` / `min` replace it
     let t = (INV_LN2 * x + if neg { -0.5 } else { 0.5 }).max(-160.0).min(160.0);
     // SAFETY: `t` is finite and within ±160 (`max` / `min` turn NaN into a bound).
     let k_far = unsafe { t.to_int_unchecked::<i32>() };
@@ -904,6 +905,7 @@ fn exp_poly(y: f32) -> f32 {
     // `n` is a whole number in -126..=127 unless `y` is NaN (then `e` is NaN and so is the
     // result, whatever the power of two): clamping makes the plain conversion defined and
     // vectorisable (`as i32` saturates lane by lane).
+    #[allow(clippy::manual_clamp)] // `clamp` keeps NaN; `max` / `min` replace it
     // SAFETY: finite and within -127..=128 after `max` / `min` (which turn NaN into a bound).
     let n = unsafe { n.max(-127.0).min(128.0).to_int_unchecked::<i32>() };
     e * f32::from_bits(((n + 127) as u32) << 23)
