@@ -760,165 +760,194 @@ fn gated_activations(kern: &Kernels) {
     }
 }
 
-macro_rules! suite {
-    ($($m:ident => $isa:expr),* $(,)?) => { $(
-        mod $m {
-            use super::*;
-
-            const ISA: Isa = $isa;
-
-            proptest! {
-                #![proptest_config(config())]
-
-                #[test]
-                fn f32_weights(c in case(false)) {
-                    if let Some(k) = kernels(ISA) { check_f32(k, DType::F32, &c)?; }
-                }
-
-                #[test]
-                fn f16_weights(c in case(false)) {
-                    if let Some(k) = kernels(ISA) { check_f32(k, DType::F16, &c)?; }
-                }
-
-                #[test]
-                fn bf16_weights(c in case(false)) {
-                    if let Some(k) = kernels(ISA) { check_f32(k, DType::BF16, &c)?; }
-                }
-
-                #[test]
-                fn quantized_weights_f32_acts(c in case(true)) {
-                    if let Some(k) = kernels(ISA) {
-                        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
-                            check_f32(k, dtype, &c)?;
-                        }
-                    }
-                }
-
-                #[test]
-                fn quantized_weights_int8_acts(c in case(true)) {
-                    if let Some(k) = kernels(ISA) {
-                        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
-                            check_int8(k, dtype, &c)?;
-                        }
-                    }
-                }
-
-                #[test]
-                fn types_32_f32_acts(c in case_blocks(32)) {
-                    if let Some(k) = kernels(ISA) {
-                        for dtype in [DType::Q5_0, DType::Q5_1, DType::IQ4_NL] {
-                            check_f32(k, dtype, &c)?;
-                        }
-                    }
-                }
-
-                #[test]
-                fn types_32_int8_acts(c in case_blocks(32)) {
-                    if let Some(k) = kernels(ISA) {
-                        for dtype in [DType::Q5_0, DType::Q5_1, DType::IQ4_NL] {
-                            check_int8(k, dtype, &c)?;
-                        }
-                    }
-                }
-
-                #[test]
-                fn k_quants_f32_acts(c in case_blocks(256)) {
-                    if let Some(k) = kernels(ISA) {
-                        for dtype in &NEW_TYPES[3..] {
-                            check_f32(k, *dtype, &c)?;
-                        }
-                    }
-                }
-
-                #[test]
-                fn k_quants_int8_acts(c in case_blocks(256)) {
-                    if let Some(k) = kernels(ISA) {
-                        for dtype in &NEW_TYPES[3..] {
-                            check_int8(k, *dtype, &c)?;
-                        }
-                    }
-                }
-
-                #[test]
-                fn outlier_correction_32(c in case_outliers(32)) {
-                    if let Some(k) = kernels(ISA) {
-                        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL] {
-                            check_outliers(k, dtype, &c)?;
-                        }
-                    }
-                }
-
-                #[test]
-                fn outlier_correction_k_quants(c in case_outliers(256)) {
-                    if let Some(k) = kernels(ISA) {
-                        for dtype in &NEW_TYPES[3..] {
-                            check_outliers(k, *dtype, &c)?;
-                        }
-                    }
-                }
-
-                #[test]
-                fn quantize_q8_0_bytes(blocks in 0usize..=70, seed in any::<u64>()) {
-                    if let Some(k) = kernels(ISA) { check_quantize(k, blocks, seed)?; }
-                }
-            }
-
-            #[test]
-            fn long_k_and_many_activation_rows() {
-                if let Some(k) = kernels(ISA) { long_k(k); }
-            }
-
-            #[test]
-            fn int8_rows_of_sixteen() {
-                if let Some(k) = kernels(ISA) { rows_of_sixteen(k); }
-            }
-
-            #[test]
-            fn int8_gemv_streams() {
-                if let Some(k) = kernels(ISA) { gemv_streams(k); }
-            }
-
-            #[test]
-            fn q8_0_ties_round_away() {
-                if let Some(k) = kernels(ISA) { quantize_ties(k); }
-            }
-
-            #[test]
-            fn all_zero_gives_exact_zero() {
-                if let Some(k) = kernels(ISA) { zeros(k); }
-            }
-
-            #[test]
-            fn non_finite_and_bad_lengths_are_errors() {
-                if let Some(k) = kernels(ISA) { errors(k); }
-            }
-
-            #[test]
-            fn int8_extremes_are_exact() {
-                if let Some(k) = kernels(ISA) { int8_extremes(k); }
-            }
-
-            #[test]
-            fn gated_activations_match_portable() {
-                if let Some(k) = kernels(ISA) { gated_activations(k); }
-            }
-
-            #[test]
-            fn new_types_int8_extremes_match_scalar() {
-                if let Some(k) = kernels(ISA) { new_type_extremes(k); }
-            }
-        }
-    )* };
+/// The kernel tables of every ISA this host runs, in [`Isa::ALL`] order (the others are
+/// skipped with a message, or fail under `RML_EXPECT_ISAS`). Each test below runs its case on
+/// every table: one proptest per check rather than one per ISA × check keeps this crate's
+/// build short (each `proptest!` test is its own instantiation of the runner).
+fn tables() -> impl Iterator<Item = &'static Kernels> {
+    Isa::ALL.into_iter().filter_map(kernels)
 }
 
-suite! {
-    scalar_isa => Isa::Scalar,
-    avx2 => Isa::Avx2,
-    avx_vnni => Isa::AvxVnni,
-    avx512 => Isa::Avx512,
-    neon => Isa::Neon,
-    neon_dotprod => Isa::NeonDotprod,
-    arm_dsp => Isa::ArmDsp,
+/// Runs `check` on every table of [`tables`]; a failure (a returned error or a panic) names
+/// the ISA it happened on.
+fn each(
+    mut check: impl FnMut(&'static Kernels) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    /// Names the ISA on stderr when a check panics (a failed `assert!`).
+    struct Naming(Isa);
+    impl Drop for Naming {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                eprintln!("(the failure above is on the {} kernels)", self.0);
+            }
+        }
+    }
+    for k in tables() {
+        let _naming = Naming(k.isa());
+        check(k).map_err(|e| match e {
+            TestCaseError::Fail(why) => TestCaseError::fail(format!("{} kernels: {why}", k.isa())),
+            other => other,
+        })?;
+    }
+    Ok(())
+}
+
+/// [`each`] for checks that panic on failure.
+fn every(check: fn(&'static Kernels)) {
+    each(|k| {
+        check(k);
+        Ok(())
+    })
+    .unwrap();
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn f32_weights(c in case(false)) {
+        each(|k| check_f32(k, DType::F32, &c))?;
+    }
+
+    #[test]
+    fn f16_weights(c in case(false)) {
+        each(|k| check_f32(k, DType::F16, &c))?;
+    }
+
+    #[test]
+    fn bf16_weights(c in case(false)) {
+        each(|k| check_f32(k, DType::BF16, &c))?;
+    }
+
+    #[test]
+    fn quantized_weights_f32_acts(c in case(true)) {
+        each(|k| {
+            for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+                check_f32(k, dtype, &c)?;
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn quantized_weights_int8_acts(c in case(true)) {
+        each(|k| {
+            for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+                check_int8(k, dtype, &c)?;
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn types_32_f32_acts(c in case_blocks(32)) {
+        each(|k| {
+            for dtype in [DType::Q5_0, DType::Q5_1, DType::IQ4_NL] {
+                check_f32(k, dtype, &c)?;
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn types_32_int8_acts(c in case_blocks(32)) {
+        each(|k| {
+            for dtype in [DType::Q5_0, DType::Q5_1, DType::IQ4_NL] {
+                check_int8(k, dtype, &c)?;
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn k_quants_f32_acts(c in case_blocks(256)) {
+        each(|k| {
+            for dtype in &NEW_TYPES[3..] {
+                check_f32(k, *dtype, &c)?;
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn k_quants_int8_acts(c in case_blocks(256)) {
+        each(|k| {
+            for dtype in &NEW_TYPES[3..] {
+                check_int8(k, *dtype, &c)?;
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn outlier_correction_32(c in case_outliers(32)) {
+        each(|k| {
+            for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL] {
+                check_outliers(k, dtype, &c)?;
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn outlier_correction_k_quants(c in case_outliers(256)) {
+        each(|k| {
+            for dtype in &NEW_TYPES[3..] {
+                check_outliers(k, *dtype, &c)?;
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn quantize_q8_0_bytes(blocks in 0usize..=70, seed in any::<u64>()) {
+        each(|k| check_quantize(k, blocks, seed))?;
+    }
+}
+
+#[test]
+fn long_k_and_many_activation_rows() {
+    every(long_k);
+}
+
+#[test]
+fn int8_rows_of_sixteen() {
+    every(rows_of_sixteen);
+}
+
+#[test]
+fn int8_gemv_streams() {
+    every(gemv_streams);
+}
+
+#[test]
+fn q8_0_ties_round_away() {
+    every(quantize_ties);
+}
+
+#[test]
+fn all_zero_gives_exact_zero() {
+    every(zeros);
+}
+
+#[test]
+fn non_finite_and_bad_lengths_are_errors() {
+    every(errors);
+}
+
+#[test]
+fn int8_extremes_are_exact() {
+    every(int8_extremes);
+}
+
+#[test]
+fn gated_activations_match_portable() {
+    every(gated_activations);
+}
+
+#[test]
+fn new_types_int8_extremes_match_scalar() {
+    every(new_type_extremes);
 }
 
 /// Every SIMD tier the host has (x86: AVX2, AVX-VNNI, AVX-512; aarch64: NEON, NEON + SDOT)
