@@ -255,7 +255,9 @@ struct Shared {
     /// Whether the caller backs off to running alone after repeated stalls.
     #[cfg_attr(loom, allow(dead_code))]
     backoff: bool,
-    /// Workers that have started running `worker::main` (the builder waits for all of them).
+    /// Workers that have started running `worker::main` (the builder waits for all of them;
+    /// not under loom, whose model threads start when the model schedules them).
+    #[cfg(not(loom))]
     started: CounterAtomic,
 }
 
@@ -438,6 +440,7 @@ impl ThreadPoolBuilder {
             spin,
             before_join: self.before_join,
             backoff: self.backoff.unwrap_or(true),
+            #[cfg(not(loom))]
             started: CounterAtomic::new(0),
         });
         let mut pool = ThreadPool { shared, workers: Vec::with_capacity(threads - 1) };
