@@ -761,13 +761,13 @@ pub(crate) fn swiglu_body(gate: &mut [f32], up: &[f32]) {
 }
 
 /// The gated activation of a decoder's MLP (`gelu`: GeGLU with tanh, else SwiGLU) with the
-/// active kernels when there are some, the portable loop otherwise (the same bits).
+/// active kernels when there are some, the scalar table's otherwise (the same bits).
 pub(crate) fn glu_with(k: Option<&Kernels>, gelu: bool, gate: &mut [f32], up: &[f32]) {
-    match (k, gelu) {
-        (Some(k), false) => swiglu_on(k, gate, up),
-        (Some(k), true) => geglu_tanh_on(k, gate, up),
-        (None, false) => swiglu(gate, up),
-        (None, true) => geglu_tanh(gate, up),
+    let k = k.unwrap_or(&kernels::SCALAR);
+    if gelu {
+        geglu_tanh_on(k, gate, up)
+    } else {
+        swiglu_on(k, gate, up)
     }
 }
 
