@@ -41,6 +41,8 @@ pub struct Shape {
     pub kv_dtype: KvDtype,
     /// Attention code.
     pub attention: AttentionPath,
+    /// Matmul schedule of the pool.
+    pub schedule: Schedule,
 }
 
 /// Best-of-`repeats` read bandwidth in bytes per second with `pool`: every thread sums its
@@ -124,14 +126,15 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
     let same = probe(per_token as usize);
     writeln!(
         out,
-        "{} ({:?} activations, kernels {}, {} KV cache, {:?} attention): {:.1} MiB of weights \
-         read per token, prompt {prompt}, {decode} decode steps from depth {start}, best of \
-         {repeats}",
+        "{} ({:?} activations, kernels {}, {} KV cache, {:?} attention, schedule {}): {:.1} MiB \
+         of weights read per token, prompt {prompt}, {decode} decode steps from depth {start}, \
+         best of {repeats}",
         path.display(),
         act,
         rml::kernels::active()?.isa(),
         shape.kv_dtype.name(),
         shape.attention,
+        shape.schedule,
         per_token / (1024.0 * 1024.0)
     )?;
     writeln!(
@@ -149,7 +152,7 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
         "cpu pp/tg"
     )?;
     for &t in &threads {
-        let pool = ThreadPool::builder().threads(t).schedule(Schedule::Proportional2).build()?;
+        let pool = ThreadPool::builder().threads(t).schedule(shape.schedule).build()?;
         let (mut prefill, mut dec_s, mut disp) = (f64::INFINITY, f64::INFINITY, 0.0);
         let (mut prefill_cpu, mut dec_cpu) = (f64::INFINITY, f64::INFINITY);
         for _ in 0..repeats {

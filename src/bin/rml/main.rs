@@ -129,6 +129,10 @@ struct BenchArgs {
     /// Attention code: the grouped, tiled kernel, or the per-head reference (for comparison).
     #[arg(long, value_enum, default_value_t = AttentionArg::Tiled)]
     attention: AttentionArg,
+    /// Matmul schedule: grain:G, static, fixed8, fixed16, fixed32, proportional2,
+    /// proportional4, adaptive, owned (default: proportional2, as `generate`'s).
+    #[arg(long, value_parser = parse_schedule, default_value_t = DEFAULT_SCHEDULE)]
+    schedule: Schedule,
 }
 
 /// `--kv-cache`: the KV cache's element type.
@@ -335,6 +339,7 @@ fn main() -> ExitCode {
                     threads: args.threads.clone(),
                     kv_dtype: args.kv_cache.into(),
                     attention: args.attention.into(),
+                    schedule: args.schedule,
                 },
             )
         }),
