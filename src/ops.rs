@@ -33,8 +33,11 @@ pub enum Activations {
     /// block's other values coarsely quantized) has its quantization residual quantized again
     /// and multiplied in by the same int8 kernel over that one column block of the weights.
     /// Results are bit-identical across ISAs, thread counts and schedules, as for the other
-    /// modes. Costs one pass over the input and about 5-10% more int8 work where outliers
-    /// occur (SmolLM2: 5% of the normalized inputs' blocks). Scratch: [`scratch_bytes`].
+    /// modes. Costs one pass over the input and, per outlier block and weight row, about 2-3
+    /// blocks' worth of the plain product (the column block is read as strided blocks and
+    /// transposed 16 rows at a time); SmolLM2's normalized inputs have 1.2-1.3 outlier blocks
+    /// per 576-wide row, and its decode runs 8-15% slower than with
+    /// [`Activations::Int8Plain`]. Scratch: [`scratch_bytes`].
     /// Applies to quantized weights only; f32/f16/bf16 weights always use f32 activations.
     #[default]
     Int8,

@@ -1,6 +1,6 @@
 //! The `rml` binary: reproducible seeded generation, greedy output on the real model, and
 //! one-line errors with a non-zero exit for bad paths, a truncated model, an unsupported
-//! `rope_scaling` and `-n` past the context.
+//! `rope_scaling` and `-n` past the context; `rml bench` with a schedule.
 #![cfg(feature = "cli")]
 
 #[path = "common/cli.rs"]
@@ -127,6 +127,23 @@ fn n_past_the_context_is_a_one_line_error() {
     let o =
         rml(&["generate", "--model", d, "--prompt", "hello", "-n", "2", "--schedule", "sideways"]);
     assert!(!o.status.success());
+}
+
+/// `rml bench` runs the schedule it is given, says so in its header, and reports one row per
+/// thread count; an unknown schedule is a usage error.
+#[test]
+fn bench_takes_a_schedule() {
+    let dir = tiny_dir("cli-bench", None);
+    let d = dir.to_str().unwrap();
+    let args = ["bench", "--model", d, "--prompt", "4", "--decode", "2", "--repeats", "1"];
+    let o = rml(&[&args[..], &["--threads", "2", "--schedule", "owned"]].concat());
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.contains("schedule owned"), "{out}");
+    let rows: Vec<&str> = out.lines().filter(|l| l.trim_start().starts_with("2 ")).collect();
+    assert_eq!(rows.len(), 1, "{out}");
+    let o = rml(&[&args[..], &["--schedule", "sideways"]].concat());
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
 #[test]

@@ -14,10 +14,13 @@
 //! is computed by the same kernel calls in the same order (blocks in ascending order after the
 //! main product), so results stay bit-identical for every schedule, thread count and ISA.
 //!
-//! Cost: the flags need one pass over the input (`Σ x²` per row); the correction costs one
-//! block of `nb` per outlier block and row. In SmolLM2 5% of the normalized inputs' blocks are
-//! outliers (0.85 per 576-wide row, mostly at a few fixed column blocks), so q/k/v, gate/up and
-//! the head do about 5% more int8 work (5-9% of prefill time measured, decode within noise).
+//! Cost: the flags need one pass over the input (`Σ x²` per row); the correction reads one
+//! block of `nb` per outlier block and weight row, as a column of strided blocks that the
+//! kernels decode and transpose 16 rows at a time: about 2-3 blocks' worth of the plain
+//! product's time each. Over the agreement prompts SmolLM2's normalized inputs have 1.27
+//! outlier blocks per 576-wide row (mostly at a few fixed column blocks), so the corrected
+//! products (q/k/v, gate/up, the head) run 15-20% slower than plain int8; decode as a whole
+//! 8-15% (interleaved `rml bench` runs, SmolLM2 Q4_K_M and Gemma 3 270M, 2026-12-03).
 //! The worst case is bounded by the rule: with blocks of 32 fewer than half a row's blocks can
 //! be outliers; with super-blocks of 256 (K-quants) every block can be (one large value in a
 //! row of 256 flags it), which runs the product about twice.
