@@ -950,10 +950,11 @@ fn new_types_int8_extremes_match_scalar() {
     every(new_type_extremes);
 }
 
-/// Every SIMD tier the host has (x86: AVX2, AVX-VNNI, AVX-512; aarch64: NEON, NEON + SDOT)
-/// overrides both entries of every quantized type (so each ISA × type × activation mode above
-/// runs SIMD code, not the scalar fallback), and the tiers built on a parent (the VNNI tiers
-/// on AVX2, SDOT on NEON) have int8 bodies of their own (not the parent's).
+/// Every SIMD tier the host has (x86: AVX2, AVX-VNNI, AVX-512, AVX-512 + GFNI; aarch64: NEON,
+/// NEON + SDOT) overrides both entries of every quantized type (so each ISA × type ×
+/// activation mode above runs SIMD code, not the scalar fallback), the tiers built on a parent
+/// (the VNNI tiers on AVX2, SDOT on NEON) have int8 bodies of their own (not the parent's), and
+/// the GFNI tier has its own int8 bodies for the types whose nibbles it splits.
 #[test]
 fn simd_tiers_have_a_body_for_every_type_and_mode() {
     let scalar = table(Isa::Scalar).unwrap();
@@ -961,6 +962,7 @@ fn simd_tiers_have_a_body_for_every_type_and_mode() {
         (Isa::Avx2, None),
         (Isa::AvxVnni, Some(Isa::Avx2)),
         (Isa::Avx512, Some(Isa::Avx2)),
+        (Isa::Avx512Gfni, Some(Isa::Avx2)),
         (Isa::Neon, None),
         (Isa::NeonDotprod, Some(Isa::Neon)),
     ];
@@ -976,6 +978,21 @@ fn simd_tiers_have_a_body_for_every_type_and_mode() {
                 let parent_entry = p.matmul_q8(t.dtype).unwrap() as usize;
                 assert_ne!(int8_entry, parent_entry, "{isa} {}: {}'s int8 body", t.name, p.isa());
             }
+        }
+    }
+    if let (Some(g), Some(a)) = (kernels(Isa::Avx512Gfni), kernels(Isa::Avx512)) {
+        let nibble_types = [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::IQ4_NL,
+            DType::Q4_K,
+            DType::Q5_K,
+        ];
+        for t in nibble_types {
+            let (g, a) = (g.matmul_q8(t).unwrap() as usize, a.matmul_q8(t).unwrap() as usize);
+            assert_ne!(g, a, "avx512-gfni {t}: AVX-512's int8 body");
         }
     }
 }

@@ -58,5 +58,6 @@ fn expected_tiers_are_detected_and_best_is_the_last_available() {
     }
     // The new names parse.
     assert_eq!(Isa::from_name("avx512").unwrap(), Isa::Avx512);
+    assert_eq!(Isa::from_name("avx512-gfni").unwrap(), Isa::Avx512Gfni);
     assert_eq!(Isa::from_name("avx-vnni").unwrap(), Isa::AvxVnni);
 }

@@ -85,10 +85,10 @@ pub fn int8_types() -> Vec<DType> {
     rml::quant::TYPES.iter().filter(|t| t.act.is_some()).map(|t| t.dtype).collect()
 }
 
-/// The int8 tiers to compare: every x86 tier the CPU has (AVX2, AVX-VNNI, AVX-512), else the
-/// best ISA alone.
+/// The int8 tiers to compare: every x86 tier the CPU has (AVX2, AVX-VNNI, AVX-512, AVX-512 +
+/// GFNI), else the best ISA alone.
 pub fn int8_tiers() -> Vec<&'static Kernels> {
-    let x86: Vec<_> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512]
+    let x86: Vec<_> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512, Isa::Avx512Gfni]
         .into_iter()
         .filter_map(|isa| kernels::table(isa).ok())
         .collect();

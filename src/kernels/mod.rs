@@ -113,6 +113,9 @@ pub enum Isa {
     AvxVnni,
     /// x86_64 AVX-512 F/BW/VL with AVX512-VNNI (`vpdpbusd`) on top of AVX2 + FMA + F16C.
     Avx512,
+    /// [`Isa::Avx512`] with GFNI (Ice Lake, Zen 4 and later): the int8 kernels of the 4-bit
+    /// types split their nibbles with one `vgf2p8affineqb`; the rest is AVX-512's.
+    Avx512Gfni,
     /// aarch64 Advanced SIMD (NEON) without the dot-product extension.
     Neon,
     /// aarch64 NEON with `SDOT` (the `dotprod` extension) for the int8 kernels.
@@ -123,24 +126,26 @@ pub enum Isa {
 
 impl Isa {
     /// Every ISA rml knows, in order of preference from worst to best.
-    pub const ALL: [Isa; 7] = [
+    pub const ALL: [Isa; 8] = [
         Isa::Scalar,
         Isa::Avx2,
         Isa::AvxVnni,
         Isa::Avx512,
+        Isa::Avx512Gfni,
         Isa::Neon,
         Isa::NeonDotprod,
         Isa::ArmDsp,
     ];
 
-    /// The name used by `RML_KERNELS`: `scalar`, `avx2`, `avx-vnni`, `avx512`, `neon`,
-    /// `neon-dotprod`, `arm-dsp`.
+    /// The name used by `RML_KERNELS`: `scalar`, `avx2`, `avx-vnni`, `avx512`, `avx512-gfni`,
+    /// `neon`, `neon-dotprod`, `arm-dsp`.
     pub const fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::AvxVnni => "avx-vnni",
             Isa::Avx512 => "avx512",
+            Isa::Avx512Gfni => "avx512-gfni",
             Isa::Neon => "neon",
             Isa::NeonDotprod => "neon-dotprod",
             Isa::ArmDsp => "arm-dsp",
@@ -155,15 +160,15 @@ impl Isa {
     pub fn from_name(name: &str) -> Result<Isa> {
         Isa::ALL.into_iter().find(|isa| isa.name() == name).ok_or_else(|| {
             Error::invalid_argument(format_args!(
-                "unknown kernel ISA {name:?}; expected scalar, avx2, avx-vnni, avx512, neon, \
-                 neon-dotprod or arm-dsp"
+                "unknown kernel ISA {name:?}; expected scalar, avx2, avx-vnni, avx512, \
+                 avx512-gfni, neon, neon-dotprod or arm-dsp"
             ))
         })
     }
 
-    /// Whether this is an x86_64 tier with AVX2 (AVX2, AVX-VNNI, AVX-512).
+    /// Whether this is an x86_64 tier with AVX2 (AVX2, AVX-VNNI, AVX-512, AVX-512 + GFNI).
     pub const fn has_avx2(self) -> bool {
-        matches!(self, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512)
+        matches!(self, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Gfni)
     }
 
     /// Whether this build has the ISA's kernels and the CPU runs them.
@@ -178,6 +183,7 @@ impl Isa {
             Isa::Avx2 => has_avx2(),
             Isa::AvxVnni => has_avx2() && x86_extra().avx_vnni,
             Isa::Avx512 => has_avx2() && x86_extra().avx512,
+            Isa::Avx512Gfni => has_avx2() && x86_extra().avx512 && x86_extra().gfni,
             Isa::Neon => has_neon(),
             Isa::NeonDotprod => has_neon() && has_dotprod(),
             // Opt-in: stable Rust cannot see the DSP extension at compile time.
@@ -248,6 +254,8 @@ struct X86Extra {
     avx_vnni: bool,
     /// AVX-512 F, BW, VL and VNNI with the OS saving the opmask and ZMM state.
     avx512: bool,
+    /// GFNI (CPUID.(7,0):ECX bit 8).
+    gfni: bool,
 }
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2", feature = "std"))]
@@ -258,11 +266,13 @@ fn x86_extra() -> X86Extra {
             && std::is_x86_feature_detected!("avx512bw")
             && std::is_x86_feature_detected!("avx512vl")
             && std::is_x86_feature_detected!("avx512vnni"),
+        gfni: std::is_x86_feature_detected!("gfni"),
     }
 }
 
 /// Without `std`: the compile-time features, or else CPUID leaf 7 (subleaf 0: AVX512F EBX
-/// bit 16, AVX512BW EBX 30, AVX512VL EBX 31, AVX512_VNNI ECX 11; subleaf 1: AVX-VNNI EAX 4)
+/// bit 16, AVX512BW EBX 30, AVX512VL EBX 31, AVX512_VNNI ECX 11, GFNI ECX 8; subleaf 1:
+/// AVX-VNNI EAX 4)
 /// and `XGETBV`: XCR0 bits 1–2 (SSE, AVX) for AVX-VNNI, and also bits 5–7 (opmask, upper
 /// ZMM0–15, ZMM16–31) for AVX-512.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(feature = "std")))]
@@ -276,8 +286,9 @@ fn x86_extra() -> X86Extra {
             target_feature = "avx512vl",
             target_feature = "avx512vnni"
         )),
+        gfni: cfg!(target_feature = "gfni"),
     };
-    if (compiled.avx_vnni && compiled.avx512) || !cpuid_ok() {
+    if (compiled.avx_vnni && compiled.avx512 && compiled.gfni) || !cpuid_ok() {
         return compiled;
     }
     let bit = |r: u32, b: u32| r & (1 << b) != 0;
@@ -296,6 +307,8 @@ fn x86_extra() -> X86Extra {
                 && bit(l7.ebx, 30)
                 && bit(l7.ebx, 31)
                 && bit(l7.ecx, 11),
+        // Used only with AVX-512 (whose state check is above); GFNI has no state of its own.
+        gfni: compiled.gfni || bit(l7.ecx, 8),
     }
 }
 
@@ -557,6 +570,8 @@ fn table_of(isa: Isa) -> &'static Kernels {
         Isa::AvxVnni => &x86_64::AVX_VNNI,
         #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
         Isa::Avx512 => &x86_64::AVX512,
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
+        Isa::Avx512Gfni => &x86_64::AVX512_GFNI,
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
         Isa::Neon => &aarch64::NEON,
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]

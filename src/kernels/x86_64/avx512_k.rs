@@ -1,5 +1,8 @@
 //! AVX-512 int8 kernels for the K-quants × Q8_K activations.
 //!
+//! Two tables use them: AVX-512's, and AVX-512 + GFNI's, whose Q4_K / Q5_K split their
+//! nibbles by one `vgf2p8affineqb` ([`super::Nibbles`]; the other types are the same code).
+//!
 //! Each super-block is decoded once into element order ([`K512::decode`]: vector `k` holds
 //! the unsigned values of elements `64 k .. 64 k + 64`, its i16 lanes' sub-block scales spread
 //! by one `vpermw`, plus the weights of the activations' per-16 sums), so the activations are
@@ -22,8 +25,8 @@ use super::avx2_k::{
 };
 use super::avx512_q8::quad;
 use super::{
-    dpwssd512, opaque512, prefetch_ahead, prefetch_next_tile, GEMV_STREAM_MIN_ROWS, PREFETCH_AHEAD,
-    PREFETCH_MIN_BYTES,
+    dpwssd512, opaque512, prefetch_ahead, prefetch_next_tile, GfniNibbles, Nibbles, ShiftNibbles,
+    GEMV_STREAM_MIN_ROWS, PREFETCH_AHEAD, PREFETCH_MIN_BYTES,
 };
 use crate::quant::{Q8Acts, QK_K};
 
@@ -176,7 +179,7 @@ trait K512: KBlock {
     /// # Safety
     ///
     /// `blk` is a whole super-block; AVX-512 F/BW/VL available.
-    unsafe fn decode(blk: *const u8) -> KW;
+    unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW;
 
     /// [`Scales4`] of the super-blocks at `blk[0..4]`, decoded together (one 512-bit pass for
     /// four rows instead of one 128-bit pass each).
@@ -191,7 +194,7 @@ trait K512: KBlock {
     /// # Safety
     ///
     /// `blk` is a whole super-block; AVX-512 F/BW/VL available.
-    unsafe fn values(blk: *const u8) -> [__m512i; 4];
+    unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4];
 
     /// Sub-blocks of 32 elements (Q4_K, Q5_K: mins at words 8..16 of [`Scales4::sc`]), else 16.
     const SUB32: bool;
@@ -203,7 +206,7 @@ trait K512: KBlock {
     ///
     /// `blk` is a whole super-block; AVX-512 F/BW/VL available.
     #[inline(always)]
-    unsafe fn decode_with(blk: *const u8, s: &Scales4, j: usize) -> KW {
+    unsafe fn decode_with<Nb: Nibbles>(blk: *const u8, s: &Scales4, j: usize) -> KW {
         // SAFETY: forwarded caller contract; 64-byte reads of the index statics.
         unsafe {
             let (p, o) = (j / 2, j % 2);
@@ -218,7 +221,7 @@ trait K512: KBlock {
             } else {
                 _mm512_maskz_permutexvar_epi16(0x5555_5555, ld(&IDX_C_2[o]), s.aux[p])
             };
-            KW { u: Self::values(blk), sc, c }
+            KW { u: Self::values::<Nb>(blk), sc, c }
         }
     }
 }
@@ -249,9 +252,9 @@ unsafe fn dot_k<K: K512>(kw: &KW, x: *const i8, bsums: *const i32) -> (__m512i, 
 }
 
 /// The 512-bit tier of the shared row loop: [`K512::decode`] then [`dot_k`] per row.
-pub(super) struct On512<K>(PhantomData<K>);
+pub(super) struct On512<K, Nb>(PhantomData<(K, Nb)>);
 
-impl<K: K512> KDot for On512<K> {
+impl<K: K512, Nb: Nibbles> KDot for On512<K, Nb> {
     type K = K;
     type X = *const i8;
 
@@ -264,7 +267,7 @@ impl<K: K512> KDot for On512<K> {
     unsafe fn isums(blk: *const u8, x: &*const i8, bsums: *const i32) -> (i32, i32) {
         // SAFETY: forwarded caller contract.
         unsafe {
-            let (is, ms) = dot_k::<K>(&K::decode(blk), *x, bsums);
+            let (is, ms) = dot_k::<K>(&K::decode::<Nb>(blk), *x, bsums);
             let ms = if K::MINS { _mm512_reduce_add_epi32(ms) } else { 0 };
             (_mm512_reduce_add_epi32(is), ms)
         }
@@ -347,12 +350,12 @@ unsafe fn correction(sc: __m512i, off: i16) -> __m512i {
 /// 16 readable bytes at `sp - 4`, 128 at `qs`, 32 at `qh` when given; AVX-512 F/BW/VL
 /// available.
 #[inline(always)]
-unsafe fn decode_k4(sp: *const u8, qs: *const u8, qh: Option<*const u8>) -> KW {
+unsafe fn decode_k4<Nb: Nibbles>(sp: *const u8, qs: *const u8, qh: Option<*const u8>) -> KW {
     // SAFETY: the reads stay inside the ranges of the caller contract.
     unsafe {
         let sm = k4_scales_mins(sp);
         let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(sm));
-        let u = values_k4(qs, qh);
+        let u = values_k4::<Nb>(qs, qh);
         let mins = _mm512_loadu_si512(IDX_MINS.as_ptr().cast());
         KW { u, sc: spread4(sc, &IDX_32), c: _mm512_maskz_permutexvar_epi16(0x5555_5555, mins, sc) }
     }
@@ -364,12 +367,15 @@ unsafe fn decode_k4(sp: *const u8, qs: *const u8, qh: Option<*const u8>) -> KW {
 ///
 /// 128 readable bytes at `qs`, 32 at `qh` when given; AVX-512 F/BW/VL available.
 #[inline(always)]
-unsafe fn values_k4(qs: *const u8, qh: Option<*const u8>) -> [__m512i; 4] {
+unsafe fn values_k4<Nb: Nibbles>(qs: *const u8, qh: Option<*const u8>) -> [__m512i; 4] {
     // SAFETY: the reads stay inside the ranges of the caller contract.
     unsafe {
         let mut u = [_mm512_setzero_si512(); 4];
         for (k, u) in u.iter_mut().enumerate() {
-            *u = _mm512_and_si512(both_halves(qs.add(32 * k), 0, 4), _mm512_set1_epi8(0x0F));
+            // The high 256 bits (64-bit lanes 4..8) take the high nibbles.
+            *u = Nb::split::<0xF0>(_mm512_broadcast_i64x4(_mm256_loadu_si256(
+                qs.add(32 * k).cast(),
+            )));
             if let Some(p) = qh {
                 let hz = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.cast()));
                 let set = _mm512_test_epi8_mask(hz, bits2(2 * k, 2 * k + 1));
@@ -441,7 +447,7 @@ unsafe fn values_q2(qs: *const u8, hm: Option<*const u8>) -> [__m512i; 4] {
 
 impl K512 for Q2K {
     #[inline(always)]
-    unsafe fn decode(blk: *const u8) -> KW {
+    unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW {
         // SAFETY: 84-byte super-block: scales at 0..16, values at 16..80 (caller contract).
         unsafe {
             let sb = _mm_loadu_si128(blk.cast());
@@ -468,7 +474,7 @@ impl K512 for Q2K {
     }
 
     #[inline(always)]
-    unsafe fn values(blk: *const u8) -> [__m512i; 4] {
+    unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
         // SAFETY: values at 16..80 (caller contract).
         unsafe { values_q2(blk.add(16), None) }
     }
@@ -476,7 +482,7 @@ impl K512 for Q2K {
 
 impl K512 for Q3K {
     #[inline(always)]
-    unsafe fn decode(blk: *const u8) -> KW {
+    unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW {
         // SAFETY: 110-byte super-block: high bits at 0..32, low pairs at 32..96, scales at
         // 96..108 (caller contract).
         unsafe {
@@ -511,7 +517,7 @@ impl K512 for Q3K {
     }
 
     #[inline(always)]
-    unsafe fn values(blk: *const u8) -> [__m512i; 4] {
+    unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
         // SAFETY: high bits at 0..32, low pairs at 32..96 (caller contract).
         unsafe { values_q2(blk.add(32), Some(blk)) }
     }
@@ -519,9 +525,9 @@ impl K512 for Q3K {
 
 impl K512 for Q4K {
     #[inline(always)]
-    unsafe fn decode(blk: *const u8) -> KW {
+    unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW {
         // SAFETY: 144-byte super-block: scales at 4..16, values at 16..144 (caller contract).
-        unsafe { decode_k4(blk.add(4), blk.add(16), None) }
+        unsafe { decode_k4::<Nb>(blk.add(4), blk.add(16), None) }
     }
 
     const SUB32: bool = true;
@@ -533,18 +539,18 @@ impl K512 for Q4K {
     }
 
     #[inline(always)]
-    unsafe fn values(blk: *const u8) -> [__m512i; 4] {
+    unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
         // SAFETY: values at 16..144 (caller contract).
-        unsafe { values_k4(blk.add(16), None) }
+        unsafe { values_k4::<Nb>(blk.add(16), None) }
     }
 }
 
 impl K512 for Q5K {
     #[inline(always)]
-    unsafe fn decode(blk: *const u8) -> KW {
+    unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW {
         // SAFETY: 176-byte super-block: scales at 4..16, fifth bits at 16..48, nibbles at
         // 48..176 (caller contract).
-        unsafe { decode_k4(blk.add(4), blk.add(48), Some(blk.add(16))) }
+        unsafe { decode_k4::<Nb>(blk.add(4), blk.add(48), Some(blk.add(16))) }
     }
 
     const SUB32: bool = true;
@@ -556,21 +562,21 @@ impl K512 for Q5K {
     }
 
     #[inline(always)]
-    unsafe fn values(blk: *const u8) -> [__m512i; 4] {
+    unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
         // SAFETY: fifth bits at 16..48, nibbles at 48..176 (caller contract).
-        unsafe { values_k4(blk.add(48), Some(blk.add(16))) }
+        unsafe { values_k4::<Nb>(blk.add(48), Some(blk.add(16))) }
     }
 }
 
 impl K512 for Q6K {
     #[inline(always)]
-    unsafe fn decode(blk: *const u8) -> KW {
+    unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW {
         // SAFETY: 210-byte super-block: low nibbles at 0..128, high pairs at 128..192, scales
         // at 192..208 (caller contract).
         unsafe {
             let s8 = _mm_loadu_si128(blk.add(192).cast());
             let sc = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(s8));
-            KW { u: Self::values(blk), sc: spread4(sc, &IDX_16), c: correction(sc, 32) }
+            KW { u: Self::values::<Nb>(blk), sc: spread4(sc, &IDX_16), c: correction(sc, 32) }
         }
     }
 
@@ -587,7 +593,7 @@ impl K512 for Q6K {
     }
 
     #[inline(always)]
-    unsafe fn values(blk: *const u8) -> [__m512i; 4] {
+    unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
         // SAFETY: low nibbles at 0..128, high pairs at 128..192 (caller contract).
         unsafe {
             let (m4, m2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
@@ -667,7 +673,7 @@ unsafe fn hsum8_lanes(a: [__m256; 8]) -> [f32; 8] {
 /// `t < N`; AVX2, F16C and AVX-512 F/BW/VL/VNNI available.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile<K: K512, const N: usize>(
+unsafe fn tile<K: K512, Nb: Nibbles, const N: usize>(
     w: *const u8,
     nb: usize,
     qs: *const i8,
@@ -685,7 +691,7 @@ unsafe fn tile<K: K512, const N: usize>(
         let mut acc = [_mm256_setzero_ps(); 8];
         for b in 0..nb {
             let blk = w.add(b * K::BYTES);
-            let kw = K::decode(blk);
+            let kw = K::decode::<Nb>(blk);
             let (mut is, mut ms) = ([_mm512_setzero_si512(); 8], [_mm512_setzero_si512(); 8]);
             for t in 0..N {
                 let i = t * nb + b;
@@ -725,7 +731,7 @@ unsafe fn tile<K: K512, const N: usize>(
 /// `R` rows of `xq.nb()` super-blocks at `w + i * rb`, `xq` at least one activation row,
 /// `y[i * ys]` writable for `i < R`; AVX2, F16C and AVX-512 F/BW/VL/VNNI available.
 #[inline(always)]
-unsafe fn gemv_rows<K: K512, const R: usize>(
+unsafe fn gemv_rows<K: K512, Nb: Nibbles, const R: usize>(
     w: *const u8,
     rb: usize,
     xq: &Q8Acts<'_>,
@@ -766,7 +772,7 @@ unsafe fn gemv_rows<K: K512, const R: usize>(
             macro_rules! row {
                 ($s4:expr, $q:literal, $j:literal) => {
                     let i = 4 * $q + $j;
-                    let (is, ms) = dot_k::<K>(&K::decode_with(blk(i), &$s4, $j), x, bs);
+                    let (is, ms) = dot_k::<K>(&K::decode_with::<Nb>(blk(i), &$s4, $j), x, bs);
                     v[i] = is;
                     if K::MINS && i < 4 {
                         v[(4 + i) % 8] = ms;
@@ -844,7 +850,7 @@ enum RowPrefetch {
 /// As [`crate::kernels::MatmulQ8Fn`] with `xq` in the Q8_K format; AVX2, F16C and AVX-512
 /// F/BW/VL/VNNI available.
 #[inline(always)]
-unsafe fn matmul_512<K: K512>(
+unsafe fn matmul_512<K: K512, Nb: Nibbles>(
     w: *const u8,
     rb: usize,
     rows: usize,
@@ -876,16 +882,16 @@ unsafe fn matmul_512<K: K512>(
             // rows`, and so are their outputs `y[r + i * ys]` (caller contract).
             unsafe {
                 if K::MINS {
-                    gemv_rows::<K, 4>(w.add(r * rb), rs, xq, y.add(r), ys, prefetch);
+                    gemv_rows::<K, Nb, 4>(w.add(r * rb), rs, xq, y.add(r), ys, prefetch);
                 } else {
-                    gemv_rows::<K, 8>(w.add(r * rb), rs, xq, y.add(r), ys, prefetch);
+                    gemv_rows::<K, Nb, 8>(w.add(r * rb), rs, xq, y.add(r), ys, prefetch);
                 }
             }
         }
         if full < rows {
             // SAFETY: the last `rows - full` rows and their outputs (caller contract).
             unsafe {
-                avx2_k::matmul::<On512<K>, 1>(
+                avx2_k::matmul::<On512<K, Nb>, 1>(
                     w.add(full * rb),
                     rb,
                     rows - full,
@@ -916,10 +922,10 @@ unsafe fn matmul_512<K: K512>(
                 let (wr, yr) = (w.add(r * rb), y.add(t * ldy + r));
                 let (q, dd, s) = (qs.add(o * QK_K), d.add(o), sums.add(o * 16));
                 match step {
-                    8 => tile::<K, 8>(wr, nb, q, dd, s, yr, ldy),
-                    4 => tile::<K, 4>(wr, nb, q, dd, s, yr, ldy),
-                    2 => tile::<K, 2>(wr, nb, q, dd, s, yr, ldy),
-                    _ => tile::<K, 1>(wr, nb, q, dd, s, yr, ldy),
+                    8 => tile::<K, Nb, 8>(wr, nb, q, dd, s, yr, ldy),
+                    4 => tile::<K, Nb, 4>(wr, nb, q, dd, s, yr, ldy),
+                    2 => tile::<K, Nb, 2>(wr, nb, q, dd, s, yr, ldy),
+                    _ => tile::<K, Nb, 1>(wr, nb, q, dd, s, yr, ldy),
                 }
             }
         }
@@ -928,13 +934,13 @@ unsafe fn matmul_512<K: K512>(
 }
 
 macro_rules! entries {
-    ($($name:ident, $k:ty;)*) => { $(
-        /// AVX-512 table entry, activations in Q8_K.
+    ($($name:ident, $k:ty, $nb:ty, $feat:literal, $doc:literal;)*) => { $(
+        #[doc = $doc]
         ///
         /// # Safety
         ///
         /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the features enabled here.
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[target_feature(enable = $feat)]
         pub(super) unsafe fn $name(
             w: *const u8,
             rb: usize,
@@ -945,15 +951,24 @@ macro_rules! entries {
             ldy: usize,
         ) {
             // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { matmul_512::<$k>(w, rb, rows, xq, n, y, ldy) }
+            unsafe { matmul_512::<$k, $nb>(w, rb, rows, xq, n, y, ldy) }
         }
     )* };
 }
 
 entries! {
-    avx512_q2_k_q8k, Q2K;
-    avx512_q3_k_q8k, Q3K;
-    avx512_q4_k_q8k, Q4K;
-    avx512_q5_k_q8k, Q5K;
-    avx512_q6_k_q8k, Q6K;
+    avx512_q2_k_q8k, Q2K, ShiftNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+        "AVX-512 table entry, activations in Q8_K.";
+    avx512_q3_k_q8k, Q3K, ShiftNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+        "AVX-512 table entry, activations in Q8_K.";
+    avx512_q4_k_q8k, Q4K, ShiftNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+        "AVX-512 table entry, activations in Q8_K.";
+    avx512_q5_k_q8k, Q5K, ShiftNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+        "AVX-512 table entry, activations in Q8_K.";
+    avx512_q6_k_q8k, Q6K, ShiftNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+        "AVX-512 table entry, activations in Q8_K.";
+    gfni_q4_k_q8k, Q4K, GfniNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni",
+        "AVX-512 + GFNI table entry, activations in Q8_K.";
+    gfni_q5_k_q8k, Q5K, GfniNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni",
+        "AVX-512 + GFNI table entry, activations in Q8_K.";
 }

@@ -1,5 +1,5 @@
 //! VNNI int8 kernels for the 32-element types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) ×
-//! Q8 activations, for two tiers:
+//! Q8 activations, for three tiers:
 //!
 //! - **AVX-512** (F/BW/VL + AVX512-VNNI): tiles of `R` weight rows × `N` activation rows
 //!   ([`tile`]: `1 × 8`, `1 × 4`, `1 × 2` for prefill, `4 × 1` for the GEMV). Per group of
@@ -12,6 +12,9 @@
 //!   `16 × 2`): each block of the 16 rows is transposed in registers ([`transpose16`], lane =
 //!   row), so that eight `vpdpbusd` of broadcast activation dwords give the 16 rows' block
 //!   sums with no horizontal reduction.
+//! - **AVX-512 + GFNI**: the same kernels with the 4-bit weights split into bytes by one
+//!   `vgf2p8affineqb` instead of a shift and an AND ([`super::Nibbles`]); Q8_0 keeps the
+//!   AVX-512 entry (no nibbles).
 //! - **AVX-VNNI** (the VEX-encoded 256-bit `vpdpbusd`): the AVX2 kernel of `avx2_q8.rs` with
 //!   `vpdpbusd` in place of `maddubs` + `madd` ([`super::VexOps`]).
 //!
@@ -26,8 +29,8 @@ use core::arch::x86_64::*;
 
 use super::avx2_q8::{self, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
 use super::{
-    hsum_ps, opaque512, prefetch_ahead, prefetch_next_tile, VexOps, GEMV_STREAMS,
-    GEMV_STREAM_MIN_ROWS, PREFETCH_AHEAD, PREFETCH_MIN_BYTES,
+    hsum_ps, opaque512, prefetch_ahead, prefetch_next_tile, GfniNibbles, Nibbles, ShiftNibbles,
+    VexOps, GEMV_STREAMS, GEMV_STREAM_MIN_ROWS, PREFETCH_AHEAD, PREFETCH_MIN_BYTES,
 };
 use crate::quant::{Q8Acts, QK};
 
@@ -45,8 +48,8 @@ trait VBlock: QBlock {
     ///
     /// # Safety
     ///
-    /// Both are whole blocks; AVX-512 F/BW/VL available.
-    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i;
+    /// Both are whole blocks; AVX-512 F/BW/VL available, and what `Nb` needs.
+    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i;
 
     /// The f16 scales (lanes 0..8) and, with [`QBlock::MIN`], minimums (lanes 8..16) of the
     /// eight blocks at `wb`, as 16-bit lanes of a 256-bit vector.
@@ -68,15 +71,14 @@ trait VBlock: QBlock {
 ///
 /// 16 readable bytes at each; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn nibbles2(qs0: *const u8, qs1: *const u8) -> __m512i {
+unsafe fn nibbles2<Nb: Nibbles>(qs0: *const u8, qs1: *const u8) -> __m512i {
     // SAFETY: 16 bytes at each (caller contract).
     unsafe {
         let a = _mm256_broadcastsi128_si256(_mm_loadu_si128(qs0.cast()));
         let b = _mm256_broadcastsi128_si256(_mm_loadu_si128(qs1.cast()));
         let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
-        // 128-bit lanes 1 and 3 (i16 lanes 8..16, 24..32) take the high nibbles.
-        let z = _mm512_mask_srli_epi16::<4>(z, 0xFF00_FF00, z);
-        _mm512_and_si512(z, _mm512_set1_epi8(0x0F))
+        // 128-bit lanes 1 and 3 (64-bit lanes 2, 3, 6, 7) take the high nibbles.
+        Nb::split::<0b1100_1100>(z)
     }
 }
 
@@ -87,12 +89,17 @@ unsafe fn nibbles2(qs0: *const u8, qs1: *const u8) -> __m512i {
 ///
 /// 16 readable bytes at `qs0`, `qs1`, 4 at `qh0`, `qh1`; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn q5_values2(qs0: *const u8, qs1: *const u8, qh0: *const u8, qh1: *const u8) -> __m512i {
+unsafe fn q5_values2<Nb: Nibbles>(
+    qs0: *const u8,
+    qs1: *const u8,
+    qh0: *const u8,
+    qh1: *const u8,
+) -> __m512i {
     // SAFETY: the reads are in bounds (caller contract); the rest is register-only.
     unsafe {
         let h0 = qh0.cast::<u32>().read_unaligned() as u64;
         let h1 = qh1.cast::<u32>().read_unaligned() as u64;
-        let q = nibbles2(qs0, qs1);
+        let q = nibbles2::<Nb>(qs0, qs1);
         _mm512_mask_add_epi8(q, h0 | h1 << 32, q, opaque512(_mm512_set1_epi8(0x10)))
     }
 }
@@ -236,7 +243,7 @@ impl VBlock for Q8_0B {
     const OFF: i32 = 128;
 
     #[inline(always)]
-    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i {
+    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
         // SAFETY: 32 bytes at `blk0 + 2` and `blk1 + 2` (caller contract).
         unsafe {
             let w0 = _mm256_loadu_si256(blk0.add(2).cast());
@@ -251,9 +258,9 @@ impl VBlock for Q4_0B {
     const OFF: i32 = 8;
 
     #[inline(always)]
-    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i {
+    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
         // SAFETY: 16 bytes at `blk0 + 2` and `blk1 + 2` (caller contract).
-        unsafe { nibbles2(blk0.add(2), blk1.add(2)) }
+        unsafe { nibbles2::<Nb>(blk0.add(2), blk1.add(2)) }
     }
 
     #[inline(always)]
@@ -278,12 +285,15 @@ impl VBlock for Iq4NlB {
     const OFF: i32 = 128;
 
     #[inline(always)]
-    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i {
+    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
         // SAFETY: 16 bytes at `blk0 + 2` and `blk1 + 2` (caller contract); the table is 16
         // bytes.
         unsafe {
             let kv = _mm_loadu_si128(KVALUES_128.as_ptr().cast());
-            _mm512_shuffle_epi8(_mm512_broadcast_i32x4(kv), nibbles2(blk0.add(2), blk1.add(2)))
+            _mm512_shuffle_epi8(
+                _mm512_broadcast_i32x4(kv),
+                nibbles2::<Nb>(blk0.add(2), blk1.add(2)),
+            )
         }
     }
 
@@ -298,9 +308,9 @@ impl VBlock for Q4_1B {
     const OFF: i32 = 0;
 
     #[inline(always)]
-    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i {
+    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
         // SAFETY: 16 bytes at `blk0 + 4` and `blk1 + 4` (caller contract).
-        unsafe { nibbles2(blk0.add(4), blk1.add(4)) }
+        unsafe { nibbles2::<Nb>(blk0.add(4), blk1.add(4)) }
     }
 
     #[inline(always)]
@@ -325,9 +335,9 @@ impl VBlock for Q5_0B {
     const OFF: i32 = 16;
 
     #[inline(always)]
-    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i {
+    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
         // SAFETY: qh at byte 2, 16 nibble bytes at 6 of each block (caller contract).
-        unsafe { q5_values2(blk0.add(6), blk1.add(6), blk0.add(2), blk1.add(2)) }
+        unsafe { q5_values2::<Nb>(blk0.add(6), blk1.add(6), blk0.add(2), blk1.add(2)) }
     }
 
     #[inline(always)]
@@ -342,9 +352,9 @@ impl VBlock for Q5_1B {
     const OFF: i32 = 0;
 
     #[inline(always)]
-    unsafe fn decode2(blk0: *const u8, blk1: *const u8) -> __m512i {
+    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
         // SAFETY: qh at byte 4, 16 nibble bytes at 8 of each block (caller contract).
-        unsafe { q5_values2(blk0.add(8), blk1.add(8), blk0.add(4), blk1.add(4)) }
+        unsafe { q5_values2::<Nb>(blk0.add(8), blk1.add(8), blk0.add(4), blk1.add(4)) }
     }
 
     #[inline(always)]
@@ -501,7 +511,7 @@ unsafe fn dot4(u: &[__m512i; 4], x: TileX, t: usize, b: usize, m: usize) -> [__m
 /// `R` rows of `x.nb` blocks, `N` activation rows of `x.nb` blocks, `b + m <= x.nb`;
 /// AVX2, F16C and AVX-512 F/BW/VL/VNNI available.
 #[inline(always)]
-unsafe fn group<Q: VBlock, const R: usize, const N: usize, const P: usize>(
+unsafe fn group<Q: VBlock, Nb: Nibbles, const R: usize, const N: usize, const P: usize>(
     w: *const u8,
     rb: usize,
     x: TileX,
@@ -521,7 +531,7 @@ unsafe fn group<Q: VBlock, const R: usize, const N: usize, const P: usize>(
                 let b0 = wb.add(2 * j * Q::BYTES);
                 // A lone last block pairs with itself; its lanes are masked off below.
                 let b1 = if 2 * j + 1 < m { b0.add(Q::BYTES) } else { b0 };
-                *u = Q::decode2(b0, b1);
+                *u = Q::decode2::<Nb>(b0, b1);
             }
             let sc = if m == 8 { Q::scales8(wb) } else { scales8_split(wb, Q::BYTES, Q::MIN, m) };
             dm[r] = _mm512_cvtph_ps(sc);
@@ -568,7 +578,7 @@ unsafe fn group<Q: VBlock, const R: usize, const N: usize, const P: usize>(
 ///
 /// As [`group`] for every group; `y[t * ldy + r * ys]` writable for `r < R`, `t < N`.
 #[inline(always)]
-unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
+unsafe fn tile<Q: VBlock, Nb: Nibbles, const R: usize, const N: usize, const P: usize>(
     w: *const u8,
     rb: usize,
     x: TileX,
@@ -600,14 +610,14 @@ unsafe fn tile<Q: VBlock, const R: usize, const N: usize, const P: usize>(
             } else if N == 1 {
                 prefetch_next_tile(w, R * rb, b / 8, parts);
             }
-            group::<Q, R, N, P>(w, rb, x, b, 8, &mut acc);
+            group::<Q, Nb, R, N, P>(w, rb, x, b, 8, &mut acc);
             b += 8;
         }
         if b < x.nb {
             if N == 1 && !x.prefetch && !x.stream {
                 prefetch_next_tile(w, R * rb, b / 8, parts);
             }
-            group::<Q, R, N, P>(w, rb, x, b, x.nb - b, &mut acc);
+            group::<Q, Nb, R, N, P>(w, rb, x, b, x.nb - b, &mut acc);
         }
         for (p, acc) in acc.iter().enumerate() {
             let (oa, ob) = (2 * p, 2 * p + 1);
@@ -671,12 +681,12 @@ unsafe fn transpose8x2(z: [__m512i; 8]) -> [__m512i; 8] {
 ///
 /// A whole block at `wb + r * rb` for `r < 16`; AVX-512 F/BW/VL available.
 #[inline(always)]
-unsafe fn transpose16<Q: VBlock>(wb: *const u8, rb: usize) -> [__m512i; 8] {
+unsafe fn transpose16<Q: VBlock, Nb: Nibbles>(wb: *const u8, rb: usize) -> [__m512i; 8] {
     // SAFETY: the 16 blocks are whole (caller contract).
     unsafe {
         let mut z = [_mm512_setzero_si512(); 8];
         for (i, z) in z.iter_mut().enumerate() {
-            *z = Q::decode2(wb.add(i * rb), wb.add((i + 8) * rb));
+            *z = Q::decode2::<Nb>(wb.add(i * rb), wb.add((i + 8) * rb));
         }
         transpose8x2(z)
     }
@@ -711,7 +721,7 @@ const TILE16_MIN_N: usize = 2;
 /// `x.nb` blocks in `x`, `y[t * ldy + r]` writable for `r < 16`, `t < N`; AVX2, F16C and
 /// AVX-512 F/BW/VL/VNNI available.
 #[inline(always)]
-unsafe fn tile16<Q: VBlock, const N: usize>(
+unsafe fn tile16<Q: VBlock, Nb: Nibbles, const N: usize>(
     w: *const u8,
     rb: usize,
     x: TileX,
@@ -733,7 +743,7 @@ unsafe fn tile16<Q: VBlock, const N: usize>(
         for b in 0..nb {
             let j = b % 8;
             let wb = w.add(b * Q::BYTES);
-            let tw = transpose16::<Q>(wb, rb);
+            let tw = transpose16::<Q, Nb>(wb, rb);
             // Each row's first dword: the f16 scale, then (with a minimum) the minimum.
             let g = _mm512_i32gather_epi32::<1>(offs, wb.cast());
             let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
@@ -789,7 +799,7 @@ unsafe fn tile16<Q: VBlock, const N: usize>(
 ///
 /// As [`crate::kernels::MatmulQ8Fn`]; AVX2, F16C and AVX-512 F/BW/VL/VNNI available.
 #[inline(always)]
-unsafe fn matmul_512<Q: VBlock>(
+unsafe fn matmul_512<Q: VBlock, Nb: Nibbles>(
     w: *const u8,
     rb: usize,
     rows: usize,
@@ -835,7 +845,7 @@ unsafe fn matmul_512<Q: VBlock>(
                 // SAFETY: rows `j + i q < 4 q <= rows` (`i < 4`) of `nb` blocks and their
                 // outputs `y[t * ldy + j + i q]` (caller contract).
                 unsafe {
-                    tile::<Q, 4, 1, 2>(w.add(j * rb), q * rb, xs, y.add(t * ldy + j), ldy, q)
+                    tile::<Q, Nb, 4, 1, 2>(w.add(j * rb), q * rb, xs, y.add(t * ldy + j), ldy, q)
                 };
             }
             r = GEMV_STREAMS * q;
@@ -847,11 +857,11 @@ unsafe fn matmul_512<Q: VBlock>(
                 unsafe {
                     let (wr, yr) = (w.add(r * rb), y.add(t * ldy + r));
                     match step {
-                        32 => tile16::<Q, 32>(wr, rb, x, yr, ldy),
-                        16 => tile16::<Q, 16>(wr, rb, x, yr, ldy),
-                        8 => tile16::<Q, 8>(wr, rb, x, yr, ldy),
-                        4 => tile16::<Q, 4>(wr, rb, x, yr, ldy),
-                        _ => tile16::<Q, 2>(wr, rb, x, yr, ldy),
+                        32 => tile16::<Q, Nb, 32>(wr, rb, x, yr, ldy),
+                        16 => tile16::<Q, Nb, 16>(wr, rb, x, yr, ldy),
+                        8 => tile16::<Q, Nb, 8>(wr, rb, x, yr, ldy),
+                        4 => tile16::<Q, Nb, 4>(wr, rb, x, yr, ldy),
+                        _ => tile16::<Q, Nb, 2>(wr, rb, x, yr, ldy),
                     }
                 }
                 r += ROWS16;
@@ -872,21 +882,21 @@ unsafe fn matmul_512<Q: VBlock>(
                                 sum: x.sum.add(c * nb),
                                 ..x
                             };
-                            tile::<Q, 1, 8, 4>(wr, rb, xc, yr.add(c * ldy), ldy, 1);
+                            tile::<Q, Nb, 1, 8, 4>(wr, rb, xc, yr.add(c * ldy), ldy, 1);
                         }
                     }
-                    8 => tile::<Q, 1, 8, 4>(wr, rb, x, yr, ldy, 1),
-                    4 => tile::<Q, 1, 4, 2>(wr, rb, x, yr, ldy, 1),
-                    2 => tile::<Q, 1, 2, 1>(wr, rb, x, yr, ldy, 1),
+                    8 => tile::<Q, Nb, 1, 8, 4>(wr, rb, x, yr, ldy, 1),
+                    4 => tile::<Q, Nb, 1, 4, 2>(wr, rb, x, yr, ldy, 1),
+                    2 => tile::<Q, Nb, 1, 2, 1>(wr, rb, x, yr, ldy, 1),
                     _ if rows - r >= 4 => {
-                        tile::<Q, 4, 1, 2>(wr, rb, x, yr, ldy, 1);
+                        tile::<Q, Nb, 4, 1, 2>(wr, rb, x, yr, ldy, 1);
                         r += 3;
                     }
                     _ if rows - r >= 2 => {
-                        tile::<Q, 2, 1, 1>(wr, rb, x, yr, ldy, 1);
+                        tile::<Q, Nb, 2, 1, 1>(wr, rb, x, yr, ldy, 1);
                         r += 1;
                     }
-                    _ => tile::<Q, 1, 1, 1>(wr, rb, x, yr, ldy, 1),
+                    _ => tile::<Q, Nb, 1, 1, 1>(wr, rb, x, yr, ldy, 1),
                 }
             }
             r += 1;
@@ -915,7 +925,7 @@ unsafe fn matmul_vnni<Q: QBlock>(
 }
 
 macro_rules! entry {
-    ($name:ident, $body:ident, $q:ty, $feat:literal, $doc:literal) => {
+    ($name:ident, $body:ident, $($ty:ty),+; $feat:literal, $doc:literal) => {
         #[doc = $doc]
         ///
         /// # Safety
@@ -932,19 +942,19 @@ macro_rules! entry {
             ldy: usize,
         ) {
             // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { $body::<$q>(w, rb, rows, xq, n, y, ldy) }
+            unsafe { $body::<$($ty),+>(w, rb, rows, xq, n, y, ldy) }
         }
     };
 }
 
-/// Both tiers' entries of each type.
+/// The AVX-VNNI and AVX-512 entries of each type.
 macro_rules! entries {
     ($($vnni:ident, $avx512:ident, $q:ty;)*) => { $(
-        entry!($vnni, matmul_vnni, $q, "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
+        entry!($vnni, matmul_vnni, $q; "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
         entry!(
             $avx512,
             matmul_512,
-            $q,
+            $q, ShiftNibbles;
             "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
             "AVX-512 table entry."
         );
@@ -958,6 +968,27 @@ entries! {
     vnni_q5_0_q8, avx512_q5_0_q8, Q5_0B;
     vnni_q5_1_q8, avx512_q5_1_q8, Q5_1B;
     vnni_iq4_nl_q8, avx512_iq4_nl_q8, Iq4NlB;
+}
+
+/// The AVX-512 + GFNI entries of the 4-bit types.
+macro_rules! gfni_entries {
+    ($($name:ident, $q:ty;)*) => { $(
+        entry!(
+            $name,
+            matmul_512,
+            $q, GfniNibbles;
+            "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni",
+            "AVX-512 + GFNI table entry."
+        );
+    )* };
+}
+
+gfni_entries! {
+    gfni_q4_0_q8, Q4_0B;
+    gfni_q4_1_q8, Q4_1B;
+    gfni_q5_0_q8, Q5_0B;
+    gfni_q5_1_q8, Q5_1B;
+    gfni_iq4_nl_q8, Iq4NlB;
 }
 
 #[cfg(test)]
@@ -975,7 +1006,7 @@ mod tests {
         let mut out = [[0u32; 16]; 8];
         // SAFETY: forwarded caller contract; each store writes one 64-byte row of `out`.
         unsafe {
-            let t = transpose16::<Q8_0B>(w, rb);
+            let t = transpose16::<Q8_0B, ShiftNibbles>(w, rb);
             for (o, t) in out.iter_mut().zip(t) {
                 _mm512_storeu_si512(o.as_mut_ptr().cast(), t);
             }
