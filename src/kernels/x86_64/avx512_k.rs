@@ -933,8 +933,8 @@ unsafe fn matmul_512<K: K512, Nb: Nibbles>(
     }
 }
 
-macro_rules! entries {
-    ($($name:ident, $k:ty, $nb:ty, $feat:literal, $doc:literal;)*) => { $(
+macro_rules! entry {
+    ($name:ident, $k:ty, $nb:ty, $feat:literal, $doc:literal) => {
         #[doc = $doc]
         ///
         /// # Safety
@@ -953,22 +953,39 @@ macro_rules! entries {
             // SAFETY: forwarded caller contract; the features are enabled here.
             unsafe { matmul_512::<$k, $nb>(w, rb, rows, xq, n, y, ldy) }
         }
-    )* };
+    };
+}
+
+/// The AVX-512 entries (nibbles by shift and AND), then the AVX-512 + GFNI ones.
+macro_rules! entries {
+    (avx512 { $($name:ident, $k:ty;)* } gfni { $($gname:ident, $gk:ty;)* }) => {
+        $(entry!(
+            $name,
+            $k,
+            ShiftNibbles,
+            "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+            "AVX-512 table entry, activations in Q8_K."
+        );)*
+        $(entry!(
+            $gname,
+            $gk,
+            GfniNibbles,
+            "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni",
+            "AVX-512 + GFNI table entry, activations in Q8_K."
+        );)*
+    };
 }
 
 entries! {
-    avx512_q2_k_q8k, Q2K, ShiftNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-        "AVX-512 table entry, activations in Q8_K.";
-    avx512_q3_k_q8k, Q3K, ShiftNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-        "AVX-512 table entry, activations in Q8_K.";
-    avx512_q4_k_q8k, Q4K, ShiftNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-        "AVX-512 table entry, activations in Q8_K.";
-    avx512_q5_k_q8k, Q5K, ShiftNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-        "AVX-512 table entry, activations in Q8_K.";
-    avx512_q6_k_q8k, Q6K, ShiftNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-        "AVX-512 table entry, activations in Q8_K.";
-    gfni_q4_k_q8k, Q4K, GfniNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni",
-        "AVX-512 + GFNI table entry, activations in Q8_K.";
-    gfni_q5_k_q8k, Q5K, GfniNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni",
-        "AVX-512 + GFNI table entry, activations in Q8_K.";
+    avx512 {
+        avx512_q2_k_q8k, Q2K;
+        avx512_q3_k_q8k, Q3K;
+        avx512_q4_k_q8k, Q4K;
+        avx512_q5_k_q8k, Q5K;
+        avx512_q6_k_q8k, Q6K;
+    }
+    gfni {
+        gfni_q4_k_q8k, Q4K;
+        gfni_q5_k_q8k, Q5K;
+    }
 }
