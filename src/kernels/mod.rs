@@ -113,8 +113,8 @@ pub enum Isa {
     AvxVnni,
     /// x86_64 AVX-512 F/BW/VL with AVX512-VNNI (`vpdpbusd`) on top of AVX2 + FMA + F16C.
     Avx512,
-    /// [`Isa::Avx512`] with GFNI (Ice Lake, Zen 4 and later): the int8 kernels of the 4-bit
-    /// types split their nibbles with one `vgf2p8affineqb`; the rest is AVX-512's.
+    /// [`Isa::Avx512`] with GFNI (Ice Lake, Zen 4 and later): the int8 kernels of the 4- and
+    /// 5-bit types split their nibbles with one `vgf2p8affineqb`; the rest is AVX-512's.
     Avx512Gfni,
     /// aarch64 Advanced SIMD (NEON) without the dot-product extension.
     Neon,
@@ -183,7 +183,9 @@ impl Isa {
             Isa::Avx2 => has_avx2(),
             Isa::AvxVnni => has_avx2() && x86_extra().avx_vnni,
             Isa::Avx512 => has_avx2() && x86_extra().avx512,
-            Isa::Avx512Gfni => has_avx2() && x86_extra().avx512 && x86_extra().gfni,
+            Isa::Avx512Gfni => {
+                has_avx2() && matches!(x86_extra(), X86Extra { avx512: true, gfni: true, .. })
+            }
             Isa::Neon => has_neon(),
             Isa::NeonDotprod => has_neon() && has_dotprod(),
             // Opt-in: stable Rust cannot see the DSP extension at compile time.
