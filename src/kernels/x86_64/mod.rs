@@ -187,9 +187,9 @@ unsafe fn opaque512(mut v: __m512i) -> __m512i {
 
 /// How an AVX-512 table splits packed 4-bit weights into bytes: [`ShiftNibbles`] (AVX-512 BW:
 /// a masked 16-bit shift and an AND, two µops) or [`GfniNibbles`] (GFNI: one
-/// `vgf2p8affineqb`, an 8 × 8 bit matrix per 64-bit lane). In the int8 GEMV of the 32-element
-/// 4- and 5-bit types the AVX-512 ALU ports (0 and 5) are the bottleneck, so the µop saved
-/// per 64 weights is time saved: SmolLM2's 576 × 1536 Q5_0 GEMV 41.6 -> 38.2 µs, Q4_1 36.3 ->
+/// `vgf2p8affineqb`, an 8 × 8 bit matrix per 64-bit lane). In the int8 GEMV of the 4- and
+/// 5-bit types (the 32-element ones and Q4_K/Q5_K) the AVX-512 ALU ports (0 and 5) are the
+/// bottleneck, so the µop saved per 64 weights is time saved: SmolLM2's 576 × 1536 Q5_0 GEMV 41.6 -> 38.2 µs, Q4_1 36.3 ->
 /// 31.5 µs (`kernels_timing`, best of 20, this Xeon). Both give the same bytes.
 pub(super) trait Nibbles {
     /// Each byte of `z` replaced by its low nibble in the 64-bit lanes `i` whose bit `i` of
