@@ -129,8 +129,8 @@ fn n_past_the_context_is_a_one_line_error() {
     assert!(!o.status.success());
 }
 
-/// `rml bench` runs the schedule it is given, says so in its header, and reports one row per
-/// thread count; an unknown schedule is a usage error.
+/// `rml bench` runs the schedule it is given (`static` without one), says so in its header,
+/// and reports one row per thread count; an unknown schedule is a usage error.
 #[test]
 fn bench_takes_a_schedule() {
     let dir = tiny_dir("cli-bench", None);
@@ -142,6 +142,10 @@ fn bench_takes_a_schedule() {
     assert!(out.contains("schedule owned"), "{out}");
     let rows: Vec<&str> = out.lines().filter(|l| l.trim_start().starts_with("2 ")).collect();
     assert_eq!(rows.len(), 1, "{out}");
+    // Without `--schedule`: the documented default, one block of rows per thread.
+    let o = rml(&[&args[..], &["--threads", "1"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("schedule static"), "{}", stdout(&o));
     let o = rml(&[&args[..], &["--schedule", "sideways"]].concat());
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
