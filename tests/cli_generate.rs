@@ -142,10 +142,17 @@ fn bench_takes_a_schedule() {
     assert!(out.contains("schedule owned"), "{out}");
     let rows: Vec<&str> = out.lines().filter(|l| l.trim_start().starts_with("2 ")).collect();
     assert_eq!(rows.len(), 1, "{out}");
-    // Without `--schedule`: the documented default, one block of rows per thread.
+    // With two threads the row ends with where the decode time went: three shares.
+    let cols: Vec<&str> = rows[0].split_whitespace().collect();
+    assert!(cols.len() > 3 && cols[cols.len() - 3..].iter().all(|c| c.ends_with('%')), "{out}");
+    // Without `--schedule`: the documented default, one block of rows per thread; one thread
+    // has no pool time to split.
     let o = rml(&[&args[..], &["--threads", "1"]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("schedule static"), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(out.contains("schedule static"), "{out}");
+    let row = out.lines().find(|l| l.trim_start().starts_with("1 ")).unwrap_or_default();
+    assert!(row.split_whitespace().rev().take(3).all(|c| c == "-"), "{out}");
     let o = rml(&[&args[..], &["--schedule", "sideways"]].concat());
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

@@ -308,6 +308,31 @@ fn stats_count_dispatches_chunks_inline_runs_and_steals() {
 }
 
 #[test]
+fn timing_splits_dispatch_time_into_work_and_waiting() {
+    watchdog(60, || {
+        // Static on two threads: one chunk each. Each chunk waits until both are running, so
+        // the caller cannot take the worker's chunk and the worker must join: both clocks run.
+        let run = |pool: &ThreadPool| {
+            let inside = AtomicUsize::new(0);
+            let s0 = pool.stats();
+            pool.parallel_for(0..2, Schedule::Static, &|_| {
+                inside.fetch_add(1, Relaxed);
+                wait_until(|| inside.load(Relaxed) == 2);
+            });
+            pool.stats().since(&s0)
+        };
+        let timed = ThreadPool::builder().contention_backoff(false).threads(2).timing(true);
+        let d = run(&timed.build().unwrap());
+        assert_eq!((d.dispatches, d.chunks), (1, 2), "{d:?}");
+        assert!(d.dispatch_ns > 0 && d.worker_busy_ns > 0, "{d:?}");
+        assert!(d.caller_wait_ns <= d.dispatch_ns, "{d:?}");
+        // Off by default: the fields stay 0.
+        let d = run(&protocol_pool(2));
+        assert_eq!((d.dispatch_ns, d.caller_wait_ns, d.worker_busy_ns), (0, 0, 0), "{d:?}");
+    });
+}
+
+#[test]
 fn a_blocked_worker_makes_the_caller_steal() {
     watchdog(60, || {
         // 2 threads, 8 chunks from the shared counter; chunk 0's runner waits until every other

@@ -4,9 +4,12 @@
 //!
 //! The prompt length (`--prompt`), the KV-cache depth the decode steps start at (`--depth`),
 //! the decode steps, repeats and thread counts are options, so that long-prompt prefill and
-//! decode deep into the context are measured too. The last column is the calling thread's
-//! tokens per CPU second (prefill / decode): with one thread, the speed the code would have
-//! on an idle core, whatever else the machine runs.
+//! decode deep into the context are measured too. The `cpu pp/tg` column is the calling
+//! thread's tokens per CPU second (prefill / decode): with one thread, the speed the code would
+//! have on an idle core, whatever else the machine runs. The last three columns (two or more
+//! threads) say where the best decode run's wall time went, from the pool's timing: inside
+//! parallel loops, the caller waiting for workers after its own chunks, and the workers' busy
+//! share ([`LoopShares`]).
 
 use std::hint::black_box;
 use std::path::Path;
@@ -65,6 +68,40 @@ fn read_bandwidth(pool: &ThreadPool, buf: &[u64], repeats: usize) -> f64 {
         best = best.min(t.elapsed().as_secs_f64());
     }
     (chunks * CHUNK * 8) as f64 / best
+}
+
+/// Where the best decode run's wall time went with two or more threads, from the pool's
+/// [timing](rml::exec::ThreadPoolBuilder::timing): the share inside parallel loops (the rest
+/// ran on the calling thread alone: norms, activation quantization, sampling), the share the
+/// caller spent waiting for workers after its own chunks, and how busy the workers were.
+#[derive(Clone, Copy, Debug)]
+struct LoopShares {
+    in_loops: f64,
+    caller_waits: f64,
+    workers_busy: f64,
+}
+
+impl LoopShares {
+    fn of(d: &rml::exec::PoolStats, wall_s: f64, threads: usize) -> LoopShares {
+        let wall_ns = wall_s * 1e9;
+        LoopShares {
+            in_loops: d.dispatch_ns as f64 / wall_ns,
+            caller_waits: d.caller_wait_ns as f64 / wall_ns,
+            workers_busy: d.worker_busy_ns as f64 / (wall_ns * (threads - 1) as f64),
+        }
+    }
+}
+
+impl std::fmt::Display for LoopShares {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:>7.1}% {:>5.1}% {:>5.1}%",
+            100.0 * self.in_loops,
+            100.0 * self.caller_waits,
+            100.0 * self.workers_busy
+        )
+    }
 }
 
 /// CPU seconds the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`): with one thread the
@@ -139,7 +176,7 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
     )?;
     writeln!(
         out,
-        "{:>7} {:>14} {:>13} {:>15} {:>13} {:>9} {:>15} {:>9} {:>10} {:>13}",
+        "{:>7} {:>14} {:>13} {:>15} {:>13} {:>9} {:>15} {:>9} {:>10} {:>13} {:>8} {:>6} {:>6}",
         "threads",
         "prefill tok/s",
         "decode tok/s",
@@ -149,11 +186,16 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
         "same-size GB/s",
         "of that",
         "disp/token",
-        "cpu pp/tg"
+        "cpu pp/tg",
+        "in loops",
+        "waits",
+        "busy"
     )?;
     for &t in &threads {
-        let pool = ThreadPool::builder().threads(t).schedule(shape.schedule).build()?;
+        let pool =
+            ThreadPool::builder().threads(t).schedule(shape.schedule).timing(true).build()?;
         let (mut prefill, mut dec_s, mut disp) = (f64::INFINITY, f64::INFINITY, 0.0);
+        let mut shares = None;
         let (mut prefill_cpu, mut dec_cpu) = (f64::INFINITY, f64::INFINITY);
         for _ in 0..repeats {
             dec.reset();
@@ -165,14 +207,19 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
                 dec.reset();
                 dec.forward_with(&pool, &tokens[..start], None, None)?;
             }
-            let before = pool.stats().dispatches;
+            let before = pool.stats();
             let (t0, c0) = (Instant::now(), thread_cpu_s());
             for i in 0..decode as u32 {
                 dec.decode_with(&pool, (i * 31 + 7) % vocab)?;
             }
-            dec_s = dec_s.min(t0.elapsed().as_secs_f64());
+            let wall = t0.elapsed().as_secs_f64();
             dec_cpu = dec_cpu.min(thread_cpu_s() - c0);
-            disp = (pool.stats().dispatches - before) as f64 / decode as f64;
+            let d = pool.stats().since(&before);
+            disp = d.dispatches as f64 / decode as f64;
+            if wall < dec_s && t > 1 {
+                shares = Some(LoopShares::of(&d, wall, t));
+            }
+            dec_s = dec_s.min(wall);
         }
         let bw = read_bandwidth(&pool, &big, repeats);
         let bw_same = read_bandwidth(&pool, &same, repeats.max(5));
@@ -180,7 +227,7 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
         let weights_bw = per_token * tps;
         writeln!(
         out,
-            "{:>7} {:>14.1} {:>13.1} {:>15.2} {:>13.2} {:>8.0}% {:>15.2} {:>8.0}% {:>10.1} {:>6.0}/{:<6.1}",
+            "{:>7} {:>14.1} {:>13.1} {:>15.2} {:>13.2} {:>8.0}% {:>15.2} {:>8.0}% {:>10.1} {:>6.0}/{:<6.1} {}",
             pool.threads(),
             prompt as f64 / prefill,
             tps,
@@ -191,7 +238,8 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
             100.0 * weights_bw / bw_same,
             disp,
             prompt as f64 / prefill_cpu,
-            decode as f64 / dec_cpu
+            decode as f64 / dec_cpu,
+            shares.map_or_else(|| format!("{:>8} {:>6} {:>6}", "-", "-", "-"), |s| s.to_string())
         )?;
     }
     Ok(())

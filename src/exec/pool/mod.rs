@@ -206,6 +206,8 @@ struct Slot {
     steals: CounterAtomic,
     sleeps: CounterAtomic,
     missed: CounterAtomic,
+    /// Nanoseconds inside jobs (workers; only with `timing`).
+    busy_ns: core::sync::atomic::AtomicU64,
 }
 
 /// Statistics any thread may bump.
@@ -215,6 +217,10 @@ struct Counters {
     inline_runs: CounterAtomic,
     wakeups: CounterAtomic,
     backed_off: CounterAtomic,
+    /// Only with `timing`: nanoseconds from publishing a job to the last worker leaving it,
+    /// and the part of them after the caller's own chunks.
+    dispatch_ns: core::sync::atomic::AtomicU64,
+    caller_wait_ns: core::sync::atomic::AtomicU64,
 }
 
 /// A hook a worker calls with its index each time it sees a new job, before it tries to join
@@ -255,6 +261,9 @@ struct Shared {
     /// Whether the caller backs off to running alone after repeated stalls.
     #[cfg_attr(loom, allow(dead_code))]
     backoff: bool,
+    /// Whether dispatches and jobs are timed (`dispatch_ns`, `caller_wait_ns`, `busy_ns`).
+    #[cfg_attr(loom, allow(dead_code))]
+    timing: bool,
     /// Workers that have started running `worker::main` (the builder waits for all of them;
     /// not under loom, whose model threads start when the model schedules them).
     #[cfg(not(loom))]
@@ -313,6 +322,19 @@ pub struct PoolStats {
     /// the pool was backing off after repeated stalls on preempted workers
     /// ([`ThreadPoolBuilder::contention_backoff`]). Not counted in `dispatches`.
     pub backed_off: u64,
+    /// Nanoseconds the dispatches took, from publishing each job to the last worker leaving
+    /// it (the caller's clock). With the wall time of a run of calls, `dispatch_ns / wall` is
+    /// the share spent in parallel loops; the rest ran on the calling thread alone. 0 unless
+    /// the pool was built with [`ThreadPoolBuilder::timing`].
+    pub dispatch_ns: u64,
+    /// The part of `dispatch_ns` after the caller ran out of chunks to claim: waiting for the
+    /// workers still running theirs (load imbalance, a worker that joined late). 0 without
+    /// [`ThreadPoolBuilder::timing`].
+    pub caller_wait_ns: u64,
+    /// Nanoseconds workers spent inside jobs (from joining one to leaving it), summed over the
+    /// workers; `worker_busy_ns / (wall × workers)` is how busy they were. 0 without
+    /// [`ThreadPoolBuilder::timing`].
+    pub worker_busy_ns: u64,
 }
 
 impl PoolStats {
@@ -327,6 +349,9 @@ impl PoolStats {
             steals: self.steals.wrapping_sub(earlier.steals),
             missed: self.missed.wrapping_sub(earlier.missed),
             backed_off: self.backed_off.wrapping_sub(earlier.backed_off),
+            dispatch_ns: self.dispatch_ns.wrapping_sub(earlier.dispatch_ns),
+            caller_wait_ns: self.caller_wait_ns.wrapping_sub(earlier.caller_wait_ns),
+            worker_busy_ns: self.worker_busy_ns.wrapping_sub(earlier.worker_busy_ns),
         }
     }
 }
@@ -339,6 +364,7 @@ pub struct ThreadPoolBuilder {
     schedule: Option<Schedule>,
     before_join: Option<JoinHook>,
     backoff: Option<bool>,
+    timing: bool,
 }
 
 impl ThreadPoolBuilder {
@@ -391,6 +417,16 @@ impl ThreadPoolBuilder {
         self
     }
 
+    /// Whether the pool times its dispatches: [`PoolStats::dispatch_ns`],
+    /// [`PoolStats::caller_wait_ns`] and [`PoolStats::worker_busy_ns`] (`rml bench` shows them
+    /// as shares of the decode time). Costs two clock reads per dispatch on the caller and two
+    /// per job on each worker that joins (some 50 ns with a vDSO clock). Default: off (the three
+    /// fields stay 0). Not under `--cfg loom`, which has no clock.
+    pub fn timing(mut self, on: bool) -> Self {
+        self.timing = on;
+        self
+    }
+
     /// Starts the workers.
     ///
     /// # Errors
@@ -440,6 +476,7 @@ impl ThreadPoolBuilder {
             spin,
             before_join: self.before_join,
             backoff: self.backoff.unwrap_or(true),
+            timing: self.timing,
             #[cfg(not(loom))]
             started: CounterAtomic::new(0),
         });
@@ -584,6 +621,8 @@ impl ThreadPool {
             inline_runs: sh.counters.inline_runs.load(Relaxed) as u64,
             backed_off: sh.counters.backed_off.load(Relaxed) as u64,
             wakeups: sh.counters.wakeups.load(Relaxed) as u64,
+            dispatch_ns: sh.counters.dispatch_ns.load(Relaxed),
+            caller_wait_ns: sh.counters.caller_wait_ns.load(Relaxed),
             ..PoolStats::default()
         };
         for slot in sh.slots.iter() {
@@ -591,6 +630,7 @@ impl ThreadPool {
             s.steals += slot.steals.load(Relaxed) as u64;
             s.sleeps += slot.sleeps.load(Relaxed) as u64;
             s.missed += slot.missed.load(Relaxed) as u64;
+            s.worker_busy_ns += slot.busy_ns.load(Relaxed);
         }
         s
     }
@@ -674,8 +714,10 @@ impl ThreadPool {
         }
         sh.counters.dispatches.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         #[cfg(not(loom))]
-        let started = sh.backoff.then(std::time::Instant::now);
+        let started = (sh.backoff || sh.timing).then(std::time::Instant::now);
         worker::run_chunks(sh, f, &plan, &job, 0);
+        #[cfg(not(loom))]
+        let own_end = sh.timing.then(std::time::Instant::now);
         // Every chunk is claimed (or a chunk panicked): close the job. The joins before the
         // close in the state word's modification order are exactly the workers we wait for;
         // a join after it fails, and that worker never touches the job.
@@ -693,18 +735,26 @@ impl ThreadPool {
                 spin_hint();
             } else {
                 #[cfg(not(loom))]
-                if started.is_some() && waiting_since.is_none() {
+                if sh.backoff && waiting_since.is_none() {
                     waiting_since = Some(std::time::Instant::now());
                 }
                 thread::yield_now();
             }
         }
         job.live.kill();
+        #[cfg(not(loom))]
+        if let (Some(t0), Some(t1)) = (started, own_end) {
+            use core::sync::atomic::Ordering::Relaxed;
+            let end = std::time::Instant::now();
+            let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+            sh.counters.dispatch_ns.fetch_add(ns(end - t0), Relaxed);
+            sh.counters.caller_wait_ns.fetch_add(ns(end - t1), Relaxed);
+        }
         // A stall: the spin ran out and the wait (from the end of the caller's own chunks,
         // approximated by the start of its yields) was long against both STALL and the
         // caller's own work.
         #[cfg(not(loom))]
-        if let Some(t0) = started {
+        if let Some(t0) = started.filter(|_| sh.backoff) {
             let stalled = waiting_since.is_some_and(|t1| {
                 let (work, waited) = (t1 - t0, t1.elapsed());
                 waited > STALL && waited > 2 * work

@@ -46,7 +46,15 @@ pub(super) fn main(sh: &Shared, me: usize) {
                 // SAFETY: the caller keeps the job (and `f`) alive until `done` reaches its
                 // target, which counts our increment below; nothing touches the job after it.
                 let job = unsafe { &*desc.job };
+                #[cfg(not(loom))]
+                let start = sh.timing.then(std::time::Instant::now);
                 run_chunks(sh, desc.f, &desc.plan, job, me);
+                // Counted before leaving the job, so the caller's next `stats` includes it.
+                #[cfg(not(loom))]
+                if let Some(t) = start {
+                    let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    sh.slots[me].busy_ns.fetch_add(ns, Relaxed);
+                }
                 sh.done.fetch_add(1, Ordering::Release);
             }
             Err(g) => {
