@@ -471,3 +471,128 @@ fn gguf_to_q8_0_gguf_keeps_the_tokenizer_and_matches_transformers() {
     // used; measured max diff above.
     assert!(agree >= 16, "argmax {agree}/17");
 }
+
+/// The prefill logits of the model at `path` on `prompt`, f32 activations.
+fn prefill(path: &Path, prompt: &[u32]) -> Vec<f32> {
+    let model = Model::open(path).unwrap();
+    let src = rml::model::packed::PackedSource::new(&model).unwrap();
+    let mut m = DecoderLM::new(model.config(), &src, &InlineExecutor, exact()).unwrap();
+    m.prefill(prompt).unwrap().to_vec()
+}
+
+/// The tensor names of the model at `path`, sorted.
+fn tensor_names(path: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        Model::open(path).unwrap().tensor_infos().iter().map(|t| t.name.clone()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn families_beyond_llama_keep_every_tensor_and_run() {
+    // Gemma 3 (q/k norms, norms after attention and after the MLP) and Qwen3 (q/k norms)
+    // GGUFs, and Qwen2 (q/k/v biases) and Qwen3 folders: nothing the loader asks for is lost.
+    let prompt = [1u32, 5, 9, 2, 7];
+    for (rel, ext) in [
+        ("tiny-gemma3/gguf/tiny-gemma3-Q4_K_M.gguf", ".gguf"),
+        ("tiny-qwen3/gguf/tiny-qwen3-Q8_0.gguf", ".gguf"),
+        ("tiny-qwen2", ""),
+        ("tiny-qwen3", ""),
+    ] {
+        let input = data(rel);
+        let want = prefill(&input, &prompt);
+        let family = rel.split('/').next().unwrap();
+        for dtype in ["f32", "q4_0"] {
+            let out = fresh(&format!("convert-{family}-{dtype}{ext}"));
+            let o = convert_with(&input, &out, dtype, &[]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(o.status.success(), "{family} {dtype}: {err}");
+            assert!(!err.contains("skipped"), "{family} {dtype}: {err}");
+            let mut names = tensor_names(&input);
+            if Model::open(&input).unwrap().config().tie_word_embeddings {
+                names.retain(|n| n != "lm_head.weight" && n != "output.weight");
+            }
+            assert_eq!(tensor_names(&out), names, "{family} {dtype}");
+            assert_eq!(
+                Model::open(&out).unwrap().config().arch.name,
+                Model::open(&input).unwrap().config().arch.name
+            );
+            let got = prefill(&out, &prompt);
+            let d = max_abs_diff(&got, &want);
+            eprintln!("{family} -> {dtype}{ext}: max abs logit diff {d:.2e}");
+            // f32 holds the input's weights exactly (dequantized); q4_0 only has to run.
+            if dtype == "f32" {
+                assert!(d <= 1e-3, "{family} {dtype}: logits differ by {d}");
+            } else {
+                assert!(got.iter().all(|x| x.is_finite()), "{family} {dtype}");
+            }
+        }
+    }
+    // The GGUF keeps its tokenizer: `rml generate` runs the converted Gemma.
+    let out = fresh("convert-gemma3-generate.gguf");
+    let o = convert_with(&data("tiny-gemma3/gguf/tiny-gemma3-Q4_K_M.gguf"), &out, "q4_0", &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = cli::rml(&["generate", "-m", out.to_str().unwrap(), "-p", "hi", "-n", "3"]);
+    assert!(o.status.success(), "{}", cli::stderr(&o));
+}
+
+/// Fails unless `o` is a one-line exit-1 error containing every one of `needles`, naming no
+/// temporary, and nothing named like `out` was left beside it.
+fn refused(o: &std::process::Output, out: &Path, needles: &[&str]) {
+    cli::one_line_error(o, needles[0]);
+    let err = cli::stderr(o);
+    for n in needles {
+        assert!(err.contains(n), "{n:?} not in {err}");
+    }
+    assert!(!err.contains("rml-tmp"), "names the temporary: {err}");
+    assert!(!out.exists(), "{} exists", out.display());
+    if let Some(parent) = out.parent().filter(|p| p.is_dir()) {
+        let name = out.file_name().unwrap().to_string_lossy().into_owned();
+        let left = named_like(parent, &format!(".{name}"));
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+}
+
+#[test]
+fn convert_refuses_up_front_what_it_cannot_write() {
+    // A folder with a tokenizer.json into a GGUF: the GGUF would have no tokenizer.
+    let dir = cli::tiny_dir("convert-tok-folder", None);
+    let out = fresh("convert-tok-folder.gguf");
+    let o = convert_with(&dir, &out, "q4_1", &[]);
+    refused(&o, &out, &["no tokenizer", "write a folder instead"]);
+    // The same folder into a folder keeps it.
+    let out = fresh("convert-tok-folder-out");
+    let o = convert_with(&dir, &out, "q4_1", &[]);
+    assert!(o.status.success(), "{}", cli::stderr(&o));
+    assert!(out.join("tokenizer.json").is_file());
+    // ... and a GGUF inside the folder finds it beside.
+    let inside = dir.join("inside.gguf");
+    let o = convert_with(&dir, &inside, "q4_1", &[]);
+    assert!(o.status.success(), "{}", cli::stderr(&o));
+    let o = cli::rml(&["generate", "-m", inside.to_str().unwrap(), "-p", "hi", "-n", "2"]);
+    assert!(o.status.success(), "{}", cli::stderr(&o));
+
+    // An output folder that does not exist: named as given, before any work.
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("convert-no-such-dir/x.gguf");
+    let _ = std::fs::remove_dir_all(out.parent().unwrap());
+    let o = convert_with(&data("tiny-llama/f32"), &out, "f32", &[]);
+    refused(&o, &out, &[out.to_str().unwrap(), "does not exist"]);
+    // ... or is a file.
+    let file = fresh("convert-a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let out = file.join("x.gguf");
+    let o = convert_with(&data("tiny-llama/f32"), &out, "f32", &[]);
+    refused(&o, &out, &[out.to_str().unwrap(), "is not a folder"]);
+
+    // A SentencePiece vocabulary from GGUF has no tokenizer.json form: the error names the
+    // output, not the temporary.
+    let out = fresh("convert-spm-folder");
+    let o = convert_with(&data("tiny-llama-gguf/tiny-llama-F32.gguf"), &out, "f32", &[]);
+    let tok = out.join("tokenizer.json");
+    refused(&o, &out, &[tok.to_str().unwrap(), "SentencePiece", ".gguf"]);
+
+    // Gemma 3 from GGUF into a folder: rml writes config.json for Llama only.
+    let out = fresh("convert-gemma3-folder");
+    let o = convert_with(&data("tiny-gemma3/gguf/tiny-gemma3-Q4_K_M.gguf"), &out, "bf16", &[]);
+    refused(&o, &out, &["Gemma 3", "GGUF file instead"]);
+}

@@ -18,12 +18,24 @@
 //! ([`rml::model::packed`]: a `U8` tensor `[rows, row_bytes]` marked in `__metadata__`). In
 //! GGUF every tensor has its ggml type; a GGUF input's metadata (architecture, tokenizer,
 //! chat template, ...) is carried over with `general.file_type` set to the new type, and a
-//! Hugging Face input gets the `llama.*` keys of its config (its tokenizer stays in
-//! `tokenizer.json`: put it beside the .gguf for rml to find).
+//! Hugging Face input gets the `llama.*` keys of its config and no tokenizer (rml finds a
+//! `tokenizer.json` beside a .gguf: a folder with one converts to a GGUF written inside that
+//! folder, and is refused elsewhere).
 //!
 //! Tensor names and q/k row order follow the container: Hugging Face names and rotate-half
 //! rows in safetensors, llama.cpp names and interleaved rows in GGUF
 //! ([`rml::model::arch::llama::unpermute_qk_rows`] and its inverse).
+//!
+//! Every tensor the family's loader may ask for is carried (the names of
+//! [`rml::model::arch::ArchSpec::names`]: q/k norms, biases, Gemma's norms after attention and
+//! after the MLP, `rope_freqs`); tensors no loader reads are left out and listed on stderr.
+//! Within one container every family converts (a folder keeps its own `config.json`, with
+//! `torch_dtype` set; Llama's is rewritten); across containers only Llama does. What cannot be
+//! written is refused before any tensor is converted, with exit 1: another family across
+//! containers, a tensor the output container has no name for, a folder with a
+//! `tokenizer.json` into a GGUF elsewhere (which would have no tokenizer), a SentencePiece vocabulary
+//! from GGUF into a folder (no tokenizer.json form), an output whose folder does not exist.
+//! Errors name OUT, never the temporary.
 //!
 //! The output is atomic: it is written under a hidden temporary name beside OUT and renamed to
 //! OUT at the end; on an error or Ctrl-C the temporary is removed and OUT does not appear.
@@ -42,7 +54,8 @@ use rml::format::write::{safetensors_header, GgufWriter, SafetensorsEntry, Value
 use rml::format::TensorSource;
 use rml::load::{Container, ModelFormat};
 use rml::mem::BufferPool;
-use rml::model::arch::llama::{hf_tensor_name, qk_gguf_row, unpermute_qk_rows};
+use rml::model::arch::llama::{self, qk_gguf_row, unpermute_qk_rows};
+use rml::model::arch::{self as arch, ArchSpec, Part, TensorNames};
 use rml::model::config::{ModelConfig, RopeScaling};
 use rml::model::packed::{self, PackedSource};
 use rml::{DType, Error, Result};
@@ -222,43 +235,105 @@ fn config_json(c: &ModelConfig, dtype: OutDType) -> serde_json::Value {
             [one] => serde_json::json!(one),
             many => serde_json::json!(many),
         },
-        "torch_dtype": match dtype {
-            OutDType::Bf16 => "bfloat16",
-            OutDType::F16 => "float16",
-            _ => "float32",
-        },
+        "torch_dtype": torch_dtype(dtype),
     })
 }
 
-/// llama.cpp's name of a Hugging Face Llama tensor (the inverse of [`hf_tensor_name`]).
-fn gguf_tensor_name(hf: &str) -> Option<String> {
-    let fixed = match hf {
-        "model.embed_tokens.weight" => Some("token_embd.weight"),
-        "model.norm.weight" => Some("output_norm.weight"),
-        "lm_head.weight" => Some("output.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(f.to_string());
+/// transformers' `torch_dtype` for the tensors `convert` writes in `dtype`.
+fn torch_dtype(dtype: OutDType) -> &'static str {
+    match dtype {
+        OutDType::Bf16 => "bfloat16",
+        OutDType::F16 => "float16",
+        _ => "float32",
     }
-    let rest = hf.strip_prefix("model.layers.")?;
-    let (layer, part) = rest.split_once('.')?;
-    layer.parse::<usize>().ok()?;
-    let short = match part {
-        "self_attn.q_proj.weight" => "attn_q.weight",
-        "self_attn.k_proj.weight" => "attn_k.weight",
-        "self_attn.v_proj.weight" => "attn_v.weight",
-        "self_attn.o_proj.weight" => "attn_output.weight",
-        "mlp.gate_proj.weight" => "ffn_gate.weight",
-        "mlp.up_proj.weight" => "ffn_up.weight",
-        "mlp.down_proj.weight" => "ffn_down.weight",
-        "input_layernorm.weight" => "attn_norm.weight",
-        "post_attention_layernorm.weight" => "ffn_norm.weight",
-        _ => return None,
+}
+
+/// The input folder's own `config.json` with `torch_dtype` (and `dtype`, transformers 5's
+/// name, if present) set for `dtype`: how a family other than Llama keeps every key its
+/// config class reads.
+fn carried_config_json(model: &Container, dtype: OutDType) -> Result<serde_json::Value> {
+    let p = model.path().join("config.json");
+    let text = fs::read_to_string(&p).map_err(io(&p))?;
+    let mut v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::data_loss(format_args!("{}: {e}", p.display())))?;
+    let o = v
+        .as_object_mut()
+        .ok_or_else(|| Error::data_loss(format_args!("{}: not a JSON object", p.display())))?;
+    let t = serde_json::Value::from(torch_dtype(dtype));
+    if o.contains_key("dtype") {
+        o.insert("dtype".into(), t.clone());
+    }
+    o.insert("torch_dtype".into(), t);
+    Ok(v)
+}
+
+/// Every layer tensor a family may have ([`arch::TensorNames::layer`]).
+const PARTS: [Part; 16] = [
+    Part::AttnNorm,
+    Part::Q,
+    Part::K,
+    Part::V,
+    Part::O,
+    Part::QBias,
+    Part::KBias,
+    Part::VBias,
+    Part::QNorm,
+    Part::KNorm,
+    Part::PostAttnNorm,
+    Part::FfnNorm,
+    Part::PostFfnNorm,
+    Part::Gate,
+    Part::Up,
+    Part::Down,
+];
+
+/// What an input tensor is to the loader of its family.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Named {
+    /// A name the loader may ask for: its name in the output container (`None`: that
+    /// container has no place for it), whether it is the output head, whether it is a q or k
+    /// projection.
+    Known { out: Option<String>, head: bool, qk: bool },
+    /// A name the loader never asks for.
+    Unknown,
+}
+
+/// `name` (a tensor of `spec` in container `from`) in container `to`: the family's tables
+/// ([`ArchSpec::names`]) both ways, so every tensor the loader may ask for is recognized.
+fn map_name(spec: &ArchSpec, from: arch::Container, to: arch::Container, name: &str) -> Named {
+    let (src, dst): (&TensorNames, &TensorNames) = (spec.names(from), spec.names(to));
+    let known = |out: Option<&str>, head: bool| Named::Known {
+        out: out.map(str::to_string),
+        head,
+        qk: false,
     };
-    let name = format!("blk.{layer}.{short}");
-    // The two maps must agree.
-    (hf_tensor_name(&name).as_deref() == Some(hf)).then_some(name)
+    if name == src.embedding {
+        return known(Some(dst.embedding), false);
+    }
+    if name == src.final_norm {
+        return known(Some(dst.final_norm), false);
+    }
+    if name == src.output {
+        return known(Some(dst.output), true);
+    }
+    if src.rope_freqs == Some(name) {
+        return known(dst.rope_freqs, false);
+    }
+    let Some((layer, _)) = name.strip_prefix(src.layer_prefix).and_then(|r| r.split_once('.'))
+    else {
+        return Named::Unknown;
+    };
+    let Ok(l) = layer.parse::<usize>() else { return Named::Unknown };
+    for part in PARTS {
+        if src.layer(l, part).as_str() == name {
+            return Named::Known {
+                out: Some(dst.layer(l, part).as_str().to_string()),
+                head: false,
+                qk: matches!(part, Part::Q | Part::K),
+            };
+        }
+    }
+    Named::Unknown
 }
 
 /// The `llama.*` and `general.*` keys for a model converted from a Hugging Face folder.
@@ -306,7 +381,9 @@ fn gguf_arch_metadata(w: &mut GgufWriter, c: &ModelConfig) -> Result<()> {
 /// # Errors
 ///
 /// The input's open errors; [`rml::Code::InvalidArgument`] if `output` exists (a folder
-/// must be empty); a tensor that cannot be converted (named); I/O errors naming the file;
+/// must be empty) or its parent is not a folder, [`rml::Code::NotFound`] if that parent does
+/// not exist; [`rml::Code::Unimplemented`] for what cannot be written (see the module docs);
+/// a tensor that cannot be converted (named); I/O errors naming the file;
 /// "interrupted" after Ctrl-C. Nothing is left at `output` or beside it on error.
 pub fn run(input: &Path, output: &Path, dtype: OutDType, format: Option<OutFormat>) -> Result<()> {
     let format = format.unwrap_or_else(|| {
@@ -318,6 +395,7 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType, format: Option<OutForma
     });
     let model = Container::open(input)?;
     let config = model.model_config()?;
+    check_parent(output)?;
     match (format, fs::symlink_metadata(output)) {
         (_, Err(_)) => {}
         (OutFormat::Safetensors, Ok(m))
@@ -330,117 +408,242 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType, format: Option<OutForma
             )))
         }
     }
-    let source = PackedSource::new(&model)?;
     let from_gguf = model.format() == ModelFormat::Gguf;
     let to_gguf = format == OutFormat::Gguf;
+    let what = |gguf: bool| if gguf { "a GGUF file" } else { "a Hugging Face folder" };
+    if from_gguf != to_gguf && *config.arch != llama::SPEC {
+        return Err(Error::unimplemented(format_args!(
+            "{} -> {}: rml converts {} models only within one container ({} -> {} is written \
+             for Llama only: config.json / GGUF keys, names and norms of other families are \
+             not); write {} instead",
+            input.display(),
+            output.display(),
+            config.arch.name,
+            what(from_gguf),
+            what(to_gguf),
+            what(from_gguf),
+        )));
+    }
+    // rml finds a tokenizer.json beside a GGUF: only a GGUF written into the folder itself
+    // keeps it.
+    let beside_input = || {
+        let dir = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        matches!((dir.canonicalize(), model.path().canonicalize()), (Ok(a), Ok(b)) if a == b)
+    };
+    if !from_gguf && to_gguf && model.path().join("tokenizer.json").is_file() && !beside_input() {
+        return Err(Error::unimplemented(format_args!(
+            "{} -> {}: a GGUF written from a Hugging Face folder would have no tokenizer (rml \
+             does not write tokenizer.json into GGUF metadata), so rml could not run it; write \
+             a folder instead (an output name without .gguf, or --format safetensors), put \
+             the GGUF in the input folder beside its tokenizer.json, or convert from a GGUF \
+             input",
+            input.display(),
+            output.display()
+        )));
+    }
+    let source = PackedSource::new(&model)?;
     let (jobs, skipped) = plan(&model, &source, &config, dtype, from_gguf, to_gguf)?;
+    let tokenizer = if to_gguf {
+        if !from_gguf && !model.path().join("tokenizer.json").is_file() {
+            eprintln!(
+                "rml: warning: {} has no tokenizer.json, so {} has no tokenizer either",
+                input.display(),
+                output.display()
+            );
+        }
+        None
+    } else {
+        match crate::load_tokenizer(&model) {
+            Ok(tok) => Some(tok),
+            Err(e) => {
+                eprintln!("rml: warning: no tokenizer written: {e}");
+                None
+            }
+        }
+    };
     let _catch = interrupt::catch();
     let tmp = temp_beside(output)?;
     let pool = BufferPool::new();
-    let written = if to_gguf {
-        let guard = Temp { path: tmp.clone(), dir: false, keep: false };
-        let mut w = GgufWriter::new();
-        match model.gguf() {
-            Some(g) => {
-                for (k, v) in g?.metadata() {
-                    w.set(k, Value::from_meta(v))?;
-                }
-            }
-            None => gguf_arch_metadata(&mut w, &config)?,
+    let write = || -> Result<()> {
+        if to_gguf {
+            write_gguf(&model, &source, &config, dtype, &jobs, &pool, &tmp, output)
+        } else {
+            let j = (&jobs[..], &pool);
+            write_folder(&model, &source, &config, dtype, j, tokenizer.as_ref(), &tmp, output)
         }
-        w.set("general.file_type", Value::U32(dtype.gguf_file_type()))?;
-        if dtype.dtype().block_size() > 1 {
-            w.set("general.quantization_version", Value::U32(2))?;
-        }
-        for j in &jobs {
-            w.add_tensor(&j.name, &j.shape, rml::quant::info(j.out).ggml_id, j.bytes)?;
-        }
-        let mut f = create(&tmp)?;
-        f.write_all(&w.header()?).map_err(io(&tmp))?;
-        for (i, j) in jobs.iter().enumerate() {
-            interrupt::check()?;
-            write_tensor(&source, j, &pool, &mut f, &tmp)?;
-            f.write_all(&vec![0u8; w.padding_after(i)]).map_err(io(&tmp))?;
-        }
-        finish(f, &tmp)?;
-        fs::rename(&tmp, output).map_err(io(output))?;
-        guard.keep();
-        output.to_path_buf()
-    } else {
-        let guard = Temp { path: tmp.clone(), dir: true, keep: false };
-        fs::create_dir(&tmp).map_err(io(&tmp))?;
-        let weights = tmp.join("model.safetensors");
-        let mut meta = vec![("format".to_string(), "pt".to_string())];
-        let mut entries = Vec::with_capacity(jobs.len());
-        for j in &jobs {
-            let (st_dtype, shape) = match j.out {
-                DType::F32 => ("F32", j.shape.clone()),
-                DType::F16 => ("F16", j.shape.clone()),
-                DType::BF16 => ("BF16", j.shape.clone()),
-                q => {
-                    meta.push(packed::metadata_entry(&j.name, q));
-                    ("U8", vec![j.shape[0], j.bytes / j.shape[0].max(1)])
-                }
-            };
-            entries.push(SafetensorsEntry {
-                name: j.name.clone(),
-                dtype: st_dtype,
-                shape,
-                bytes: j.bytes,
-            });
-        }
-        let mut f = create(&weights)?;
-        f.write_all(&safetensors_header(&meta, &entries)?).map_err(io(&weights))?;
-        for j in &jobs {
-            interrupt::check()?;
-            write_tensor(&source, j, &pool, &mut f, &weights)?;
-        }
-        finish(f, &weights)?;
-        let cfg_path = tmp.join("config.json");
-        let text = serde_json::to_string_pretty(&config_json(&config, dtype))
-            .map_err(|e| Error::internal(format_args!("config.json: {e}")))?;
-        let mut f = create(&cfg_path)?;
-        f.write_all(text.as_bytes()).map_err(io(&cfg_path))?;
-        finish(f, &cfg_path)?;
-        match crate::load_tokenizer(&model) {
-            Ok(tok) => {
-                let tok_path = tmp.join("tokenizer.json");
-                tok.save(&tok_path)?;
-                #[cfg(unix)]
-                {
-                    use std::os::unix::fs::PermissionsExt;
-                    let mode = fs::metadata(&cfg_path).map_err(io(&cfg_path))?.permissions();
-                    fs::set_permissions(&tok_path, fs::Permissions::from_mode(mode.mode()))
-                        .map_err(io(&tok_path))?;
-                }
-            }
-            Err(e) => eprintln!("rml: warning: no tokenizer written: {e}"),
-        }
-        interrupt::check()?;
-        if output.exists() {
-            // An empty folder (checked above): rename(2) replaces it.
-            fs::remove_dir(output).map_err(io(output))?;
-        }
-        fs::rename(&tmp, output).map_err(io(output))?;
-        guard.keep();
-        output.to_path_buf()
     };
+    // Errors name the path the user gave, not the temporary.
+    write().map_err(|e| {
+        let t = tmp.display().to_string();
+        if e.message().contains(&t) {
+            Error::new(e.code(), e.message().replace(&t, &output.display().to_string()))
+        } else {
+            e
+        }
+    })?;
     if !skipped.is_empty() {
         eprintln!(
-            "rml: skipped {} tensors that are not Llama weights: {}",
+            "rml: skipped {} tensors that rml's {} loader does not use: {}",
             skipped.len(),
+            config.arch.name,
             skipped.join(", ")
         );
     }
     let s = pool.stats();
     eprintln!(
         "rml: wrote {} ({} tensors, {}; buffers: {} allocated, {} reused)",
-        written.display(),
+        output.display(),
         jobs.len(),
         dtype.dtype().name(),
         s.misses,
         s.hits
     );
+    Ok(())
+}
+
+/// Fails unless the folder `output` goes into exists and is a folder.
+fn check_parent(output: &Path) -> Result<()> {
+    let dir = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(Error::invalid_argument(format_args!(
+            "{}: {} is not a folder",
+            output.display(),
+            dir.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::not_found(format_args!(
+            "{}: the folder {} does not exist; create it first",
+            output.display(),
+            dir.display()
+        ))),
+        Err(e) => {
+            Err(Error::from(e).context(format_args!("{}: {}", output.display(), dir.display())))
+        }
+    }
+}
+
+/// Writes the GGUF file `tmp` and renames it to `output`.
+#[allow(clippy::too_many_arguments)]
+fn write_gguf(
+    model: &Container,
+    source: &PackedSource<'_>,
+    config: &ModelConfig,
+    dtype: OutDType,
+    jobs: &[Job],
+    pool: &Arc<BufferPool>,
+    tmp: &Path,
+    output: &Path,
+) -> Result<()> {
+    let guard = Temp { path: tmp.to_path_buf(), dir: false, keep: false };
+    let mut w = GgufWriter::new();
+    match model.gguf() {
+        Some(g) => {
+            for (k, v) in g?.metadata() {
+                w.set(k, Value::from_meta(v))?;
+            }
+        }
+        None => gguf_arch_metadata(&mut w, config)?,
+    }
+    w.set("general.file_type", Value::U32(dtype.gguf_file_type()))?;
+    if dtype.dtype().block_size() > 1 {
+        w.set("general.quantization_version", Value::U32(2))?;
+    }
+    for j in jobs {
+        w.add_tensor(&j.name, &j.shape, rml::quant::info(j.out).ggml_id, j.bytes)?;
+    }
+    let mut f = create(tmp)?;
+    f.write_all(&w.header()?).map_err(io(tmp))?;
+    for (i, j) in jobs.iter().enumerate() {
+        interrupt::check()?;
+        write_tensor(source, j, pool, &mut f, tmp)?;
+        f.write_all(&vec![0u8; w.padding_after(i)]).map_err(io(tmp))?;
+    }
+    finish(f, tmp)?;
+    fs::rename(tmp, output).map_err(io(output))?;
+    guard.keep();
+    Ok(())
+}
+
+/// Writes the Hugging Face folder `tmp` and renames it to `output`. The tokenizer goes first:
+/// a vocabulary that cannot be written fails before any tensor is converted.
+#[allow(clippy::too_many_arguments)]
+fn write_folder(
+    model: &Container,
+    source: &PackedSource<'_>,
+    config: &ModelConfig,
+    dtype: OutDType,
+    (jobs, pool): (&[Job], &Arc<BufferPool>),
+    tokenizer: Option<&rml::tokenizer::Tokenizer>,
+    tmp: &Path,
+    output: &Path,
+) -> Result<()> {
+    let guard = Temp { path: tmp.to_path_buf(), dir: true, keep: false };
+    fs::create_dir(tmp).map_err(io(tmp))?;
+    let tok_path = tmp.join("tokenizer.json");
+    if let Some(tok) = tokenizer {
+        tok.save(&tok_path).map_err(|e| {
+            if e.code() == rml::Code::Unimplemented {
+                Error::new(
+                    e.code(),
+                    format_args!("{}; write a .gguf instead, which keeps it", e.message()),
+                )
+            } else {
+                e
+            }
+        })?;
+    }
+    let weights = tmp.join("model.safetensors");
+    let mut meta = vec![("format".to_string(), "pt".to_string())];
+    let mut entries = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        let (st_dtype, shape) = match j.out {
+            DType::F32 => ("F32", j.shape.clone()),
+            DType::F16 => ("F16", j.shape.clone()),
+            DType::BF16 => ("BF16", j.shape.clone()),
+            q => {
+                meta.push(packed::metadata_entry(&j.name, q));
+                ("U8", vec![j.shape[0], j.bytes / j.shape[0].max(1)])
+            }
+        };
+        entries.push(SafetensorsEntry {
+            name: j.name.clone(),
+            dtype: st_dtype,
+            shape,
+            bytes: j.bytes,
+        });
+    }
+    let mut f = create(&weights)?;
+    f.write_all(&safetensors_header(&meta, &entries)?).map_err(io(&weights))?;
+    for j in jobs {
+        interrupt::check()?;
+        write_tensor(source, j, pool, &mut f, &weights)?;
+    }
+    finish(f, &weights)?;
+    let cfg_path = tmp.join("config.json");
+    let cfg = if *config.arch == llama::SPEC {
+        config_json(config, dtype)
+    } else {
+        carried_config_json(model, dtype)?
+    };
+    let text = serde_json::to_string_pretty(&cfg)
+        .map_err(|e| Error::internal(format_args!("config.json: {e}")))?;
+    let mut f = create(&cfg_path)?;
+    f.write_all(text.as_bytes()).map_err(io(&cfg_path))?;
+    finish(f, &cfg_path)?;
+    #[cfg(unix)]
+    if tokenizer.is_some() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(&cfg_path).map_err(io(&cfg_path))?.permissions();
+        fs::set_permissions(&tok_path, fs::Permissions::from_mode(mode.mode()))
+            .map_err(io(&tok_path))?;
+    }
+    interrupt::check()?;
+    if output.exists() {
+        // An empty folder (checked above): rename(2) replaces it.
+        fs::remove_dir(output).map_err(io(output))?;
+    }
+    fs::rename(tmp, output).map_err(io(output))?;
+    guard.keep();
     Ok(())
 }
 
@@ -461,27 +664,30 @@ fn plan(
 ) -> Result<(Vec<Job>, Vec<String>)> {
     let mut jobs = Vec::new();
     let mut skipped = Vec::new();
+    let side = |gguf: bool| if gguf { arch::Container::Gguf } else { arch::Container::HuggingFace };
+    let (from, to) = (side(from_gguf), side(to_gguf));
     for info in model.tensor_infos() {
-        let hf = if from_gguf { hf_tensor_name(&info.name) } else { Some(info.name.clone()) };
-        let Some(hf) = hf else {
-            skipped.push(info.name.clone());
-            continue;
+        let (name, head, qk) = match map_name(c.arch, from, to, &info.name) {
+            Named::Unknown => {
+                skipped.push(info.name.clone());
+                continue;
+            }
+            Named::Known { out: None, .. } => {
+                return Err(Error::unimplemented(format_args!(
+                    "tensor {:?}: rml's {} loader uses it and a {} has no place for it; \
+                     write a {} instead",
+                    info.name,
+                    c.arch.name,
+                    if to_gguf { "GGUF file" } else { "Hugging Face folder" },
+                    if from_gguf { "GGUF file" } else { "Hugging Face folder" },
+                )))
+            }
+            Named::Known { out: Some(n), head, qk } => (n, head, qk),
         };
-        let name = match (from_gguf, to_gguf) {
-            (true, true) => Some(info.name.clone()),
-            (false, true) => gguf_tensor_name(&hf),
-            _ => Some(hf.clone()),
-        };
-        let Some(name) = name else {
-            skipped.push(info.name.clone());
-            continue;
-        };
-        if c.tie_word_embeddings && hf == "lm_head.weight" {
+        if c.tie_word_embeddings && head {
             continue;
         }
-        let is_qk =
-            hf.ends_with("self_attn.q_proj.weight") || hf.ends_with("self_attn.k_proj.weight");
-        let rows = match (is_qk, from_gguf, to_gguf) {
+        let rows = match (qk && c.arch.gguf_qk_permuted, from_gguf, to_gguf) {
             (true, true, false) => Rows::ToHf(c.head_dim),
             (true, false, true) => Rows::ToGguf(c.head_dim),
             _ => Rows::Keep,
@@ -612,26 +818,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gguf_names_invert_hf_names() {
-        for n in ["token_embd.weight", "output_norm.weight", "output.weight"] {
-            assert_eq!(gguf_tensor_name(&hf_tensor_name(n).unwrap()).as_deref(), Some(n));
+    fn names_map_both_ways_for_every_family() {
+        use arch::Container::{Gguf, HuggingFace as Hf};
+        let known = |n: &str| Named::Known { out: Some(n.to_string()), head: false, qk: false };
+        for spec in arch::FAMILIES {
+            for from in [Gguf, Hf] {
+                let to = if from == Gguf { Hf } else { Gguf };
+                let (src, dst) = (spec.names(from), spec.names(to));
+                for part in PARTS {
+                    let n = src.layer(17, part);
+                    let Named::Known { out: Some(o), qk, .. } =
+                        map_name(spec, from, to, n.as_str())
+                    else {
+                        panic!("{}: {n} unknown", spec.name)
+                    };
+                    assert_eq!(o, dst.layer(17, part).as_str());
+                    assert_eq!(qk, matches!(part, Part::Q | Part::K));
+                    assert_eq!(
+                        map_name(spec, to, from, &o),
+                        Named::Known { out: Some(n.as_str().to_string()), head: false, qk }
+                    );
+                }
+                assert_eq!(map_name(spec, from, to, src.embedding), known(dst.embedding));
+                assert!(matches!(
+                    map_name(spec, from, to, src.output),
+                    Named::Known { head: true, .. }
+                ));
+            }
         }
-        for part in [
-            "attn_q",
-            "attn_k",
-            "attn_v",
-            "attn_output",
-            "ffn_gate",
-            "ffn_up",
-            "ffn_down",
-            "attn_norm",
-            "ffn_norm",
-        ] {
-            let n = format!("blk.17.{part}.weight");
-            assert_eq!(gguf_tensor_name(&hf_tensor_name(&n).unwrap()), Some(n));
-        }
-        assert_eq!(gguf_tensor_name("model.layers.x.mlp.up_proj.weight"), None);
-        assert_eq!(gguf_tensor_name("pooler.dense.weight"), None);
+        let gemma = &arch::gemma3::SPEC;
+        assert_eq!(
+            map_name(gemma, Gguf, Hf, "blk.3.post_ffw_norm.weight"),
+            known("model.layers.3.post_feedforward_layernorm.weight")
+        );
+        assert_eq!(
+            map_name(gemma, Gguf, Gguf, "blk.0.attn_q_norm.weight"),
+            known("blk.0.attn_q_norm.weight")
+        );
+        // rope_freqs has no Hugging Face name: the caller refuses it.
+        assert_eq!(
+            map_name(&llama::SPEC, Gguf, Hf, "rope_freqs.weight"),
+            Named::Known { out: None, head: false, qk: false }
+        );
+        assert_eq!(
+            map_name(&llama::SPEC, Hf, Gguf, "model.layers.x.mlp.up_proj.weight"),
+            Named::Unknown
+        );
+        assert_eq!(map_name(&llama::SPEC, Hf, Gguf, "pooler.dense.weight"), Named::Unknown);
     }
 
     #[test]
