@@ -197,6 +197,12 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
         let (mut prefill, mut dec_s, mut disp) = (f64::INFINITY, f64::INFINITY, 0.0);
         let mut shares = None;
         let (mut prefill_cpu, mut dec_cpu) = (f64::INFINITY, f64::INFINITY);
+        // One untimed prefill and decode step first, so the first thread count is not
+        // charged for page faults on the weights, cold caches and workers starting up.
+        dec.reset();
+        // (`need` >= 2: room for at least one token and a step.)
+        dec.forward_with(&pool, &tokens[..prompt.min(need - 1)], None, None)?;
+        dec.decode_with(&pool, 7)?;
         for _ in 0..repeats {
             dec.reset();
             let (t0, c0) = (Instant::now(), thread_cpu_s());
