@@ -70,6 +70,16 @@ fn read_bandwidth(pool: &ThreadPool, buf: &[u64], repeats: usize) -> f64 {
     (chunks * CHUNK * 8) as f64 / best
 }
 
+/// `--activations`' spelling of `act`.
+fn act_name(act: Activations) -> &'static str {
+    match act {
+        Activations::Int8 => "int8",
+        Activations::Int8Plain => "int8-plain",
+        Activations::Mixed => "mixed",
+        Activations::F32 => "f32",
+    }
+}
+
 /// Where the best decode run's wall time went with two or more threads, from the pool's
 /// [timing](rml::exec::ThreadPoolBuilder::timing): the share inside parallel loops (the rest
 /// ran on the calling thread alone: norms, activation quantization, sampling), the share the
@@ -163,14 +173,17 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
     let same = probe(per_token as usize);
     writeln!(
         out,
-        "{} ({:?} activations, kernels {}, {} KV cache, {:?} attention, schedule {}): {:.1} MiB \
+        "{} ({} activations, kernels {}, {} KV cache, {} attention, schedule {}): {:.1} MiB \
          of weights read per token, prompt {prompt}, {decode} decode steps from depth {start}, \
          best of {repeats}",
         path.display(),
-        act,
+        act_name(act),
         rml::kernels::active()?.isa(),
         shape.kv_dtype.name(),
-        shape.attention,
+        match shape.attention {
+            AttentionPath::Tiled => "tiled",
+            AttentionPath::PerHead => "per-head",
+        },
         shape.schedule,
         per_token / (1024.0 * 1024.0)
     )?;

@@ -414,7 +414,8 @@ pub fn run(args: &ChatArgs) -> Result<()> {
             out.flush()?;
         }
         line.clear();
-        if lines.read_line(&mut line)? == 0 {
+        let read = lines.read_line(&mut line);
+        if read.map_err(|e| Error::from(e).context("reading a message from standard input"))? == 0 {
             break;
         }
         let msg = line.trim_end_matches(['\n', '\r']);

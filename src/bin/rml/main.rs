@@ -782,12 +782,14 @@ fn tune(args: &ModelArg) -> Result<()> {
         _ => TuneMode::Refresh,
     };
     let options = TuneOptions { mode, ..TuneOptions::default() };
-    eprintln!(
-        "rml: timing one decode step of {} at 1..={} threads x {} schedules",
-        path.display(),
-        options.max_threads,
-        options.schedules.len()
-    );
+    if mode != TuneMode::Off {
+        eprintln!(
+            "rml: timing one decode step of {} at 1..={} threads x {} schedules",
+            path.display(),
+            options.max_threads,
+            options.schedules.len()
+        );
+    }
     let mut failure = None;
     let report = rml::exec::tune::tune(&key, &options, |pool| {
         let step = dec.rewind(prompt.len()).and_then(|()| dec.decode_with(pool, 1).map(|_| ()));
