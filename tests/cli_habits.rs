@@ -121,12 +121,35 @@ fn negative_values_short_flags_and_one_line_usage_errors() {
         ("--repeat-penalty", "-2"),
         ("--top-k", "-3"),
     ] {
-        let o = rml(&["generate", "-m", d, flag, value]);
+        for cmd in ["generate", "chat"] {
+            let o = rml(&[cmd, "--model", d, flag, value]);
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{cmd} {flag} {value}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+            assert!(err.contains(flag) && err.contains(value), "{cmd} {flag} {value}: {err}");
+            assert!(!err.contains("unexpected argument"), "{err}");
+        }
+    }
+    // Counts of 0 (and -n below -1), a grain of 0, an empty stop string: usage errors, found
+    // before the model is read.
+    for args in [
+        &["generate", "-t", "0"][..],
+        &["generate", "-c", "0"],
+        &["generate", "-n", "-2"],
+        &["generate", "--schedule", "grain:0"],
+        &["chat", "--threads", "0"],
+        &["chat", "--context", "0"],
+        &["chat", "--stop", ""],
+        &["bench", "--threads", "1,0"],
+        &["bench", "--prompt", "0"],
+        &["bench", "--decode", "0"],
+        &["bench", "--repeats", "0"],
+    ] {
+        let o = rml(&[args, &["--model", d]].concat());
         let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
-        assert!(err.contains(flag) && err.contains(value), "{flag} {value}: {err}");
-        assert!(!err.contains("unexpected argument"), "{err}");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err:?}");
+        assert!(err.starts_with("rml: error: ") && !err.contains("panicked"), "{args:?}: {err}");
     }
     let o = rml(&["generate", "--bogus"]);
     assert_eq!(o.status.code(), Some(2));
@@ -203,8 +226,6 @@ fn n_minus_one_fills_the_context_and_the_seed_is_random_and_printed() {
     let made: usize =
         err.split(" tokens)").next().unwrap().rsplit('(').next().unwrap().parse().unwrap();
     assert!(made <= 16, "{err}");
-    let o = rml(&["generate", "-m", d, "-n", "-2"]);
-    one_line_error(&o, "-n -2");
     // No --seed: a random one, printed; --seed N repeats the run exactly.
     let args = ["generate", "-m", d, "-p", "abc", "-n", "12", "--temperature", "1.5"];
     let (a, b) = (rml(&args), rml(&args));
@@ -360,6 +381,20 @@ fn a_closed_pipe_ends_quietly_with_status_0() {
             assert!(stderr(&o).is_empty(), "{what} | head -{lines}: {}", stderr(&o));
         }
     }
+    // `rml chat` too: its first reply finds the pipe closed.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rml"))
+        .args(["chat", "--model", gguf.to_str().unwrap(), "-n", "8"])
+        .env("RML_TUNE", "off")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.stdin.take().unwrap().write_all(b"hi\nhello\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "chat | head -0: {}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "chat | head -0: {}", stderr(&o));
 }
 
 #[test]

@@ -131,3 +131,25 @@ fn all_logits_name_the_first_bad_position() {
     assert!(e.message().contains("position 2"), "{e}");
     assert_eq!(m.position(), 0);
 }
+
+/// A norm weight stored in a block dtype (a damaged file: no converter quantizes a 1-D tensor)
+/// is refused at load, naming the tensor, instead of being read as wrong but plausible values.
+#[test]
+fn a_quantized_norm_vector_is_data_loss_naming_the_tensor() {
+    let mut src = source(false, false);
+    let name = "model.layers.0.post_attention_layernorm.weight";
+    let (_, shape, bytes) = src.0[name];
+    let f: Vec<f32> =
+        bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    assert_eq!(f.len() % 32, 0, "the tiny model's hidden size is a multiple of 32");
+    let mut q = vec![0u8; f.len() / 32 * 34];
+    rml::quant::quantize_row_q8_0(&f, &mut q).unwrap();
+    src.0.insert(name.to_string(), (DType::Q8_0, shape, leak(q)));
+    let src: &'static Source = Box::leak(Box::new(src));
+    let cfg = parse_config(&std::fs::read_to_string(data("tiny-llama/f32/config.json")).unwrap())
+        .unwrap();
+    let opts = DecoderOptions { context_len: Some(32), ..DecoderOptions::default() };
+    let e = DecoderLM::new(&cfg, &src, &InlineExecutor, opts).unwrap_err();
+    assert_eq!(e.code(), Code::DataLoss, "{e}");
+    assert!(e.to_string().contains(name) && e.to_string().contains("Q8_0"), "{e}");
+}

@@ -180,6 +180,15 @@ impl Vector {
         place: &mut Place<'_>,
     ) -> Result<Self> {
         check_shape(name, view, &[len])?;
+        // Norm weights and biases are float vectors in every file the reference tools write
+        // (llama.cpp's converter and quantizer never quantize a 1-D tensor); a block dtype here
+        // is a damaged file whose bytes would read as plausible but wrong values.
+        if view.dtype.is_quantized() {
+            return Err(Error::data_loss(format_args!(
+                "tensor {name:?}: a norm or bias vector must be F32, F16 or BF16, found {}",
+                view.dtype
+            )));
+        }
         let mut block = place.block(len * 4, name)?;
         let v: &mut [f32] = crate::tensor::cast_slice_mut(block.as_mut_slice());
         view.dequantize_into(v).map_err(|e| e.context(format_args!("tensor {name:?}")))?;

@@ -70,6 +70,16 @@ fn read_bandwidth(pool: &ThreadPool, buf: &[u64], repeats: usize) -> f64 {
     (chunks * CHUNK * 8) as f64 / best
 }
 
+/// `--activations`' spelling of `act`.
+fn act_name(act: Activations) -> &'static str {
+    match act {
+        Activations::Int8 => "int8",
+        Activations::Int8Plain => "int8-plain",
+        Activations::Mixed => "mixed",
+        Activations::F32 => "f32",
+    }
+}
+
 /// Where the best decode run's wall time went with two or more threads, from the pool's
 /// [timing](rml::exec::ThreadPoolBuilder::timing): the share inside parallel loops (the rest
 /// ran on the calling thread alone: norms, activation quantization, sampling), the share the
@@ -163,14 +173,17 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
     let same = probe(per_token as usize);
     writeln!(
         out,
-        "{} ({:?} activations, kernels {}, {} KV cache, {:?} attention, schedule {}): {:.1} MiB \
+        "{} ({} activations, kernels {}, {} KV cache, {} attention, schedule {}): {:.1} MiB \
          of weights read per token, prompt {prompt}, {decode} decode steps from depth {start}, \
          best of {repeats}",
         path.display(),
-        act,
+        act_name(act),
         rml::kernels::active()?.isa(),
         shape.kv_dtype.name(),
-        shape.attention,
+        match shape.attention {
+            AttentionPath::Tiled => "tiled",
+            AttentionPath::PerHead => "per-head",
+        },
         shape.schedule,
         per_token / (1024.0 * 1024.0)
     )?;
@@ -197,6 +210,12 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
         let (mut prefill, mut dec_s, mut disp) = (f64::INFINITY, f64::INFINITY, 0.0);
         let mut shares = None;
         let (mut prefill_cpu, mut dec_cpu) = (f64::INFINITY, f64::INFINITY);
+        // One untimed prefill and decode step first, so the first thread count is not
+        // charged for page faults on the weights, cold caches and workers starting up.
+        dec.reset();
+        // (`need` >= 2: room for at least one token and a step.)
+        dec.forward_with(&pool, &tokens[..prompt.min(need - 1)], None, None)?;
+        dec.decode_with(&pool, 7)?;
         for _ in 0..repeats {
             dec.reset();
             let (t0, c0) = (Instant::now(), thread_cpu_s());

@@ -24,7 +24,7 @@ use rml::{Error, Result};
 #[derive(clap::Args)]
 pub struct ChatArgs {
     /// A .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct, fetched once).
-    #[arg(long)]
+    #[arg(short = 'm', long)]
     pub model: Option<PathBuf>,
     /// A system message put first in the conversation (the template decides how).
     #[arg(long)]
@@ -36,31 +36,38 @@ pub struct ChatArgs {
     #[arg(short = 'n', long = "max-tokens", default_value_t = 512)]
     pub n: usize,
     /// Ends a reply when its text contains this string (repeatable).
-    #[arg(long = "stop")]
+    #[arg(long = "stop", value_parser = non_empty)]
     pub stop: Vec<String>,
     /// Context length in tokens: the whole conversation must fit (default: min(the model's,
     /// 4096)).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::at_least_one)]
     pub context: Option<usize>,
     /// Threads (default: the performance cores).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::at_least_one)]
     pub threads: Option<usize>,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    /// Sampling temperature, >= 0; 0 is greedy.
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        allow_negative_numbers = true,
+        value_parser = crate::non_negative
+    )]
     pub temperature: f32,
     /// Keep the K most likely tokens (0: all).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub top_k: usize,
-    /// Nucleus sampling: keep the most likely tokens up to this probability mass.
-    #[arg(long, default_value_t = 1.0)]
+    /// Nucleus sampling: keep the most likely tokens up to this probability mass, in (0, 1].
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true, value_parser = crate::probability)]
     pub top_p: f32,
-    /// Repetition penalty (1: off).
-    #[arg(long, default_value_t = 1.0)]
+    /// Repetition penalty, > 0 (1: off).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true, value_parser = crate::positive)]
     pub repeat_penalty: f32,
     /// Seed of the sampler's random stream.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Activations for quantized weights.
+    /// Activations for quantized weights. f32 by default here (int8 in `generate`): a chat
+    /// reply follows its first tokens, and on SmolLM2 Q4_1 int8 flips the near-tie first token
+    /// of "What is the capital of France?" ("The" / "L'") into a French ramble.
     #[arg(long, value_enum, default_value_t = crate::Act::F32)]
     pub activations: crate::Act,
     /// Element type of the KV cache.
@@ -69,6 +76,15 @@ pub struct ChatArgs {
     /// After each reply, print on stderr how many tokens were prefilled and reused.
     #[arg(short, long)]
     pub verbose: bool,
+}
+
+/// A `--stop` string: an empty one would end every reply at its first token.
+fn non_empty(s: &str) -> core::result::Result<String, String> {
+    if s.is_empty() {
+        Err(String::from("a stop string must not be empty"))
+    } else {
+        Ok(String::from(s))
+    }
 }
 
 /// The chat template for `model`: `override_file` if given, else the model's own
@@ -390,7 +406,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     }
     let stdin = std::io::stdin();
     let mut lines = stdin.lock();
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::out::stdout();
     let mut line = String::new();
     loop {
         if tty {
@@ -398,7 +414,8 @@ pub fn run(args: &ChatArgs) -> Result<()> {
             out.flush()?;
         }
         line.clear();
-        if lines.read_line(&mut line)? == 0 {
+        let read = lines.read_line(&mut line);
+        if read.map_err(|e| Error::from(e).context("reading a message from standard input"))? == 0 {
             break;
         }
         let msg = line.trim_end_matches(['\n', '\r']);

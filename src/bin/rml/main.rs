@@ -113,20 +113,20 @@ struct BenchArgs {
     #[command(flatten)]
     model: ModelArg,
     /// Prompt tokens of the timed prefill.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = at_least_one)]
     prompt: usize,
     /// Tokens already in the KV cache when the decode steps are timed (0: decode right after
     /// the prompt).
     #[arg(long, default_value_t = 0)]
     depth: usize,
     /// Timed decode steps.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = at_least_one)]
     decode: usize,
     /// Repeats per thread count (the best is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least_one)]
     repeats: usize,
     /// Thread counts to run, e.g. `1,2` (default: 1..=cores).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = at_least_one)]
     threads: Vec<usize>,
     /// Element type of the KV cache.
     #[arg(long = "kv-cache", value_enum, default_value_t = KvCacheArg::F32)]
@@ -217,10 +217,16 @@ struct GenerateArgs {
     file: Option<PathBuf>,
     /// Tokens to generate at most (stops earlier at end of sequence); -1: until end of
     /// sequence or the context is full.
-    #[arg(short = 'n', long = "max-tokens", default_value_t = 64, allow_negative_numbers = true)]
+    #[arg(
+        short = 'n',
+        long = "max-tokens",
+        default_value_t = 64,
+        allow_negative_numbers = true,
+        value_parser = max_tokens
+    )]
     n: i64,
     /// Threads (default: RML_NUM_THREADS, else the tuned winner, else the performance cores).
-    #[arg(short = 't', long, allow_negative_numbers = true)]
+    #[arg(short = 't', long, allow_negative_numbers = true, value_parser = at_least_one)]
     threads: Option<usize>,
     /// Matmul schedule: grain:G, static, fixed8, fixed16, fixed32, proportional2,
     /// proportional4, adaptive, owned (default: the tuned winner, else static).
@@ -249,7 +255,7 @@ struct GenerateArgs {
     #[arg(long = "kv-cache", value_enum, default_value_t = KvCacheArg::F32)]
     kv_cache: KvCacheArg,
     /// Context length (default: min(the model's, 4096)).
-    #[arg(short = 'c', long, allow_negative_numbers = true)]
+    #[arg(short = 'c', long, allow_negative_numbers = true, value_parser = at_least_one)]
     context: Option<usize>,
     /// Wrap the prompt in the model's own chat template as one user turn.
     #[arg(long)]
@@ -498,13 +504,7 @@ fn asked_threads(threads: Option<usize>) -> Option<usize> {
 }
 
 fn generate(args: &GenerateArgs) -> Result<()> {
-    if args.n < -1 {
-        return Err(Error::out_of_range(format_args!(
-            "-n {}: give a number of tokens >= 0, or -1 for \"until end of sequence or the \
-             context is full\"",
-            args.n
-        )));
-    }
+    // `-n` is at least -1 (its parser).
     let prompt = read_prompt(args)?;
     let path = resolve_model(args.model.as_deref())?;
     let model = Model::open(&path)?;
@@ -736,8 +736,33 @@ fn inspect(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A `--schedule` value. `grain:0`, which the library takes as `grain:1`, is refused here: a
+/// grain of 0 rows is a typo on a command line.
 fn parse_schedule(s: &str) -> core::result::Result<Schedule, String> {
-    s.parse::<Schedule>().map_err(|e| e.message().to_string())
+    match s.parse::<Schedule>().map_err(|e| e.message().to_string())? {
+        Schedule::Grain(0) => Err(format!("{s:?}: the grain G of grain:G must be at least 1")),
+        sched => Ok(sched),
+    }
+}
+
+/// A count that must be at least 1 (`--threads`, `--context`, `--prompt`, ...).
+fn at_least_one(s: &str) -> core::result::Result<usize, String> {
+    let v: usize = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number"))?;
+    if v >= 1 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is out of range: must be at least 1"))
+    }
+}
+
+/// `-n`: a token count, or -1 for "until end of sequence or a full context".
+fn max_tokens(s: &str) -> core::result::Result<i64, String> {
+    let v: i64 = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number"))?;
+    if v >= -1 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is out of range: give a count >= 0, or -1 for until the end"))
+    }
 }
 
 fn tune(args: &ModelArg) -> Result<()> {
@@ -757,12 +782,14 @@ fn tune(args: &ModelArg) -> Result<()> {
         _ => TuneMode::Refresh,
     };
     let options = TuneOptions { mode, ..TuneOptions::default() };
-    eprintln!(
-        "rml: timing one decode step of {} at 1..={} threads x {} schedules",
-        path.display(),
-        options.max_threads,
-        options.schedules.len()
-    );
+    if mode != TuneMode::Off {
+        eprintln!(
+            "rml: timing one decode step of {} at 1..={} threads x {} schedules",
+            path.display(),
+            options.max_threads,
+            options.schedules.len()
+        );
+    }
     let mut failure = None;
     let report = rml::exec::tune::tune(&key, &options, |pool| {
         let step = dec.rewind(prompt.len()).and_then(|()| dec.decode_with(pool, 1).map(|_| ()));

@@ -12,11 +12,14 @@ pub fn broken_pipe() -> bool {
     BROKEN.load(Ordering::Relaxed)
 }
 
+/// Records a broken pipe; any other error gets "standard output" in its message, so that
+/// `rml generate > /dev/full` says where there was no space.
 fn note(e: io::Error) -> io::Error {
     if e.kind() == io::ErrorKind::BrokenPipe {
         BROKEN.store(true, Ordering::Relaxed);
+        return e;
     }
-    e
+    io::Error::new(e.kind(), format!("writing to standard output: {e}"))
 }
 
 /// Locked standard output that records a broken pipe (see the module docs).
