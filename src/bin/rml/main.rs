@@ -687,7 +687,9 @@ fn inspect(path: &Path) -> Result<()> {
             c.max_position_embeddings,
             c.rope_theta,
             c.rope_scaling,
-            c.rms_norm_eps,
+            // The decoder's value (f32: GGUF stores it so, and RMSNorm runs in f32), printed
+            // as the shortest decimal that reads back to it (1e-5, not 9.999999747378752e-6).
+            c.rms_norm_eps as f32,
             c.tie_word_embeddings
         )?,
         // One line: what rml would need to run it; the tensors are listed all the same.
