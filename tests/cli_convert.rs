@@ -596,3 +596,20 @@ fn convert_refuses_up_front_what_it_cannot_write() {
     let o = convert_with(&data("tiny-gemma3/gguf/tiny-gemma3-Q4_K_M.gguf"), &out, "bf16", &[]);
     refused(&o, &out, &["Gemma 3", "GGUF file instead"]);
 }
+
+/// The tiny Gemma 3 in Q4_0 generates byte tokens that split UTF-8 characters; streaming them
+/// once panicked slicing inside a U+FFFD after the text window moved (`TextStream::push`).
+#[test]
+fn streaming_split_utf8_from_a_converted_model_does_not_panic() {
+    let out = convert(&data("tiny-gemma3"), "stream-q4_0", "q4_0");
+    let o = Command::new(env!("CARGO_BIN_EXE_rml"))
+        .args(["generate", "-m", out.to_str().unwrap(), "-p", "hi", "-n", "8", "-t", "1"])
+        .args(["--temperature", "0"])
+        .env("RML_TUNE", "off")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("hi"), "{err}");
+}

@@ -529,7 +529,7 @@ impl TextStream {
         self.ids.push(id);
         let text = tok.decode(&self.ids[self.prev..])?;
         if text.len() > self.printed && !text.ends_with('\u{FFFD}') {
-            let piece = text[self.printed..].to_string();
+            let piece = text[resume_at(&text, self.printed)..].to_string();
             // Keep a short window of context: decoding a token alone can lose a leading
             // space that depends on what came before.
             if self.ids.len() - self.prev > 8 {
@@ -552,8 +552,16 @@ impl TextStream {
     /// As [`Tokenizer::decode`].
     pub fn finish(&mut self, tok: &Tokenizer) -> Result<String> {
         let text = tok.decode(&self.ids[self.prev..])?;
-        let piece = text.get(self.printed..).unwrap_or("").to_string();
+        let piece = text[resume_at(&text, self.printed)..].to_string();
         self.printed = text.len();
         Ok(piece)
     }
+}
+
+/// The first char boundary of `text` at or after `printed` (or its end). The window's text
+/// after a shift is decoded alone, and an incomplete UTF-8 sequence at its start can decode to
+/// a different number of U+FFFD bytes than it did there, so `printed` may fall inside one;
+/// the rest of that replacement character was already printed or stands for bytes that were.
+fn resume_at(text: &str, printed: usize) -> usize {
+    (printed..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len())
 }
