@@ -378,29 +378,34 @@ fn a_failed_convert_leaves_nothing_behind() {
 #[cfg(unix)]
 #[test]
 fn ctrl_c_during_convert_leaves_nothing_behind() {
-    // SmolLM2 to f32: 540 MB, long enough to interrupt in the middle.
+    // SmolLM2 to f32: 540 MB, long enough to interrupt in the middle. SIGTERM is sent twice at
+    // once, as `timeout` does (to the child, then to its process group): one request.
     let gguf = smollm2_gguf();
-    let out = fresh("convert-int");
-    let parent = out.parent().unwrap().to_path_buf();
-    let child = Command::new(env!("CARGO_BIN_EXE_rml"))
-        .args(["convert", gguf.to_str().unwrap(), out.to_str().unwrap(), "--dtype", "f32"])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    cli::wait_for(300, "convert to start writing model.safetensors", || {
-        let started = named_like(&parent, ".convert-int.rml-tmp-").iter().any(|d| {
-            std::fs::metadata(d.join("model.safetensors")).is_ok_and(|m| m.len() > 1 << 20)
+    for (sig, times) in [("-INT", 1), ("-TERM", 2), ("-HUP", 1)] {
+        let out = fresh("convert-int");
+        let parent = out.parent().unwrap().to_path_buf();
+        let child = Command::new(env!("CARGO_BIN_EXE_rml"))
+            .args(["convert", gguf.to_str().unwrap(), out.to_str().unwrap(), "--dtype", "f32"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        cli::wait_for(300, "convert to start writing model.safetensors", || {
+            let started = named_like(&parent, ".convert-int.rml-tmp-").iter().any(|d| {
+                std::fs::metadata(d.join("model.safetensors")).is_ok_and(|m| m.len() > 1 << 20)
+            });
+            started.then_some(())
         });
-        started.then_some(())
-    });
-    let k = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    assert!(k.success());
-    let o = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(130), "{err}");
-    assert!(!out.exists());
-    let left = named_like(&parent, ".convert-int");
-    assert!(left.is_empty(), "left behind: {left:?}");
+        for _ in 0..times {
+            let k = Command::new("kill").args([sig, &child.id().to_string()]).status().unwrap();
+            assert!(k.success());
+        }
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(130), "{sig}: {err}");
+        assert!(!out.exists());
+        let left = named_like(&parent, ".convert-int");
+        assert!(left.is_empty(), "{sig}: left behind: {left:?}");
+    }
 }
 
 #[test]
@@ -583,6 +588,10 @@ fn convert_refuses_up_front_what_it_cannot_write() {
     let out = file.join("x.gguf");
     let o = convert_with(&data("tiny-llama/f32"), &out, "f32", &[]);
     refused(&o, &out, &[out.to_str().unwrap(), "is not a folder"]);
+    // A GGUF name ending in '/' (a file cannot): refused before writing.
+    let out = PathBuf::from(format!("{}/", fresh("convert-slash.gguf").display()));
+    let o = convert_with(&data("tiny-llama/f32"), &out, "f32", &["--format", "gguf"]);
+    refused(&o, &out, &["ends with '/'"]);
 
     // A SentencePiece vocabulary from GGUF has no tokenizer.json form: the error names the
     // output, not the temporary.

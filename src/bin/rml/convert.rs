@@ -396,6 +396,12 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType, format: Option<OutForma
     let model = Container::open(input)?;
     let config = model.model_config()?;
     check_parent(output)?;
+    if format == OutFormat::Gguf && output.as_os_str().to_string_lossy().ends_with('/') {
+        return Err(Error::invalid_argument(format_args!(
+            "{}: a GGUF output is a file, but the name ends with '/'",
+            output.display()
+        )));
+    }
     match (format, fs::symlink_metadata(output)) {
         (_, Err(_)) => {}
         (OutFormat::Safetensors, Ok(m))
