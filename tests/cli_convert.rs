@@ -87,8 +87,25 @@ fn gguf_to_f32_safetensors_matches_transformers() {
         assert!(worst <= 2e-3, "{act:?}: max abs logit diff {worst}");
         assert_eq!(agree, 17, "{act:?}");
     }
-    // The tokenizer came along.
+    // The tokenizer came along, with the GGUF's chat template and BOS/EOS spellings in
+    // tokenizer_config.json, so the folder chats as the GGUF does.
     assert!(out.join("tokenizer.json").is_file());
+    let tok = rml::tokenizer::Tokenizer::from_file(&out.join("tokenizer.json")).unwrap();
+    let g = Model::open(&gguf).unwrap();
+    let want = g.gguf().unwrap().unwrap().chat_template().unwrap().map(str::to_string);
+    assert!(want.is_some());
+    assert_eq!(tok.chat_template().map(str::to_string), want);
+    assert_eq!(tok.id_to_token(tok.eos_id().unwrap()).as_deref(), Some("<|im_end|>"));
+}
+
+/// A folder's tokenizer_config.json (BOS/EOS spellings, special-token settings, the chat
+/// template) travels to a folder output as it is: the copy prompts and answers the same.
+#[test]
+fn folder_to_folder_keeps_the_tokenizer_config() {
+    let input = data("tiny-gemma3");
+    let out = convert(&input, "convert-gemma3-tokcfg", "f32");
+    let read = |p: &Path| std::fs::read(p.join("tokenizer_config.json")).unwrap();
+    assert_eq!(read(&out), read(&input));
 }
 
 #[test]

@@ -598,6 +598,9 @@ fn write_folder(
             }
         })?;
     }
+    if let Some(tok) = tokenizer {
+        write_tokenizer_config(model, tok, tmp)?;
+    }
     let weights = tmp.join("model.safetensors");
     let mut meta = vec![("format".to_string(), "pt".to_string())];
     let mut entries = Vec::with_capacity(jobs.len());
@@ -651,6 +654,46 @@ fn write_folder(
     fs::rename(tmp, output).map_err(io(output))?;
     guard.keep();
     Ok(())
+}
+
+/// The tokenizer's companions in a folder output: a folder input's `tokenizer_config.json`,
+/// `special_tokens_map.json` and `chat_template.jinja` copied as they are (BOS/EOS spellings,
+/// the chat template, special-token settings); for a GGUF input a `tokenizer_config.json`
+/// with the BOS and EOS spellings and `tokenizer.chat_template`, which is where
+/// [`rml::tokenizer::Tokenizer::from_file`] and `rml chat` look for them.
+fn write_tokenizer_config(
+    model: &Container,
+    tok: &rml::tokenizer::Tokenizer,
+    tmp: &Path,
+) -> Result<()> {
+    let Some(g) = model.gguf() else {
+        for name in ["tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"] {
+            let from = model.path().join(name);
+            if from.is_file() {
+                let to = tmp.join(name);
+                fs::copy(&from, &to).map_err(io(&from))?;
+            }
+        }
+        return Ok(());
+    };
+    let g = g?;
+    let mut cfg = serde_json::Map::new();
+    let spell = |id: Option<u32>| id.and_then(|i| tok.id_to_token(i));
+    if let Some(b) = spell(tok.bos_id()) {
+        cfg.insert("bos_token".into(), b.into());
+    }
+    if let Some(e) = spell(tok.eos_id()) {
+        cfg.insert("eos_token".into(), e.into());
+    }
+    if let Some(t) = g.chat_template()? {
+        cfg.insert("chat_template".into(), t.into());
+    }
+    let path = tmp.join("tokenizer_config.json");
+    let text = serde_json::to_string_pretty(&serde_json::Value::Object(cfg))
+        .map_err(|e| Error::internal(format_args!("tokenizer_config.json: {e}")))?;
+    let mut f = create(&path)?;
+    f.write_all(text.as_bytes()).map_err(io(&path))?;
+    finish(f, &path)
 }
 
 /// Flushes, syncs and closes a written file.
