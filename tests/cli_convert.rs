@@ -605,6 +605,11 @@ fn convert_refuses_up_front_what_it_cannot_write() {
     let out = file.join("x.gguf");
     let o = convert_with(&data("tiny-llama/f32"), &out, "f32", &[]);
     refused(&o, &out, &[out.to_str().unwrap(), "is not a folder"]);
+    // Llama 3 rope scaling from a folder has no GGUF key: refused in one line naming both.
+    let out = fresh("convert-llama3.gguf");
+    let o = convert_with(&data("tiny-llama3"), &out, "f32", &[]);
+    let input = data("tiny-llama3");
+    refused(&o, &out, &["rope_scaling", input.to_str().unwrap(), out.to_str().unwrap()]);
     // A GGUF name ending in '/' (a file cannot): refused before writing.
     let out = PathBuf::from(format!("{}/", fresh("convert-slash.gguf").display()));
     let o = convert_with(&data("tiny-llama/f32"), &out, "f32", &["--format", "gguf"]);

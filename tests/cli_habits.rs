@@ -137,6 +137,8 @@ fn negative_values_short_flags_and_one_line_usage_errors() {
         &["generate", "-c", "0"],
         &["generate", "-n", "-2"],
         &["generate", "--schedule", "grain:0"],
+        &["generate", "-t", "100000"],
+        &["generate", "-c", "99999999999999999999"],
         &["chat", "--threads", "0"],
         &["chat", "--context", "0"],
         &["chat", "--stop", ""],

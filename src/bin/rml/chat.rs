@@ -43,7 +43,7 @@ pub struct ChatArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = crate::at_least_one)]
     pub context: Option<usize>,
     /// Threads (default: the performance cores).
-    #[arg(long, allow_negative_numbers = true, value_parser = crate::at_least_one)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::thread_count)]
     pub threads: Option<usize>,
     /// Sampling temperature, >= 0; 0 is greedy.
     #[arg(

@@ -448,7 +448,13 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType, format: Option<OutForma
         )));
     }
     let source = PackedSource::new(&model)?;
-    let (jobs, skipped) = plan(&model, &source, &config, dtype, from_gguf, to_gguf)?;
+    // What cannot be written names both paths, before any warning or work.
+    let paths = |e: Error| e.context(format_args!("{} -> {}", input.display(), output.display()));
+    let (jobs, skipped) =
+        plan(&model, &source, &config, dtype, from_gguf, to_gguf).map_err(paths)?;
+    if to_gguf && !from_gguf {
+        gguf_arch_metadata(&mut GgufWriter::new(), &config).map_err(paths)?;
+    }
     let tokenizer = if to_gguf {
         if !from_gguf && !model.path().join("tokenizer.json").is_file() {
             eprintln!(

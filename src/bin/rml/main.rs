@@ -126,7 +126,7 @@ struct BenchArgs {
     #[arg(long, default_value_t = 3, value_parser = at_least_one)]
     repeats: usize,
     /// Thread counts to run, e.g. `1,2` (default: 1..=cores).
-    #[arg(long, value_delimiter = ',', value_parser = at_least_one)]
+    #[arg(long, value_delimiter = ',', value_parser = thread_count)]
     threads: Vec<usize>,
     /// Element type of the KV cache.
     #[arg(long = "kv-cache", value_enum, default_value_t = KvCacheArg::F32)]
@@ -226,7 +226,7 @@ struct GenerateArgs {
     )]
     n: i64,
     /// Threads (default: RML_NUM_THREADS, else the tuned winner, else the performance cores).
-    #[arg(short = 't', long, allow_negative_numbers = true, value_parser = at_least_one)]
+    #[arg(short = 't', long, allow_negative_numbers = true, value_parser = thread_count)]
     threads: Option<usize>,
     /// Matmul schedule: grain:G, static, fixed8, fixed16, fixed32, proportional2,
     /// proportional4, adaptive, owned (default: the tuned winner, else static).
@@ -747,9 +747,30 @@ fn parse_schedule(s: &str) -> core::result::Result<Schedule, String> {
     }
 }
 
+/// A whole number, with a message that tells "too large" from "not a number".
+fn whole<T: core::str::FromStr<Err = core::num::ParseIntError>>(
+    s: &str,
+) -> core::result::Result<T, String> {
+    s.trim().parse().map_err(|e: core::num::ParseIntError| match e.kind() {
+        core::num::IntErrorKind::PosOverflow => format!("{s} is too large"),
+        core::num::IntErrorKind::NegOverflow => format!("{s} is too small"),
+        _ => format!("{s:?} is not a whole number"),
+    })
+}
+
+/// A thread count: 1 to 65,536 (the pool's limit).
+fn thread_count(s: &str) -> core::result::Result<usize, String> {
+    let v = at_least_one(s)?;
+    if v <= 65_536 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is out of range: at most 65536 threads"))
+    }
+}
+
 /// A count that must be at least 1 (`--threads`, `--context`, `--prompt`, ...).
 fn at_least_one(s: &str) -> core::result::Result<usize, String> {
-    let v: usize = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number"))?;
+    let v: usize = whole(s)?;
     if v >= 1 {
         Ok(v)
     } else {
@@ -759,7 +780,7 @@ fn at_least_one(s: &str) -> core::result::Result<usize, String> {
 
 /// `-n`: a token count, or -1 for "until end of sequence or a full context".
 fn max_tokens(s: &str) -> core::result::Result<i64, String> {
-    let v: i64 = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number"))?;
+    let v: i64 = whole(s)?;
     if v >= -1 {
         Ok(v)
     } else {
