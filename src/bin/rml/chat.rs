@@ -40,10 +40,10 @@ pub struct ChatArgs {
     pub stop: Vec<String>,
     /// Context length in tokens: the whole conversation must fit (default: min(the model's,
     /// 4096)).
-    #[arg(long, allow_negative_numbers = true, value_parser = crate::at_least_one)]
+    #[arg(short = 'c', long, allow_negative_numbers = true, value_parser = crate::at_least_one)]
     pub context: Option<usize>,
     /// Threads (default: the performance cores).
-    #[arg(long, allow_negative_numbers = true, value_parser = crate::thread_count)]
+    #[arg(short = 't', long, allow_negative_numbers = true, value_parser = crate::thread_count)]
     pub threads: Option<usize>,
     /// Sampling temperature, >= 0; 0 is greedy.
     #[arg(
