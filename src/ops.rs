@@ -218,8 +218,8 @@ fn split_int8(
 const CORRECTION_SPAN_BYTES: usize = 256 << 10;
 
 /// One chunk of an int8 product: `rows` weight rows from `w` (`rb` bytes each) against `xq`
-/// into `y` (`ldy` apart), then, with outlier blocks `o`, their correction (`bb` weight bytes
-/// per activation block), in spans of about [`CORRECTION_SPAN_BYTES`].
+/// into `y` (`ldy` apart), then, with outlier blocks `o`, their correction (column blocks read
+/// as `cols` says), in spans of about [`CORRECTION_SPAN_BYTES`].
 ///
 /// # Safety
 ///
@@ -229,9 +229,9 @@ const CORRECTION_SPAN_BYTES: usize = 256 << 10;
 unsafe fn int8_rows(
     f: kernels::MatmulQ8Fn,
     o: Option<&Outliers<'_>>,
+    cols: Columns,
     w: *const u8,
     rb: usize,
-    bb: usize,
     rows: usize,
     xq: &Q8Acts<'_>,
     n: usize,
@@ -250,7 +250,7 @@ unsafe fn int8_rows(
         // SAFETY: rows `r .. r + len` of the caller's rows and their outputs.
         unsafe {
             f(w.add(r * rb), rb, len, xq, n, y.add(r), ldy);
-            o.apply(f, w.add(r * rb), rb, bb, len, y.add(r), ldy);
+            o.apply(cols, w.add(r * rb), rb, len, y.add(r), ldy);
         }
         r += len;
     }
@@ -381,17 +381,17 @@ pub fn gemm_with(
         let xq = Q8Acts::quantize_as(fmt, kern, x, n, k, sq)?;
         let outl = if corr { Some(Outliers::find(kern, x, k, &xq, so)?) } else { None };
         let outl = outl.filter(|o| !o.is_empty());
-        let bb = w.dtype.row_bytes(fmt.block_elems())?;
+        let cols = Columns::of(kern, w.dtype, fmt)?;
         run(&|range: Range<usize>| {
             // SAFETY: `kern` is an available table (only `kernels::table`/`active` hand them
             // out); rows `range` lie inside `data` (`Matrix::new` checked `rows * rb`); `xq`
             // holds `n` rows of `k` values in the dtype's activation format, and the outlier
-            // residuals one block each of it (column block `b` at `b * bb` of each row);
+            // residuals one block each of it (column blocks read as `cols` says);
             // outputs `t * rows + r` for `r` in `range` are inside `y` and written by this
             // chunk only.
             unsafe {
                 let (wp, yp) = (data.as_ptr().add(range.start * rb), out.at(range.start));
-                int8_rows(f, outl.as_ref(), wp, rb, bb, range.len(), &xq, n, yp, rows);
+                int8_rows(f, outl.as_ref(), cols, wp, rb, range.len(), &xq, n, yp, rows);
             }
         });
     } else {
@@ -494,12 +494,12 @@ pub fn gemm_fused<const N: usize>(
     };
     let (out8, outk) = (find(&xq8, o8)?, find(&xqk, ok)?);
     let mut fns = [RowKernel::F32(kern.matmul_f32(first.dtype)?); N];
-    // Bytes of one activation block's columns in each matrix's rows (int8 matrices only).
-    let mut bbs = [0usize; N];
+    // How the outlier correction reads each matrix's column blocks (int8 matrices only).
+    let mut cols = [None; N];
     for i in 0..N {
         fns[i] = match int8_fmt(w[i]) {
             Some(f) => {
-                bbs[i] = w[i].dtype.row_bytes(f.block_elems())?;
+                cols[i] = Some(Columns::of(kern, w[i].dtype, f)?);
                 RowKernel::Q8(kern.matmul_q8(w[i].dtype)?, f)
             }
             None => RowKernel::F32(kern.matmul_f32(w[i].dtype)?),
@@ -517,7 +517,7 @@ pub fn gemm_fused<const N: usize>(
             // SAFETY: `kern` is an available table; rows `r0 .. r0 + (b - a)` lie inside
             // `m.data` (`Matrix::new` checked `rows * row_bytes`); `x` holds `n * k` floats
             // and each int8 kernel gets `n` quantized rows in its dtype's format (the outlier
-            // residuals one block each, column block `c` at `c * bbs[i]` of each row); outputs
+            // residuals one block each, column blocks read as `cols[i]` says); outputs
             // `t * rows_i + r` for `r` in `r0 .. r0 + (b - a)` are inside `y[i]` and written by
             // this chunk only (chunks tile the numbered rows without overlap).
             unsafe {
@@ -530,9 +530,10 @@ pub fn gemm_fused<const N: usize>(
                         } else {
                             (xqk.as_ref(), outk.as_ref())
                         };
-                        // A Q8 kernel is only chosen when its format was quantized.
-                        if let Some(q) = q {
-                            int8_rows(f, o, wp, m.row_bytes, bbs[i], b - a, q, n, out, m.rows);
+                        // A Q8 kernel is only chosen when its format was quantized (and
+                        // then its column reads are set).
+                        if let (Some(q), Some(c)) = (q, cols[i]) {
+                            int8_rows(f, o, c, wp, m.row_bytes, b - a, q, n, out, m.rows);
                         }
                     }
                     RowKernel::F32(f) => f(wp, m.row_bytes, b - a, k, x.as_ptr(), n, out, m.rows),
@@ -926,7 +927,7 @@ mod attention;
 mod outliers;
 pub(crate) use attention::run_block as attention_block;
 pub use attention::{attention_group, attention_group_on, GroupShape, KvRows};
-use outliers::Outliers;
+use outliers::{Columns, Outliers};
 pub use outliers::OUTLIER_RATIO;
 
 /// Scaled dot-product attention for one query head over `n` cached positions:

@@ -56,11 +56,15 @@ pub enum DType {
     Q5_K,
     /// ggml `block_q6_K` (see [`crate::quant::q6_k`]). 210 bytes per 256 elements.
     Q6_K,
+    /// Two consecutive Q5_0 blocks of a row repacked for the AVX-512 int8 kernels (see
+    /// [`crate::quant::q5_0x2`]): 44 bytes per 64 elements, the same bytes per row as Q5_0.
+    /// rml's own load-time layout: never read from or written to files.
+    Q5_0x2,
 }
 
 impl DType {
     /// Number of dtypes (rows of [`crate::quant::TYPES`]).
-    pub const COUNT: usize = 17;
+    pub const COUNT: usize = 18;
 
     /// Elements per block: 32 or 256 for the quantized types, 1 otherwise.
     pub const fn block_size(self) -> usize {

@@ -56,7 +56,9 @@
 //! 1.39x at the worst step, 1.53x at a single step).
 //!
 //! Every matrix is used in place: the very bytes of the mapped file (same address), whatever
-//! its type.
+//! its type, when repacking is off; with it (the default on AVX-512), the Q5_0 matrices are
+//! repacked copies that give the same logits bit for bit
+//! ([`repacked_q5_0_gives_the_same_logits`]).
 #![cfg(feature = "std")]
 
 mod decoder_common;
@@ -101,7 +103,9 @@ struct Diffs {
 /// a copy).
 fn run(path: &str, reference: &str, want_type: &dyn Fn(&str) -> String, act: Activations) -> Diffs {
     let model = Model::open(data(path)).unwrap();
-    let opts = DecoderOptions { activations: act, ..DecoderOptions::default() };
+    // In place: no repacking (`repacked_q5_0_gives_the_same_logits` checks that one).
+    let opts =
+        DecoderOptions { activations: act, repack_weights: false, ..DecoderOptions::default() };
     let mut m = DecoderLM::new(model.config(), &&model, &InlineExecutor, opts).unwrap();
     let mut typed = 0;
     for l in m.weights().matrices() {
@@ -352,6 +356,70 @@ fn tiny_llama_bf16() {
         );
         assert!(f.prefill <= 1e-4 && f.decode <= 1e-4, "{act:?}: {} / {}", f.prefill, f.decode);
         assert_eq!(f.argmax_agree, f.positions, "{act:?}: argmax");
+    }
+}
+
+/// [`DecoderOptions::repack_weights`] on the files with Q5_0 matrices: where the active
+/// kernels have the Q5_0x2 int8 body (AVX-512), every layer Q5_0 matrix with rows a multiple
+/// of 64 long is repacked (a copy, `Q5_0x2`) and nothing else is; elsewhere nothing is. Either
+/// way the prefill and decode logits, with corrected and plain int8 activations, are the
+/// in-place decoder's bit for bit; with f32 activations nothing is repacked.
+#[test]
+fn repacked_q5_0_gives_the_same_logits() {
+    let simd = rml::kernels::active().unwrap().has_simd_q8(rml::DType::Q5_0x2);
+    if !simd {
+        eprintln!(
+            "kernels {}: no Q5_0x2 body, so nothing may be repacked (checked below); the \
+             repacked kernels themselves are checked in tests/kernels_conformance.rs",
+            rml::kernels::active().unwrap().isa()
+        );
+    }
+    for path in ["tiny-qwen3/gguf/tiny-qwen3-Q5_0-pure.gguf", "tiny-llama-gguf/tiny-llama-Q4_K_M.gguf"]
+    {
+        let model = Model::open(data(path)).unwrap();
+        for act in [Activations::Int8, Activations::Int8Plain, Activations::F32] {
+            let build = |repack| {
+                let opts = DecoderOptions {
+                    activations: act,
+                    repack_weights: repack,
+                    ..DecoderOptions::default()
+                };
+                DecoderLM::new(model.config(), &&model, &InlineExecutor, opts).unwrap()
+            };
+            let (mut a, mut b) = (build(false), build(true));
+            let mut repacked = 0;
+            for (la, lb) in a.weights().matrices().zip(b.weights().matrices()) {
+                let layer = la.name().starts_with("blk.");
+                let want = simd
+                    && act != Activations::F32
+                    && layer
+                    && la.dtype() == rml::DType::Q5_0
+                    && la.k() % 64 == 0;
+                if want {
+                    assert_eq!(lb.dtype(), rml::DType::Q5_0x2, "{path}: {}", la.name());
+                    assert!(!lb.is_borrowed(), "{path}: {}", la.name());
+                    repacked += 1;
+                } else {
+                    assert_eq!(lb.dtype(), la.dtype(), "{path} {act:?}: {}", la.name());
+                    assert!(lb.is_borrowed(), "{path} {act:?}: {} copied", la.name());
+                }
+            }
+            if simd && act != Activations::F32 {
+                assert!(repacked >= 8, "{path}: only {repacked} matrices repacked");
+            }
+            let prompt: Vec<u32> = (0..20u32).map(|i| (i * 37 + 5) % 200).collect();
+            let vocab = a.config().vocab_size;
+            let (mut la, mut lb) = (vec![0f32; prompt.len() * vocab], vec![0f32; prompt.len() * vocab]);
+            a.forward(&prompt, Some(&mut la), None).unwrap();
+            b.forward(&prompt, Some(&mut lb), None).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&la), bits(&lb), "{path} {act:?}: prefill logits");
+            for tok in [3u32, 17, 101, 42] {
+                let da = bits(a.decode(tok).unwrap());
+                assert_eq!(da, bits(b.decode(tok).unwrap()), "{path} {act:?}: decode logits");
+            }
+            eprintln!("{path} {act:?}: {repacked} matrices repacked, same logits");
+        }
     }
 }
 

@@ -160,7 +160,7 @@ fn weights(dtype: DType, rows: usize, k: usize, rng: &mut Rng) -> (AlignedBlock,
 }
 
 /// The types added after Q8_0/Q4_0/Q4_1, checked against the scalar table.
-const NEW_TYPES: [DType; 8] = [
+const NEW_TYPES: [DType; 9] = [
     DType::Q5_0,
     DType::Q5_1,
     DType::IQ4_NL,
@@ -169,13 +169,17 @@ const NEW_TYPES: [DType; 8] = [
     DType::Q4_K,
     DType::Q5_K,
     DType::Q6_K,
+    DType::Q5_0x2,
 ];
+
+/// The K-quants (super-blocks of 256).
+const K_QUANTS: [DType; 5] = [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K];
 
 /// Byte offsets of the f16 fields in one block of a new type (ggml's layouts).
 fn f16_fields(dtype: DType) -> &'static [usize] {
     match dtype {
         DType::Q5_0 | DType::IQ4_NL => &[0],
-        DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q5_1 | DType::Q4_K | DType::Q5_K | DType::Q5_0x2 => &[0, 2],
         DType::Q2_K => &[80, 82],
         DType::Q3_K => &[108],
         DType::Q6_K => &[208],
@@ -689,6 +693,37 @@ fn check_outliers(kern: &Kernels, dtype: DType, c: &Case) -> Result<(), TestCase
     Ok(())
 }
 
+/// Q5_0x2 is Q5_0 repacked: the same weights as Q5_0 bytes and repacked
+/// ([`rml::quant::q5_0x2::repack`]) give the same bits on this table with int8 activations
+/// (plain and corrected: the column-block kernels of the outlier correction), for one and
+/// several activation rows; and the scalar f32 oracle's bits too.
+fn check_pairs_as_q5_0(kern: &Kernels, c: &Case) -> Result<(), TestCaseError> {
+    let mut rng = Rng(c.seed ^ 0x5eed);
+    let (plain, _) = weights(DType::Q5_0, c.rows, c.k, &mut rng);
+    let mut packed = vec![0u8; plain.as_slice().len()];
+    rml::quant::q5_0x2::repack(plain.as_slice(), &mut packed).unwrap();
+    let packed = AlignedBlock::try_from_slice(&packed).unwrap();
+    let wp = Matrix::new(DType::Q5_0, c.rows, c.k, plain.as_slice()).unwrap();
+    let wx = Matrix::new(DType::Q5_0x2, c.rows, c.k, packed.as_slice()).unwrap();
+    // A massive channel per row, so that the correction runs.
+    let mut x: Vec<f32> = (0..c.n * c.k).map(|_| rng.f()).collect();
+    for t in 0..c.n {
+        if c.k > 0 {
+            x[t * c.k + (rng.next() % c.k as u64) as usize] = 50.0;
+        }
+    }
+    for act in [Activations::Int8Plain, Activations::Int8] {
+        let a = run(kern, &wp, &x, c.n, act).unwrap();
+        let b = run(kern, &wx, &x, c.n, act).unwrap();
+        prop_assert_eq!(bits(&a), bits(&b), "{} {:?}: Q5_0x2 differs from Q5_0", kern.isa(), act);
+    }
+    let scalar = table(Isa::Scalar).unwrap();
+    let a = run(scalar, &wp, &x, c.n, Activations::F32).unwrap();
+    let b = run(scalar, &wx, &x, c.n, Activations::F32).unwrap();
+    prop_assert_eq!(bits(&a), bits(&b), "scalar f32: Q5_0x2 differs from Q5_0");
+    Ok(())
+}
+
 /// The newer types at the extremes of their integer ranges: every weight byte all-ones,
 /// all-zeros or alternating (largest unsigned values, Q3_K's scale -32 and high bits, Q6_K's
 /// 63) against activations of ±127: the int8 path must give the scalar table's bits (no
@@ -697,7 +732,7 @@ fn new_type_extremes(kern: &Kernels) {
     let scalar = table(Isa::Scalar).unwrap();
     for dtype in NEW_TYPES {
         let info = rml::quant::info(dtype);
-        let (rows, k) = (5, if info.block_elems == 256 { 512 } else { 288 });
+        let (rows, k) = (5, if info.block_elems == 256 { 512 } else { 9 * info.block_elems });
         for fill in [0xFFu8, 0x00, 0xAA, 0x55, 0x0F, 0xF0] {
             let mut bytes = vec![fill; rows * dtype.row_bytes(k).unwrap()];
             for blk in bytes.chunks_exact_mut(info.block_bytes) {
@@ -862,7 +897,7 @@ proptest! {
     #[test]
     fn k_quants_f32_acts(c in case_blocks(256)) {
         each(|k| {
-            for dtype in &NEW_TYPES[3..] {
+            for dtype in &K_QUANTS {
                 check_f32(k, *dtype, &c)?;
             }
             Ok(())
@@ -872,7 +907,7 @@ proptest! {
     #[test]
     fn k_quants_int8_acts(c in case_blocks(256)) {
         each(|k| {
-            for dtype in &NEW_TYPES[3..] {
+            for dtype in &K_QUANTS {
                 check_int8(k, *dtype, &c)?;
             }
             Ok(())
@@ -890,9 +925,23 @@ proptest! {
     }
 
     #[test]
+    fn pairs_64(c in case_blocks(64)) {
+        each(|k| {
+            check_f32(k, DType::Q5_0x2, &c)?;
+            check_int8(k, DType::Q5_0x2, &c)?;
+            check_pairs_as_q5_0(k, &c)
+        })?;
+    }
+
+    #[test]
+    fn outlier_correction_pairs(c in case_outliers(64)) {
+        each(|k| check_outliers(k, DType::Q5_0x2, &c))?;
+    }
+
+    #[test]
     fn outlier_correction_k_quants(c in case_outliers(256)) {
         each(|k| {
-            for dtype in &NEW_TYPES[3..] {
+            for dtype in &K_QUANTS {
                 check_outliers(k, *dtype, &c)?;
             }
             Ok(())
@@ -954,7 +1003,8 @@ fn new_types_int8_extremes_match_scalar() {
 /// NEON + SDOT) overrides both entries of every quantized type (so each ISA × type ×
 /// activation mode above runs SIMD code, not the scalar fallback), the tiers built on a parent
 /// (the VNNI tiers on AVX2, SDOT on NEON) have int8 bodies of their own (not the parent's), and
-/// the GFNI tier has its own int8 bodies for the types whose nibbles it splits.
+/// the GFNI tier has its own int8 bodies for the types whose nibbles it splits. The load-time
+/// pair layout (Q5_0x2) has int8 bodies (product and column halves) on the AVX-512 tiers only.
 #[test]
 fn simd_tiers_have_a_body_for_every_type_and_mode() {
     let scalar = table(Isa::Scalar).unwrap();
@@ -970,6 +1020,18 @@ fn simd_tiers_have_a_body_for_every_type_and_mode() {
         let Some(k) = kernels(isa) else { continue };
         let parent = parent.and_then(kernels);
         for t in rml::quant::TYPES.iter().filter(|t| t.act.is_some()) {
+            if t.ggml_id == rml::quant::NOT_IN_FILES {
+                // A load-time layout (Q5_0x2): an int8 body on the AVX-512 tiers, which the
+                // loader repacks for (`has_simd_q8`), and none elsewhere.
+                let repacks = matches!(isa, Isa::Avx512 | Isa::Avx512Gfni);
+                assert_eq!(k.has_simd_q8(t.dtype), repacks, "{isa} {}", t.name);
+                assert!(k.matmul_q8_halves(t.dtype).is_some(), "{isa} {}", t.name);
+                if repacks {
+                    let (h, sh) = (k.matmul_q8_halves(t.dtype), scalar.matmul_q8_halves(t.dtype));
+                    assert_ne!(h.unwrap()[1] as usize, sh.unwrap()[1] as usize, "{isa} {}", t.name);
+                }
+                continue;
+            }
             let f32_entry = k.matmul_f32(t.dtype).unwrap() as usize;
             assert_ne!(f32_entry, scalar.matmul_f32(t.dtype).unwrap() as usize, "{isa} {}", t.name);
             let int8_entry = k.matmul_q8(t.dtype).unwrap() as usize;
@@ -989,6 +1051,7 @@ fn simd_tiers_have_a_body_for_every_type_and_mode() {
             DType::IQ4_NL,
             DType::Q4_K,
             DType::Q5_K,
+            DType::Q5_0x2,
         ];
         for t in nibble_types {
             let (g, a) = (g.matmul_q8(t).unwrap() as usize, a.matmul_q8(t).unwrap() as usize);

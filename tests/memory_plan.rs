@@ -119,6 +119,18 @@ fn cases() -> Vec<Case> {
         reference: r.tokens("generated"),
         prompt: r.tokens("prompt"),
     });
+    // Q5_0 matrices (with Q8_0 and F16): with int8 activations on AVX-512 the layers' Q5_0
+    // matrices are repacked at load (`repack_weights`), a copy the plan counts.
+    let gguf = Gguf::parse(leak_aligned(&data("tiny-llama-gguf/tiny-llama-Q4_K_M.gguf"))).unwrap();
+    let r = Reference::open(&data("tiny-llama-gguf/reference_Q4_K_M.safetensors"));
+    v.push(Case {
+        name: "tiny-llama Q4_K_M GGUF",
+        config: rml::model::config::from_gguf(&gguf).unwrap(),
+        src: Box::new(gguf),
+        hf_floats: false,
+        reference: r.tokens("generated"),
+        prompt: r.tokens("prompt"),
+    });
     v
 }
 
@@ -241,6 +253,30 @@ fn main() {
             }
         }
     }
+    // Repacking's copy, spelled out for the Q4_K_M file: with int8 activations the plan grows
+    // by the bytes of its layers' Q5_0 matrices (rows a multiple of 64 long) where the active
+    // kernels repack, and by nothing elsewhere or with `repack_weights: false`.
+    let q = cases.iter().find(|c| c.name == "tiny-llama Q4_K_M GGUF").unwrap();
+    let src: &dyn TensorSource<'static> = &*q.src;
+    let plan = |activations, repack_weights| {
+        let o = DecoderOptions { activations, repack_weights, ..DecoderOptions::default() };
+        DecoderLM::memory_plan_for(&q.config, &o, src).unwrap().converted
+    };
+    let mut q5_0 = 0;
+    for name in src.tensor_names() {
+        let t = src.tensor(name).unwrap();
+        let k = *t.shape.dims().last().unwrap();
+        if t.dtype == rml::DType::Q5_0 && name.starts_with("blk.") && k % 64 == 0 {
+            q5_0 += t.data.len();
+        }
+    }
+    let simd = rml::kernels::active().unwrap().has_simd_q8(rml::DType::Q5_0x2);
+    assert!(q5_0 > 0, "the Q4_K_M file has no Q5_0 layer matrices");
+    assert_eq!(plan(Activations::Int8, true), if simd { q5_0 } else { 0 });
+    assert_eq!(plan(Activations::Int8Plain, true), plan(Activations::Int8, true));
+    assert_eq!((plan(Activations::Int8, false), plan(Activations::F32, true)), (0, 0));
+    println!("ok   tiny-llama Q4_K_M GGUF: repacking copies {} bytes", plan(Activations::Int8, true));
+
     // The plan's parts, spelled out for the f32 file (2 layers, 2 KV heads, head_dim 16,
     // context 64, vocab 256, hidden 64).
     let c = &cases[0].config;

@@ -362,6 +362,12 @@ pub struct Kernels {
     isa: Isa,
     f32: [Option<MatmulF32Fn>; DType::COUNT],
     q8: [Option<MatmulQ8Fn>; DType::COUNT],
+    /// Whether `q8[i]` is a SIMD body (set by [`Kernels::with_q8`]), not the scalar oracle.
+    simd_q8: [bool; DType::COUNT],
+    /// The column-block kernels of the pair layouts ([`DType::Q5_0x2`]): entry `h` reads half
+    /// `h` of the pair at each row, for one activation block of 32 per row (the outlier
+    /// correction's reads, see [`Kernels::matmul_q8_halves`]).
+    q8_halves: [Option<[MatmulQ8Fn; 2]>; DType::COUNT],
     pub(crate) quantize_q8: QuantizeQ8Fn,
     /// The same rule over blocks of 256 ([`crate::quant::ActFormat::Q8K`]: one scale per
     /// 256 values; `x` holds `nb * 256` floats, each block's 256 values at `qs + b *
@@ -406,6 +412,8 @@ pub(crate) const SCALAR: Kernels = {
         isa: Isa::Scalar,
         f32: [None; DType::COUNT],
         q8: [None; DType::COUNT],
+        simd_q8: [false; DType::COUNT],
+        q8_halves: [None; DType::COUNT],
         quantize_q8: scalar::quantize_q8,
         quantize_q8k: scalar::quantize_q8k,
         attention: flash::run_portable,
@@ -418,6 +426,10 @@ pub(crate) const SCALAR: Kernels = {
         k.q8[i] = crate::quant::TYPES[i].matmul_q8;
         i += 1;
     }
+    k.q8_halves[DType::Q5_0x2 as usize] = Some([
+        crate::quant::q5_0x2::matmul_col_q8::<0>,
+        crate::quant::q5_0x2::matmul_col_q8::<1>,
+    ]);
     k
 };
 
@@ -453,6 +465,15 @@ impl Kernels {
     /// This table with `f` as the int8-activation matmul of `dtype`.
     pub(crate) const fn with_q8(mut self, dtype: DType, f: MatmulQ8Fn) -> Self {
         self.q8[dtype as usize] = Some(f);
+        self.simd_q8[dtype as usize] = true;
+        self
+    }
+
+    /// This table with `halves` as the column-block kernels of the pair layout `dtype`.
+    // Only the AVX-512 tiers have pair bodies so far.
+    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    pub(crate) const fn with_q8_halves(mut self, dtype: DType, halves: [MatmulQ8Fn; 2]) -> Self {
+        self.q8_halves[dtype as usize] = Some(halves);
         self
     }
 
@@ -510,6 +531,22 @@ impl Kernels {
                 "int8 activations need quantized weights, not {dtype}"
             ))
         })
+    }
+
+    /// Whether the int8-activation matmul of `dtype` is a SIMD body of this table (not the
+    /// scalar oracle). The loader repacks Q5_0 matrices into [`DType::Q5_0x2`] only where it
+    /// is ([`crate::model::DecoderOptions::repack_weights`]).
+    pub fn has_simd_q8(&self, dtype: DType) -> bool {
+        self.simd_q8[dtype as usize]
+    }
+
+    /// The column-block kernels of a pair layout ([`DType::Q5_0x2`]): `[even, odd]`, each a
+    /// [`MatmulQ8Fn`] for one activation block of 32 per row whose weight rows are the pairs
+    /// at `w + r * row_bytes`, entry `h` reading half `h` of each (column block `2 j + h` of
+    /// the row, in pair `j`). `None` for the other dtypes, whose column block `b` is at `b *`
+    /// bytes per 32 elements and is read by [`Kernels::matmul_q8`] itself.
+    pub fn matmul_q8_halves(&self, dtype: DType) -> Option<[MatmulQ8Fn; 2]> {
+        self.q8_halves[dtype as usize]
     }
 
     /// Quantizes a row to Q8_0 blocks with this table's kernel; see

@@ -7,6 +7,9 @@
 //! `&'static [u8]`) when the kernels take their dtype as it is — aligned f32, f16, bf16, Q8_0,
 //! Q4_0, Q4_1; a misaligned f32 matrix is copied once into an aligned block. With
 //! [`WeightFormat::Q8_0`], f32 / f16 / bf16 matrices are quantized to Q8_0 at load instead.
+//! A decoder built with [`crate::model::DecoderOptions::repack_weights`] (on AVX-512, int8
+//! activations) copies the layers' Q5_0 matrices into [`DType::Q5_0x2`], the layout its int8
+//! kernel reads fastest; [`Weights::load`] itself never repacks.
 //! Norm vectors and biases are small and always widened to f32; norm weights get the family's
 //! offset (Gemma's `1 + w`) added at load, so the forward pass multiplies by them as they are.
 //!
@@ -311,7 +314,9 @@ fn check_shape(name: &str, view: &TensorView<'_>, want: &[usize]) -> Result<()> 
 
 /// What loading does with a `rows × k` matrix stored as `dtype` (its bytes at `data`):
 /// `Some((dtype, bytes))` when it is converted or copied into a new buffer of that size,
-/// `None` when it is used in place. [`Weights::load`] and the memory plan both ask this.
+/// `None` when it is used in place. With `repack`, a Q5_0 matrix whose rows are whole pairs
+/// of blocks (`k % 64 == 0`) is copied into [`DType::Q5_0x2`] (the same bytes, repacked).
+/// [`Weights::load`] and the memory plan both ask this.
 ///
 /// # Errors
 ///
@@ -322,6 +327,7 @@ pub(crate) fn conversion(
     rows: usize,
     k: usize,
     format: WeightFormat,
+    repack: bool,
 ) -> Result<Option<(DType, usize)>> {
     let overflow = || Error::resource_exhausted(format_args!("{rows} x {k} matrix overflows"));
     Ok(match (dtype, format) {
@@ -335,6 +341,10 @@ pub(crate) fn conversion(
             DType::F32,
             rows.checked_mul(k).and_then(|n| n.checked_mul(4)).ok_or_else(overflow)?,
         )),
+        (DType::Q5_0, _) if repack && k % DType::Q5_0x2.block_size() == 0 => {
+            let row = DType::Q5_0x2.row_bytes(k)?;
+            Some((DType::Q5_0x2, row.checked_mul(rows).ok_or_else(overflow)?))
+        }
         _ => None,
     })
 }
@@ -345,13 +355,14 @@ fn linear<'s: 'a, 'a>(
     rows: usize,
     k: usize,
     format: WeightFormat,
+    repack: bool,
     place: &mut Place<'a>,
 ) -> Result<Linear<'a>> {
     let view = src.tensor(name)?;
     check_shape(name, &view, &[rows, k])?;
     let ctx = |e: Error| e.context(format_args!("tensor {name:?}"));
     let (dtype, bytes) =
-        match conversion(view.dtype, view.data.as_ptr(), rows, k, format).map_err(ctx)? {
+        match conversion(view.dtype, view.data.as_ptr(), rows, k, format, repack).map_err(ctx)? {
             Some((DType::Q8_0, total)) => {
                 let mut block = place.block(total, name)?;
                 // Block by block (32 values on the stack): no temporary heap buffer.
@@ -370,6 +381,11 @@ fn linear<'s: 'a, 'a>(
                     quantize_row_q8_0(&vals, out).map_err(ctx)?;
                 }
                 (DType::Q8_0, Bytes::Owned(block))
+            }
+            Some((DType::Q5_0x2, total)) => {
+                let mut block = place.block(total, name)?;
+                crate::quant::q5_0x2::repack(view.data, block.as_mut_slice()).map_err(ctx)?;
+                (DType::Q5_0x2, Bytes::Owned(block))
             }
             Some((dt, total)) => {
                 let mut block = place.block(total, name)?;
@@ -398,15 +414,17 @@ impl<'a> Weights<'a> {
         src: &dyn TensorSource<'a>,
         format: WeightFormat,
     ) -> Result<Self> {
-        Self::load_placed(config, src, format, &mut Place::heap())
+        Self::load_placed(config, src, format, false, &mut Place::heap())
     }
 
     /// [`Weights::load`] with every buffer it makes (norms, converted matrices) taken from
-    /// `place`, in the order [`plan_weights`] counts them.
+    /// `place`, in the order [`plan_weights`] counts them; with `repack`, the layers' Q5_0
+    /// matrices are repacked ([`conversion`]).
     pub(crate) fn load_placed<'s: 'a>(
         config: &ModelConfig,
         src: &dyn TensorSource<'s>,
         format: WeightFormat,
+        repack: bool,
         place: &mut Place<'a>,
     ) -> Result<Self> {
         config.validate()?;
@@ -417,14 +435,16 @@ impl<'a> Weights<'a> {
         let offset = arch.norm_offset(naming);
         let (h, q_rows, kv_rows) =
             (c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim);
-        let embedding = linear(src, names.embedding, c.vocab_size, h, format, place)?;
+        // The embedding (and a tied head) stays as stored: its rows are looked up too.
+        let embedding = linear(src, names.embedding, c.vocab_size, h, format, false, place)?;
         let mut layers = Vec::new();
         layers
             .try_reserve_exact(c.num_hidden_layers)
             .map_err(|_| Error::resource_exhausted("layer table"))?;
         for l in 0..c.num_hidden_layers {
             let name = |p| names.layer(l, p);
-            let mut lin = |p, rows, k| linear(src, name(p).as_str(), rows, k, format, place);
+            let mut lin =
+                |p, rows, k| linear(src, name(p).as_str(), rows, k, format, repack, place);
             let (q, k, v, o) = (
                 lin(Part::Q, q_rows, h)?,
                 lin(Part::K, kv_rows, h)?,
@@ -474,7 +494,7 @@ impl<'a> Weights<'a> {
             None
         } else {
             output_view(names, src)?;
-            Some(linear(src, names.output, c.vocab_size, h, format, place)?)
+            Some(linear(src, names.output, c.vocab_size, h, format, false, place)?)
         };
         let rope_freqs = match rope_freqs_view(names, src)? {
             Some((n, view)) => Some(Vector::from_view(n, &view, c.head_dim / 2, 0.0, place)?),
@@ -598,6 +618,7 @@ pub(crate) struct WeightBuffers {
 pub(crate) fn plan_weights<'a>(
     config: &ModelConfig,
     format: WeightFormat,
+    repack: bool,
     src: Option<&dyn TensorSource<'a>>,
     mut each: impl FnMut(usize, usize) -> Result<()>,
 ) -> Result<WeightBuffers> {
@@ -616,14 +637,14 @@ pub(crate) fn plan_weights<'a>(
     );
     let mut out = WeightBuffers::default();
     // Bytes loading makes for one matrix (0 when it is used in place).
-    let matrix = |name: &str, rows: usize, k: usize| -> Result<usize> {
+    let matrix = |name: &str, rows: usize, k: usize, repack: bool| -> Result<usize> {
         let conv = match src {
             Some(s) => {
                 let view = s.tensor(name)?;
                 check_shape(name, &view, &[rows, k])?;
-                conversion(view.dtype, view.data.as_ptr(), rows, k, format)?
+                conversion(view.dtype, view.data.as_ptr(), rows, k, format, repack)?
             }
-            None => conversion(DType::F32, core::ptr::null(), rows, k, format)?,
+            None => conversion(DType::F32, core::ptr::null(), rows, k, format, repack)?,
         };
         Ok(conv.map_or(0, |(_, bytes)| bytes))
     };
@@ -636,7 +657,7 @@ pub(crate) fn plan_weights<'a>(
         }
         Ok(())
     };
-    add_n(&mut out.converted, matrix(names.embedding, c.vocab_size, h)?, 1)?;
+    add_n(&mut out.converted, matrix(names.embedding, c.vocab_size, h, false)?, 1)?;
     let norm = h.checked_mul(4).ok_or_else(overflow)?;
     // Without `src` every layer is alike: plan one and count it `num_hidden_layers` times.
     let (layers, per) = match src {
@@ -654,7 +675,7 @@ pub(crate) fn plan_weights<'a>(
             (Part::Up, i, h),
             (Part::Down, h, i),
         ] {
-            add(&mut out.converted, matrix(names.layer(l, p).as_str(), rows, k)?)?;
+            add(&mut out.converted, matrix(names.layer(l, p).as_str(), rows, k, repack)?)?;
         }
         add(&mut out.norms, norm)?;
         add(&mut out.norms, norm)?;
@@ -667,7 +688,7 @@ pub(crate) fn plan_weights<'a>(
         if let Some(s) = src {
             output_view(names, s)?;
         }
-        add_n(&mut out.converted, matrix(names.output, c.vocab_size, h)?, 1)?;
+        add_n(&mut out.converted, matrix(names.output, c.vocab_size, h, false)?, 1)?;
     }
     if let Some(s) = src {
         if rope_freqs_view(names, s)?.is_some() {

@@ -37,6 +37,46 @@ use crate::quant::{q8_acts_bytes_as, ActFormat, Q8Acts};
 /// top-1 agreement with f32 activations; see the README's int8 accuracy table).
 pub const OUTLIER_RATIO: f32 = 8.0;
 
+/// How the correction reads column block `b` of a weight row: the kernel and the byte offset
+/// it starts at.
+#[derive(Clone, Copy)]
+pub(crate) struct Columns {
+    /// The kernels of even and odd column blocks (the same one for plain layouts).
+    f: [MatmulQ8Fn; 2],
+    /// Bytes per column block, or per pair of them (`pairs`).
+    bytes: usize,
+    /// A pair layout ([`crate::DType::Q5_0x2`]): column block `b` is half `b % 2` of pair
+    /// `b / 2`, read by `f[b % 2]` at the pair.
+    pairs: bool,
+}
+
+impl Columns {
+    /// The column reads of `dtype`'s weights with activation blocks of `fmt` in `kern`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Kernels::matmul_q8`]; [`crate::Code::InvalidArgument`] if a block of `fmt` is not
+    /// whole blocks of `dtype`.
+    pub(crate) fn of(kern: &Kernels, dtype: crate::DType, fmt: ActFormat) -> Result<Self> {
+        Ok(match kern.matmul_q8_halves(dtype) {
+            Some(f) => Columns { f, bytes: dtype.block_bytes(), pairs: true },
+            None => {
+                let f = kern.matmul_q8(dtype)?;
+                Columns { f: [f, f], bytes: dtype.row_bytes(fmt.block_elems())?, pairs: false }
+            }
+        })
+    }
+
+    /// The kernel that reads column block `b` and its byte offset in a row.
+    fn at(&self, b: usize) -> (MatmulQ8Fn, usize) {
+        if self.pairs {
+            (self.f[b % 2], b / 2 * self.bytes)
+        } else {
+            (self.f[0], b * self.bytes)
+        }
+    }
+}
+
 /// f32 outputs one correction kernel call writes at most (a stack buffer).
 const TMP: usize = 1024;
 /// Activation rows one correction kernel call takes at most.
@@ -155,16 +195,15 @@ impl<'a> Outliers<'a> {
     ///
     /// # Safety
     ///
-    /// `f` is an int8 kernel of an available table for a weight type whose blocks match the
-    /// activation format; `w` points at `rows` weight rows of `rb` bytes each holding the
-    /// column blocks of the input (`bb` bytes per activation block); `y + t · ldy + r` is
+    /// `cols` holds int8 kernels of an available table for the weight type, whose column
+    /// blocks match the activation format ([`Columns::of`]); `w` points at `rows` weight rows
+    /// of `rb` bytes each holding the column blocks of the input; `y + t · ldy + r` is
     /// writable for every activation row `t` and `r < rows`, and nothing else accesses it.
     pub(crate) unsafe fn apply(
         &self,
-        f: MatmulQ8Fn,
+        cols: Columns,
         w: *const u8,
         rb: usize,
-        bb: usize,
         rows: usize,
         y: *mut f32,
         ldy: usize,
@@ -172,6 +211,7 @@ impl<'a> Outliers<'a> {
         let mut tmp = [0f32; TMP];
         for (b, win) in self.starts.windows(2).enumerate() {
             let (g0, g1) = (win[0] as usize, win[1] as usize);
+            let (f, off) = cols.at(b);
             let mut a0 = g0;
             while a0 < g1 {
                 let a1 = (a0 + MAX_ACT_ROWS).min(g1);
@@ -188,9 +228,10 @@ impl<'a> Outliers<'a> {
                     let s1 = (s0 + rt).min(rows);
                     let nr = s1 - s0;
                     // SAFETY: rows `s0 .. s1` of the matrix are readable (caller), column
-                    // block `b` lies at `b * bb` inside each row; `acts` holds `na` rows of one
-                    // block of the matching format; `tmp` takes `na * nr <= TMP` outputs.
-                    unsafe { f(w.add(s0 * rb + b * bb), rb, nr, &acts, na, tmp.as_mut_ptr(), nr) };
+                    // block `b` is what `f` reads at `off` inside each row (`Columns::at`);
+                    // `acts` holds `na` rows of one block of the matching format; `tmp` takes
+                    // `na * nr <= TMP` outputs.
+                    unsafe { f(w.add(s0 * rb + off), rb, nr, &acts, na, tmp.as_mut_ptr(), nr) };
                     for (j, &t) in self.rows[a0..a1].iter().enumerate() {
                         // SAFETY: outputs `t * ldy + s0 .. t * ldy + s1` are this caller's
                         // (`t` is an activation row, `s1 <= rows`), and no other reference to

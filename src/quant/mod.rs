@@ -13,6 +13,9 @@
 //! Adding a format: a file here, its `mod` line and row in [`TYPES`], and its variant in
 //! [`DType`]; SIMD bodies (optional: a type without one runs the scalar entry) go into
 //! `kernels/<arch>/`.
+//!
+//! [`q5_0x2`] is rml's own: Q5_0 repacked at load for the AVX-512 int8 kernel (its
+//! [`TypeInfo::ggml_id`] is [`NOT_IN_FILES`], so no file and no name lookup yields it).
 
 // Block layouts read clearest as index arithmetic (element `e` of sub-block `j`...).
 #![allow(clippy::needless_range_loop)]
@@ -31,6 +34,7 @@ pub mod q4_0;
 pub mod q4_1;
 pub mod q4_k;
 pub mod q5_0;
+pub mod q5_0x2;
 pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
@@ -85,7 +89,8 @@ pub struct TypeInfo {
     pub dtype: DType,
     /// The name in safetensors headers, GGUF tools and error messages (`"Q4_K"`).
     pub name: &'static str,
-    /// ggml's `enum ggml_type` value (GGUF's tensor type id).
+    /// ggml's `enum ggml_type` value (GGUF's tensor type id); [`NOT_IN_FILES`] for rml's
+    /// load-time layouts.
     pub ggml_id: u32,
     /// Elements per block (1 for plain types).
     pub block_elems: usize,
@@ -142,6 +147,7 @@ pub static TYPES: [TypeInfo; DType::COUNT] = [
     q4_k::INFO,
     q5_k::INFO,
     q6_k::INFO,
+    q5_0x2::INFO,
 ];
 
 const _: () = {
@@ -160,12 +166,18 @@ pub const fn info(dtype: DType) -> &'static TypeInfo {
 
 /// The dtype with ggml type id `id`, if rml implements it.
 pub fn from_ggml_id(id: u32) -> Option<DType> {
-    TYPES.iter().find(|t| t.ggml_id == id).map(|t| t.dtype)
+    TYPES.iter().find(|t| t.ggml_id == id && t.ggml_id != NOT_IN_FILES).map(|t| t.dtype)
 }
+
+/// The [`TypeInfo::ggml_id`] of rml's load-time layouts ([`DType::Q5_0x2`]): no file type.
+pub const NOT_IN_FILES: u32 = u32::MAX;
 
 /// The block dtype named `name` (`"Q8_0"`, `"Q4_K"`, ...), if rml implements it.
 pub fn quantized_from_name(name: &str) -> Option<DType> {
-    TYPES.iter().find(|t| t.block_elems > 1 && t.name == name).map(|t| t.dtype)
+    TYPES
+        .iter()
+        .find(|t| t.block_elems > 1 && t.ggml_id != NOT_IN_FILES && t.name == name)
+        .map(|t| t.dtype)
 }
 
 /// The names of the block dtypes, comma-separated (for error messages).
@@ -174,7 +186,7 @@ pub fn quantized_names() -> impl core::fmt::Display {
     impl core::fmt::Display for Names {
         fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
             let mut first = true;
-            for t in TYPES.iter().filter(|t| t.block_elems > 1) {
+            for t in TYPES.iter().filter(|t| t.block_elems > 1 && t.ggml_id != NOT_IN_FILES) {
                 if !first {
                     f.write_str(", ")?;
                 }

@@ -30,6 +30,8 @@ const PROBE_BYTES: usize = 512 << 20;
 pub struct Shape {
     /// Activations for quantized weights.
     pub act: Activations,
+    /// Repack Q5_0 matrices at load ([`DecoderOptions::repack_weights`]).
+    pub repack: bool,
     /// Prompt tokens of the timed prefill.
     pub prompt: usize,
     /// Cached tokens before the timed decode steps (0: right after the prompt).
@@ -160,6 +162,7 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
         prefill_chunk: 64,
         kv_dtype: shape.kv_dtype,
         attention: shape.attention,
+        repack_weights: shape.repack,
         ..DecoderOptions::default()
     };
     let inline = rml::InlineExecutor;
@@ -167,6 +170,7 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
     let vocab = c.vocab_size as u32;
     let tokens: Vec<u32> = (0..prompt.max(start) as u32).map(|i| (i * 7919 + 13) % vocab).collect();
     let per_token = dec.weights().bytes_per_token() as f64;
+    let repacked = dec.weights().matrices().filter(|m| m.dtype() == rml::DType::Q5_0x2).count();
     use std::io::Write;
     let mut out = crate::out::stdout();
     let big = probe(PROBE_BYTES);
@@ -174,8 +178,8 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
     writeln!(
         out,
         "{} ({} activations, kernels {}, {} KV cache, {} attention, schedule {}): {:.1} MiB \
-         of weights read per token, prompt {prompt}, {decode} decode steps from depth {start}, \
-         best of {repeats}",
+         of weights read per token ({repacked} matrices repacked), prompt {prompt}, {decode} \
+         decode steps from depth {start}, best of {repeats}",
         path.display(),
         act_name(act),
         rml::kernels::active()?.isa(),

@@ -70,6 +70,10 @@ pub struct ChatArgs {
     /// of "What is the capital of France?" ("The" / "L'") into a French ramble.
     #[arg(long, value_enum, default_value_t = crate::Act::F32)]
     pub activations: crate::Act,
+    /// Use Q5_0 matrices as stored instead of repacking them at load for the AVX-512 int8
+    /// kernels (same results; repacking costs a copy and runs those products faster).
+    #[arg(long)]
+    pub no_repack: bool,
     /// Element type of the KV cache.
     #[arg(long = "kv-cache", value_enum, default_value_t = crate::KvCacheArg::F32)]
     pub kv_cache: crate::KvCacheArg,
@@ -367,6 +371,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     let opts = DecoderOptions {
         context_len: Some(max_ctx),
         activations: args.activations.into(),
+        repack_weights: !args.no_repack,
         kv_dtype: args.kv_cache.into(),
         ..DecoderOptions::default()
     };

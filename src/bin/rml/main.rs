@@ -4,13 +4,13 @@
 //! rml generate [-m PATH] [-p TEXT | -f FILE | stdin] [-n N|-1] [-t N] [--schedule P]
 //!              [--temperature T] [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S]
 //!              [--activations int8|int8-plain|mixed|f32] [--kv-cache f32|f16] [-c N] [--chat]
-//!              [--chat-template FILE]
+//!              [--chat-template FILE] [--no-repack]
 //! rml chat [--model PATH] [--system TEXT] [--chat-template FILE] [--stop S]... [-v]
-//!          [--kv-cache f32|f16]
+//!          [--kv-cache f32|f16] [--no-repack]
 //! rml inspect PATH
-//! rml tune [-m PATH]
+//! rml tune [-m PATH] [--no-repack]
 //! rml bench [-m PATH] [--prompt N] [--depth N] [--decode N] [--threads 1,2] [--kv-cache f32|f16]
-//!           [--attention tiled|per-head]
+//!           [--attention tiled|per-head] [--no-repack]
 //! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [--format safetensors|gguf]
 //! rml fetch
 //! ```
@@ -106,6 +106,10 @@ struct ModelArg {
     /// Activations for quantized weights.
     #[arg(long, value_enum, default_value_t = Act::Int8)]
     activations: Act,
+    /// Use Q5_0 matrices as stored instead of repacking them at load for the AVX-512 int8
+    /// kernels (same results; repacking costs a copy and runs those products faster).
+    #[arg(long)]
+    no_repack: bool,
 }
 
 #[derive(clap::Args)]
@@ -251,6 +255,10 @@ struct GenerateArgs {
     /// Activations for quantized weights.
     #[arg(long, value_enum, default_value_t = Act::Int8)]
     activations: Act,
+    /// Use Q5_0 matrices as stored instead of repacking them at load for the AVX-512 int8
+    /// kernels (same results; repacking costs a copy and runs those products faster).
+    #[arg(long)]
+    no_repack: bool,
     /// Element type of the KV cache.
     #[arg(long = "kv-cache", value_enum, default_value_t = KvCacheArg::F32)]
     kv_cache: KvCacheArg,
@@ -343,6 +351,7 @@ fn main() -> ExitCode {
                 &p,
                 &bench::Shape {
                     act: args.model.activations.into(),
+                    repack: !args.model.no_repack,
                     prompt: args.prompt,
                     depth: args.depth,
                     decode: args.decode,
@@ -553,6 +562,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         context_len: Some(ctx),
         activations: act,
         kv_dtype: args.kv_cache.into(),
+        repack_weights: !args.no_repack,
         ..DecoderOptions::default()
     };
     let mut dec = DecoderLM::new(model.config(), &PackedSource::new(&model)?, &pool, opts)
@@ -794,7 +804,12 @@ fn tune(args: &ModelArg) -> Result<()> {
     let act: Activations = args.activations.into();
     let inline = rml::InlineExecutor;
     let opts =
-        DecoderOptions { context_len: Some(64), activations: act, ..DecoderOptions::default() };
+        DecoderOptions {
+            context_len: Some(64),
+            activations: act,
+            repack_weights: !args.no_repack,
+            ..DecoderOptions::default()
+        };
     let mut dec = DecoderLM::new(model.config(), &PackedSource::new(&model)?, &inline, opts)?;
     let vocab = model.config().vocab_size as u32;
     let prompt: Vec<u32> = (0..16u32).map(|i| (i * 7919 + 13) % vocab).collect();

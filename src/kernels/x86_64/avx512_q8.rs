@@ -34,9 +34,13 @@ use super::{
 };
 use crate::quant::{Q8Acts, QK};
 
-/// A 32-element block as seen by the AVX-512 tile ([`tile`]), on top of its [`QBlock`]
-/// constants.
-trait VBlock: QBlock {
+/// A 32-element block as seen by the AVX-512 tiles ([`tile`], [`tile16`]).
+trait VBlock {
+    /// Bytes per 32 elements: block `b` of a row starts at `b * BYTES` (for the pair layout,
+    /// [`Q5_0x2B`], pair `j` at `2 j * BYTES`).
+    const BYTES: usize;
+    /// The block term adds `m · s` (Q4_1 / Q5_1: the f16 minimum after the scale).
+    const MIN: bool;
     /// The block's dot with `x` is `Σ u · x - OFF · Σ x` for the unsigned operand `u` of
     /// [`VBlock::decode2`]: the nibbles of Q4_0 (`+ 8`) and Q5_0 (`+ 16`), Q8_0's and IQ4_NL's
     /// values `+ 128` (the offset form of the signed types: the operand depends on the weights
@@ -62,6 +66,51 @@ trait VBlock: QBlock {
         // SAFETY: forwarded caller contract.
         unsafe { scales8_split(wb, Self::BYTES, Self::MIN, 8) }
     }
+
+    /// [`VBlock::scales8`] for the first `m < 8` of eight blocks (lanes past them 0), reading
+    /// nothing past the `m` blocks.
+    ///
+    /// # Safety
+    ///
+    /// `m` whole blocks at `wb`; AVX-512 F/BW available.
+    #[inline(always)]
+    unsafe fn scales_m(wb: *const u8, m: usize) -> __m256i {
+        // SAFETY: forwarded caller contract.
+        unsafe { scales8_split(wb, Self::BYTES, Self::MIN, m) }
+    }
+
+    /// [`transpose16`]'s decode: block `b` of two rows, at `p0` and `p1` (each its row's
+    /// start `+ b * BYTES`), as the low and high halves ([`VBlock::decode2`] by default).
+    ///
+    /// # Safety
+    ///
+    /// Block `b` whole in both rows; AVX-512 F/BW/VL available, and what `Nb` needs.
+    #[inline(always)]
+    unsafe fn decode_col2<Nb: Nibbles>(p0: *const u8, p1: *const u8, b: usize) -> __m512i {
+        let _ = b;
+        // SAFETY: forwarded caller contract.
+        unsafe { Self::decode2::<Nb>(p0, p1) }
+    }
+
+    /// Where block `b` (at `p`, its row's start `+ b * BYTES`) keeps its f16 scale (and, with
+    /// [`VBlock::MIN`], its minimum in the next word): `p` by default.
+    ///
+    /// # Safety
+    ///
+    /// Block `b` is whole at `p`'s row.
+    #[inline(always)]
+    unsafe fn scale_ptr(p: *const u8, b: usize) -> *const u8 {
+        let _ = b;
+        p
+    }
+}
+
+/// The [`VBlock`] constants of a [`QBlock`] type.
+macro_rules! vblock_consts {
+    ($q:ty) => {
+        const BYTES: usize = <$q as QBlock>::BYTES;
+        const MIN: bool = <$q as QBlock>::MIN;
+    };
 }
 
 /// Two Q4 blocks' nibbles (16 bytes at `qs0` and at `qs1`) as 64 u8 lanes in element order:
@@ -240,6 +289,7 @@ unsafe fn scales8_tail<const S: usize, const MIN: bool, const T: usize>(wb: *con
 const SIGN: i8 = -128;
 
 impl VBlock for Q8_0B {
+    vblock_consts!(Q8_0B);
     const OFF: i32 = 128;
 
     #[inline(always)]
@@ -255,6 +305,7 @@ impl VBlock for Q8_0B {
 }
 
 impl VBlock for Q4_0B {
+    vblock_consts!(Q4_0B);
     const OFF: i32 = 8;
 
     #[inline(always)]
@@ -282,6 +333,7 @@ static KVALUES_128: [u8; 16] = {
 };
 
 impl VBlock for Iq4NlB {
+    vblock_consts!(Iq4NlB);
     const OFF: i32 = 128;
 
     #[inline(always)]
@@ -305,6 +357,7 @@ impl VBlock for Iq4NlB {
 }
 
 impl VBlock for Q4_1B {
+    vblock_consts!(Q4_1B);
     const OFF: i32 = 0;
 
     #[inline(always)]
@@ -332,6 +385,7 @@ impl VBlock for Q4_1B {
 }
 
 impl VBlock for Q5_0B {
+    vblock_consts!(Q5_0B);
     const OFF: i32 = 16;
 
     #[inline(always)]
@@ -349,6 +403,7 @@ impl VBlock for Q5_0B {
 }
 
 impl VBlock for Q5_1B {
+    vblock_consts!(Q5_1B);
     const OFF: i32 = 0;
 
     #[inline(always)]
@@ -362,6 +417,149 @@ impl VBlock for Q5_1B {
         // SAFETY: eight 24-byte blocks = 192 bytes; blocks 6, 7 have their scale and minimum
         // at words 72, 73 and 84, 85 = words 0, 1, 12, 13 of the 32 bytes at byte 144.
         unsafe { scales8_tail::<12, true, 144>(wb) }
+    }
+}
+
+/// [`crate::quant::q5_0x2`]'s pairs for the main product: pair `j` of a row (blocks `2 j`,
+/// `2 j + 1`) at `2 j * BYTES`, decoded by [`q5x2_pair`] (one broadcast load, one split, one
+/// mask load, one masked add), its two scales at words 0 and 1.
+pub(super) struct Q5_0x2B;
+
+/// Half `H` of each row's pair for the column-block kernels
+/// ([`crate::kernels::Kernels::matmul_q8_halves`]): one activation block per row, the pair at
+/// the row's start.
+pub(super) struct Q5_0x2H<const H: usize>;
+
+/// The 64 values of the pair at `p` in element order: the 32 quant bytes broadcast to both
+/// 256-bit halves, low nibbles in the low half (block 0), high nibbles in the high half
+/// (block 1), `16` added where bit `e` of the little-endian u64 at `p + 4` is set.
+///
+/// # Safety
+///
+/// 44 readable bytes at `p`; AVX-512 F/BW available, and what `Nb` needs.
+#[inline(always)]
+unsafe fn q5x2_pair<Nb: Nibbles>(p: *const u8) -> __m512i {
+    // SAFETY: bytes 4..12 and 12..44 of the pair (caller contract).
+    unsafe {
+        let z = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(12).cast()));
+        let q = Nb::split::<0b1111_0000>(z);
+        let h = _load_mask64(p.add(4).cast());
+        _mm512_mask_add_epi8(q, h, q, opaque512(_mm512_set1_epi8(0x10)))
+    }
+}
+
+/// Half `h` of the pairs at `p0` (low 256 bits) and `p1` (high): 32 values of each in
+/// element order, `16` added where the half's fifth bit (the u32 at `p + 4 + 4 h`) is set.
+///
+/// # Safety
+///
+/// 44 readable bytes at `p0` and `p1`, `h < 2`; AVX-512 F/BW available, and what `Nb` needs.
+#[inline(always)]
+unsafe fn q5x2_halves<Nb: Nibbles>(p0: *const u8, p1: *const u8, h: usize) -> __m512i {
+    // SAFETY: bytes 4..44 of both pairs (caller contract).
+    unsafe {
+        let a = _mm256_loadu_si256(p0.add(12).cast());
+        let b = _mm256_loadu_si256(p1.add(12).cast());
+        let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+        let q = if h == 0 { Nb::split::<0>(z) } else { Nb::split::<0xFF>(z) };
+        let h0 = p0.add(4 + 4 * h).cast::<u32>().read_unaligned() as u64;
+        let h1 = p1.add(4 + 4 * h).cast::<u32>().read_unaligned() as u64;
+        _mm512_mask_add_epi8(q, h0 | h1 << 32, q, opaque512(_mm512_set1_epi8(0x10)))
+    }
+}
+
+/// The word picks of [`pair_scales`]: the scales of pairs 0, 1 (words 0, 1, 22, 23 of the
+/// first vector) and 2, 3 (words 0, 1, 22, 23 of the second, loaded from byte 88).
+static PAIR_IDX: [i16; 32] = [
+    0, 1, 22, 23, 32, 33, 54, 55, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0,
+];
+
+/// The f16 scales of the first `m` blocks (`m` even, `<= 8`) of the pairs at `wb`, lanes
+/// `0..m` (the rest 0): two masked loads that read nothing past the `m / 2` pairs, one
+/// `vpermt2w`.
+///
+/// # Safety
+///
+/// `m / 2` whole pairs at `wb`; AVX-512 F/BW available.
+#[inline(always)]
+unsafe fn pair_scales(wb: *const u8, m: usize) -> __m256i {
+    // SAFETY: the masked loads cover bytes `< m * 22` only (caller contract).
+    unsafe {
+        let len = m * Q5_0x2B::BYTES;
+        let mask = |n: usize| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+        let z0 = _mm512_maskz_loadu_epi8(mask(len), wb.cast());
+        let z1 = _mm512_maskz_loadu_epi8(mask(len.saturating_sub(88)), wb.add(88).cast());
+        let idx = _mm512_loadu_si512(PAIR_IDX.as_ptr().cast());
+        _mm512_castsi512_si256(_mm512_permutex2var_epi16(z0, idx, z1))
+    }
+}
+
+impl VBlock for Q5_0x2B {
+    const BYTES: usize = crate::quant::q5_0x2::HALF_BYTES;
+    const MIN: bool = false;
+    const OFF: i32 = 16;
+
+    #[inline(always)]
+    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
+        // The tiles call this with `blk0` at an even block, the start of its pair, and `blk1`
+        // the next block (rows are whole pairs, so a group never ends on a lone block).
+        let _ = blk1;
+        // SAFETY: the pair at `blk0` is whole (caller contract).
+        unsafe { q5x2_pair::<Nb>(blk0) }
+    }
+
+    #[inline(always)]
+    unsafe fn scales8(wb: *const u8) -> __m256i {
+        // SAFETY: four whole pairs at `wb` (caller contract).
+        unsafe { pair_scales(wb, 8) }
+    }
+
+    #[inline(always)]
+    unsafe fn scales_m(wb: *const u8, m: usize) -> __m256i {
+        // SAFETY: `m / 2` whole pairs at `wb` (`m` is even: rows are whole pairs).
+        unsafe { pair_scales(wb, m) }
+    }
+
+    #[inline(always)]
+    unsafe fn decode_col2<Nb: Nibbles>(p0: *const u8, p1: *const u8, b: usize) -> __m512i {
+        let h = b & 1;
+        // SAFETY: block `b` is half `h` of the pair `h * BYTES` before it (caller contract).
+        unsafe { q5x2_halves::<Nb>(p0.sub(h * Self::BYTES), p1.sub(h * Self::BYTES), h) }
+    }
+
+    #[inline(always)]
+    unsafe fn scale_ptr(p: *const u8, b: usize) -> *const u8 {
+        let h = b & 1;
+        // SAFETY: block `b`'s pair starts `h * BYTES` before `p`; its scale is word `h`.
+        unsafe { p.sub(h * Self::BYTES).add(2 * h) }
+    }
+}
+
+impl<const H: usize> VBlock for Q5_0x2H<H> {
+    // One block per row: only block 0 (the row's pair) is ever addressed.
+    const BYTES: usize = crate::quant::q5_0x2::BYTES;
+    const MIN: bool = false;
+    const OFF: i32 = 16;
+
+    #[inline(always)]
+    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
+        // SAFETY: whole pairs at both (caller contract).
+        unsafe { q5x2_halves::<Nb>(blk0, blk1, H) }
+    }
+
+    #[inline(always)]
+    unsafe fn scales_m(wb: *const u8, m: usize) -> __m256i {
+        debug_assert_eq!(m, 1);
+        // SAFETY: the pair at `wb` is whole; its word `H` is the half's scale.
+        unsafe { _mm512_castsi512_si256(pick_words(wb.add(2 * H), 2, 1, false)) }
+    }
+
+    #[inline(always)]
+    unsafe fn scale_ptr(p: *const u8, b: usize) -> *const u8 {
+        debug_assert_eq!(b, 0);
+        // SAFETY: the pair at `p` is whole; its word `H` is the half's scale.
+        unsafe { p.add(2 * H) }
     }
 }
 
@@ -533,7 +731,7 @@ unsafe fn group<Q: VBlock, Nb: Nibbles, const R: usize, const N: usize, const P:
                 let b1 = if 2 * j + 1 < m { b0.add(Q::BYTES) } else { b0 };
                 *u = Q::decode2::<Nb>(b0, b1);
             }
-            let sc = if m == 8 { Q::scales8(wb) } else { scales8_split(wb, Q::BYTES, Q::MIN, m) };
+            let sc = if m == 8 { Q::scales8(wb) } else { Q::scales_m(wb, m) };
             dm[r] = _mm512_cvtph_ps(sc);
         }
         let lm: __mmask8 = ((1u16 << m) - 1) as u8;
@@ -674,19 +872,19 @@ unsafe fn transpose8x2(z: [__m512i; 8]) -> [__m512i; 8] {
     }
 }
 
-/// The unsigned operands ([`VBlock::decode2`]) of the block at `wb + r * rb` for the 16 rows
-/// `r`, transposed: dword lane `r` of `t[k]` is bytes `4 k .. 4 k + 4` of row `r`'s block.
+/// The unsigned operands ([`VBlock::decode_col2`]) of block `b` at `wb + r * rb` for the 16
+/// rows `r`, transposed: dword lane `r` of `t[k]` is bytes `4 k .. 4 k + 4` of row `r`'s block.
 ///
 /// # Safety
 ///
-/// A whole block at `wb + r * rb` for `r < 16`; AVX-512 F/BW/VL available.
+/// Block `b` whole at `wb + r * rb` for `r < 16`; AVX-512 F/BW/VL available.
 #[inline(always)]
-unsafe fn transpose16<Q: VBlock, Nb: Nibbles>(wb: *const u8, rb: usize) -> [__m512i; 8] {
+unsafe fn transpose16<Q: VBlock, Nb: Nibbles>(wb: *const u8, rb: usize, b: usize) -> [__m512i; 8] {
     // SAFETY: the 16 blocks are whole (caller contract).
     unsafe {
         let mut z = [_mm512_setzero_si512(); 8];
         for (i, z) in z.iter_mut().enumerate() {
-            *z = Q::decode2::<Nb>(wb.add(i * rb), wb.add((i + 8) * rb));
+            *z = Q::decode_col2::<Nb>(wb.add(i * rb), wb.add((i + 8) * rb), b);
         }
         transpose8x2(z)
     }
@@ -743,9 +941,9 @@ unsafe fn tile16<Q: VBlock, Nb: Nibbles, const N: usize>(
         for b in 0..nb {
             let j = b % 8;
             let wb = w.add(b * Q::BYTES);
-            let tw = transpose16::<Q, Nb>(wb, rb);
-            // Each row's first dword: the f16 scale, then (with a minimum) the minimum.
-            let g = _mm512_i32gather_epi32::<1>(offs, wb.cast());
+            let tw = transpose16::<Q, Nb>(wb, rb, b);
+            // Each row's scale dword: the f16 scale, then (with a minimum) the minimum.
+            let g = _mm512_i32gather_epi32::<1>(offs, Q::scale_ptr(wb, b).cast());
             let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
             let mw = if Q::MIN {
                 _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(g)))
@@ -983,7 +1181,25 @@ macro_rules! gfni_entries {
     )* };
 }
 
+/// The AVX-512 entries of the pair layout ([`crate::quant::q5_0x2`]): the product and the
+/// two column-block kernels.
+macro_rules! pair_entries {
+    ($nb:ty, $feat:literal, $doc:literal; $($name:ident, $q:ty;)*) => { $(
+        entry!($name, matmul_512, $q, $nb; $feat, $doc);
+    )* };
+}
+
+pair_entries! {
+    ShiftNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", "AVX-512 table entry.";
+    avx512_q5_0x2_q8, Q5_0x2B;
+    avx512_q5_0x2_h0, Q5_0x2H<0>;
+    avx512_q5_0x2_h1, Q5_0x2H<1>;
+}
+
 gfni_entries! {
+    gfni_q5_0x2_q8, Q5_0x2B;
+    gfni_q5_0x2_h0, Q5_0x2H<0>;
+    gfni_q5_0x2_h1, Q5_0x2H<1>;
     gfni_q4_0_q8, Q4_0B;
     gfni_q4_1_q8, Q4_1B;
     gfni_q5_0_q8, Q5_0B;
@@ -1006,7 +1222,7 @@ mod tests {
         let mut out = [[0u32; 16]; 8];
         // SAFETY: forwarded caller contract; each store writes one 64-byte row of `out`.
         unsafe {
-            let t = transpose16::<Q8_0B, ShiftNibbles>(w, rb);
+            let t = transpose16::<Q8_0B, ShiftNibbles>(w, rb, 0);
             for (o, t) in out.iter_mut().zip(t) {
                 _mm512_storeu_si512(o.as_mut_ptr().cast(), t);
             }
@@ -1024,7 +1240,7 @@ mod tests {
             std::eprintln!("transpose16_matches_scalar: skipped, this CPU has no AVX-512");
             return;
         }
-        let rb = 3 * Q8_0B::BYTES + 5;
+        let rb = 3 * crate::quant::q8_0::BYTES + 5;
         let mut w = alloc::vec![0u8; 16 * rb];
         let mut s = 0x9E37_79B9_7F4A_7C15u64;
         for b in w.iter_mut() {

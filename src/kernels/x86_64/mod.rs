@@ -100,10 +100,12 @@ pub(crate) const AVX512: Kernels = AVX2
     .with_q8(DType::Q3_K, avx512_k::avx512_q3_k_q8k)
     .with_q8(DType::Q4_K, avx512_k::avx512_q4_k_q8k)
     .with_q8(DType::Q5_K, avx512_k::avx512_q5_k_q8k)
-    .with_q8(DType::Q6_K, avx512_k::avx512_q6_k_q8k);
+    .with_q8(DType::Q6_K, avx512_k::avx512_q6_k_q8k)
+    .with_q8(DType::Q5_0x2, avx512_q8::avx512_q5_0x2_q8)
+    .with_q8_halves(DType::Q5_0x2, [avx512_q8::avx512_q5_0x2_h0, avx512_q8::avx512_q5_0x2_h1]);
 
 /// The AVX-512 + GFNI table: AVX-512's, with the int8 kernels of the 4- and 5-bit types
-/// (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K) splitting their nibbles by
+/// (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q5_0x2) splitting their nibbles by
 /// `vgf2p8affineqb` ([`Nibbles`]).
 pub(crate) const AVX512_GFNI: Kernels = AVX512
     .for_isa(Isa::Avx512Gfni)
@@ -113,7 +115,9 @@ pub(crate) const AVX512_GFNI: Kernels = AVX512
     .with_q8(DType::Q5_1, avx512_q8::gfni_q5_1_q8)
     .with_q8(DType::IQ4_NL, avx512_q8::gfni_iq4_nl_q8)
     .with_q8(DType::Q4_K, avx512_k::gfni_q4_k_q8k)
-    .with_q8(DType::Q5_K, avx512_k::gfni_q5_k_q8k);
+    .with_q8(DType::Q5_K, avx512_k::gfni_q5_k_q8k)
+    .with_q8(DType::Q5_0x2, avx512_q8::gfni_q5_0x2_q8)
+    .with_q8_halves(DType::Q5_0x2, [avx512_q8::gfni_q5_0x2_h0, avx512_q8::gfni_q5_0x2_h1]);
 
 /// Defines a [`super::GluFn`] that compiles a portable loop of [`crate::ops`] under target
 /// features (the autovectoriser widens it; Rust never fuses a multiply and an add, so each

@@ -1,0 +1,311 @@
+//! Q5_0x2: two consecutive [`super::q5_0`] blocks of a row (elements `64 j .. 64 j + 64`)
+//! repacked into one 44-byte block, so that the AVX-512 int8 kernel decodes the 64 values with
+//! one 256-bit broadcast load, one nibble split and one mask load (plain Q5_0 needs two
+//! 16-byte loads joined by a `vinserti64x4` and its two `qh` words joined into a mask through
+//! a general register: both on port 5, the port the rest of the kernel saturates).
+//!
+//! Layout (`b0`, `b1`: the two Q5_0 blocks, `q_e` the 5-bit value of element `e`):
+//!
+//! | bytes | holds |
+//! |---|---|
+//! | 0..2, 2..4 | `b0.d`, `b1.d` (f16) |
+//! | 4..12 | little-endian u64: bit `e` the fifth bit of `b0`'s element `e`, bit `32 + e` of `b1`'s |
+//! | 12..44 | byte `e` (`e < 32`): low nibble `b0`'s element `e`, high nibble `b1`'s element `e` |
+//!
+//! Values, rounding and the block terms are Q5_0's: every dot product here (scalar and SIMD)
+//! returns the bits of the same product over the Q5_0 bytes, so a model runs the same with
+//! its Q5_0 matrices repacked or not. This is rml's load-time layout ([`repack`] at load
+//! when the active kernels have a SIMD body for it; `crate::model::DecoderOptions`'s
+//! `repack_weights`): it is never read from or written to files, and rows must be whole
+//! pairs (`k % 64 == 0`).
+//!
+//! A column block of 32 (the outlier correction's reads, the transposed prefill tiles) is
+//! half `b % 2` of pair `b / 2`: [`matmul_col_q8`] reads one such half of each row.
+
+use super::q5_0::{self, dequantize_block_q5_0, dot_q5_0_q8};
+use super::q8::{Q8Acts, Q8Row};
+use super::{quantize_checks, ActFormat, TypeInfo, QK};
+use crate::error::Result;
+use crate::kernels::scalar::{accumulate8, dot_f32, rows_f32, rows_q8};
+use crate::tensor::DType;
+
+/// Bytes per pair (64 elements).
+pub const BYTES: usize = 2 * q5_0::BYTES;
+/// Bytes per 32 elements (as Q5_0): a column block's stride in a row.
+pub const HALF_BYTES: usize = q5_0::BYTES;
+
+/// The table row.
+pub(super) const INFO: TypeInfo = TypeInfo {
+    dtype: DType::Q5_0x2,
+    name: "Q5_0x2",
+    ggml_id: super::NOT_IN_FILES,
+    block_elems: 2 * QK,
+    block_bytes: BYTES,
+    dequantize: Some(dequantize_blocks),
+    quantize: Some(quantize_row_q5_0x2),
+    act: Some(ActFormat::Q8),
+    matmul_f32: Some(matmul_f32),
+    matmul_q8: Some(matmul_q8),
+};
+
+/// Repacks one pair of Q5_0 blocks (`src`: 44 bytes, block `2 j` then `2 j + 1`) into `dst`
+/// (44 bytes, the layout above).
+///
+/// # Panics
+///
+/// If either slice is not 44 bytes long.
+pub fn repack_pair(src: &[u8], dst: &mut [u8]) {
+    assert!(src.len() == BYTES && dst.len() == BYTES);
+    let (b0, b1) = src.split_at(q5_0::BYTES);
+    dst[0..2].copy_from_slice(&b0[0..2]);
+    dst[2..4].copy_from_slice(&b1[0..2]);
+    dst[4..8].copy_from_slice(&b0[2..6]);
+    dst[8..12].copy_from_slice(&b1[2..6]);
+    for e in 0..QK {
+        dst[12 + e] = nibble(&b0[6..], e) | nibble(&b1[6..], e) << 4;
+    }
+}
+
+/// Element `e`'s low four bits in Q5_0's `qs` (element `e < 16` the low nibble of byte `e`,
+/// `e + 16` its high nibble).
+#[inline(always)]
+fn nibble(qs: &[u8], e: usize) -> u8 {
+    if e < QK / 2 {
+        qs[e] & 0x0F
+    } else {
+        qs[e - QK / 2] >> 4
+    }
+}
+
+/// Half `h` (0 or 1) of the 44-byte pair `pair` as the plain 22-byte Q5_0 block it came from.
+///
+/// # Panics
+///
+/// If `pair` is not 44 bytes long or `h > 1`.
+pub fn half_block(pair: &[u8], h: usize) -> [u8; q5_0::BYTES] {
+    assert!(pair.len() == BYTES && h < 2);
+    let mut b = [0u8; q5_0::BYTES];
+    b[0..2].copy_from_slice(&pair[2 * h..2 * h + 2]);
+    b[2..6].copy_from_slice(&pair[4 + 4 * h..8 + 4 * h]);
+    let q = |e: usize| (pair[12 + e] >> (4 * h)) & 0x0F;
+    for j in 0..QK / 2 {
+        b[6 + j] = q(j) | q(j + QK / 2) << 4;
+    }
+    b
+}
+
+/// Repacks a row (or whole rows) of Q5_0 blocks, an even number of them, into Q5_0x2 pairs:
+/// `dst` gets the same number of bytes.
+///
+/// # Errors
+///
+/// [`crate::Code::InvalidArgument`] if `src.len()` is not a whole number of pairs of Q5_0
+/// blocks or `dst.len() != src.len()`.
+pub fn repack(src: &[u8], dst: &mut [u8]) -> Result<()> {
+    if src.len() % BYTES != 0 || dst.len() != src.len() {
+        return Err(crate::error::Error::invalid_argument(format_args!(
+            "Q5_0x2 repack: {} bytes of Q5_0 into {} bytes (need equal lengths, whole pairs of \
+             {BYTES} bytes)",
+            src.len(),
+            dst.len()
+        )));
+    }
+    for (s, d) in src.chunks_exact(BYTES).zip(dst.chunks_exact_mut(BYTES)) {
+        repack_pair(s, d);
+    }
+    Ok(())
+}
+
+/// Dequantizes one 44-byte pair into 64 floats (Q5_0's `d * (q - 16)` for both halves).
+///
+/// # Panics
+///
+/// If `pair.len() != 44` or `out.len() != 64`.
+pub fn dequantize_pair(pair: &[u8], out: &mut [f32]) {
+    assert!(pair.len() == BYTES && out.len() == 2 * QK);
+    for (h, o) in out.chunks_exact_mut(QK).enumerate() {
+        dequantize_block_q5_0(&half_block(pair, h), o);
+    }
+}
+
+fn dequantize_blocks(bytes: &[u8], out: &mut [f32]) {
+    super::blocks_with(bytes, out, 2 * QK, BYTES, dequantize_pair);
+}
+
+/// Quantizes a row of f32 (a multiple of 64 long) by Q5_0's rule ([`q5_0::quantize_row_q5_0`])
+/// and repacks it into pairs.
+///
+/// # Errors
+///
+/// As [`q5_0::quantize_row_q5_0`], with 44-byte blocks of 64.
+pub fn quantize_row_q5_0x2(x: &[f32], out: &mut [u8]) -> Result<()> {
+    quantize_checks(DType::Q5_0x2, x, out)?;
+    let mut plain = [0u8; BYTES];
+    for (xs, o) in x.chunks_exact(2 * QK).zip(out.chunks_exact_mut(BYTES)) {
+        q5_0::quantize_row_q5_0(xs, &mut plain)?;
+        repack_pair(&plain, o);
+    }
+    Ok(())
+}
+
+/// Dot of a Q5_0x2 row with f32 `x`: Q5_0's [`q5_0::dot_q5_0_f32`] bits (blocks of 32 in
+/// order, each dequantized and dotted, the block dots summed in order).
+///
+/// # Panics
+///
+/// If `x.len()` is not a multiple of 64 or `w` is not its pairs.
+pub fn dot_q5_0x2_f32(w: &[u8], x: &[f32]) -> f32 {
+    assert!(x.len() % (2 * QK) == 0 && w.len() == x.len() / (2 * QK) * BYTES);
+    let mut tmp = [0f32; QK];
+    let mut sum = 0f32;
+    for (pair, xs) in w.chunks_exact(BYTES).zip(x.chunks_exact(2 * QK)) {
+        for (h, xh) in xs.chunks_exact(QK).enumerate() {
+            dequantize_block_q5_0(&half_block(pair, h), &mut tmp);
+            sum += dot_f32(&tmp, xh);
+        }
+    }
+    sum
+}
+
+/// Dot of a Q5_0x2 row with one row of int8 activations (blocks of 32): Q5_0's
+/// [`q5_0::dot_q5_0_q8`] bits, block `b` being half `b % 2` of pair `b / 2`.
+///
+/// # Panics
+///
+/// If the lengths disagree (an odd number of activation blocks included).
+pub fn dot_q5_0x2_q8(w: &[u8], x: &Q8Row<'_>) -> f32 {
+    let nb = x.d.len();
+    assert!(nb % 2 == 0 && w.len() == nb / 2 * BYTES && x.qs.len() == nb * QK);
+    accumulate8(nb, |b| {
+        let blk = half_block(&w[b / 2 * BYTES..(b / 2 + 1) * BYTES], b % 2);
+        let one = Q8Row {
+            qs: &x.qs[b * QK..(b + 1) * QK],
+            d: &x.d[b..b + 1],
+            s: if x.s.is_empty() { x.s } else { &x.s[b..b + 1] },
+            sum: &x.sum[b..b + 1],
+        };
+        // One block: `accumulate8` of one term is the term itself (`0 + t`, then the sum of
+        // that lane with seven zeros), exact.
+        dot_q5_0_q8(&blk, &one)
+    })
+}
+
+/// Scalar table entry with f32 activations (see [`crate::kernels::MatmulF32Fn`]).
+///
+/// # Safety
+///
+/// As [`crate::kernels::MatmulF32Fn`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn matmul_f32(
+    w: *const u8,
+    row_bytes: usize,
+    rows: usize,
+    k: usize,
+    x: *const f32,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: forwarded caller contract.
+    unsafe { rows_f32(dot_q5_0x2_f32, w, row_bytes, rows, k, x, n, y, ldy) }
+}
+
+/// Scalar table entry with int8 activations (see [`crate::kernels::MatmulQ8Fn`]; `xq` has an
+/// even number of blocks per row, [`HALF_BYTES`] weight bytes each).
+///
+/// # Safety
+///
+/// As [`crate::kernels::MatmulQ8Fn`].
+pub(crate) unsafe fn matmul_q8(
+    w: *const u8,
+    row_bytes: usize,
+    rows: usize,
+    xq: &Q8Acts<'_>,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: forwarded caller contract.
+    unsafe { rows_q8(dot_q5_0x2_q8, HALF_BYTES, w, row_bytes, rows, xq, n, y, ldy) }
+}
+
+/// The column-block kernel of half `H` ([`crate::kernels::MatmulQ8Fn`]'s signature): `xq`
+/// holds one block of 32 per row, and row `r`'s weights are half `H` of the pair at `w + r *
+/// row_bytes`. Output `y[t * ldy + r]` is [`q5_0::dot_q5_0_q8`] of that half as a Q5_0 block.
+///
+/// # Safety
+///
+/// As [`crate::kernels::MatmulQ8Fn`], with `xq.nb() == 1` and a whole pair at each row.
+pub(crate) unsafe fn matmul_col_q8<const H: usize>(
+    w: *const u8,
+    row_bytes: usize,
+    rows: usize,
+    xq: &Q8Acts<'_>,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    debug_assert_eq!(xq.nb(), 1);
+    for r in 0..rows {
+        // SAFETY: a whole pair at each row (caller contract).
+        let pair = unsafe { core::slice::from_raw_parts(w.add(r * row_bytes), BYTES) };
+        let blk = half_block(pair, H);
+        for t in 0..n {
+            // SAFETY: `t * ldy + r` is writable (caller contract).
+            unsafe { y.add(t * ldy + r).write(dot_q5_0_q8(&blk, &xq.row(t))) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn repack_round_trips_and_dequantizes_as_q5_0() {
+        let x = values(256, 3);
+        let mut plain = vec![0u8; 4 * BYTES];
+        q5_0::quantize_row_q5_0(&x, &mut plain).unwrap();
+        let mut packed = vec![0u8; plain.len()];
+        repack(&plain, &mut packed).unwrap();
+        let mut direct = vec![0u8; plain.len()];
+        quantize_row_q5_0x2(&x, &mut direct).unwrap();
+        assert_eq!(packed, direct);
+        for (j, pair) in packed.chunks_exact(BYTES).enumerate() {
+            for h in 0..2 {
+                let b = 2 * j + h;
+                assert_eq!(&half_block(pair, h)[..], &plain[b * 22..(b + 1) * 22], "block {b}");
+            }
+        }
+        let (mut a, mut b) = (vec![0f32; 256], vec![0f32; 256]);
+        super::super::dequantize(DType::Q5_0, &plain, &mut a).unwrap();
+        super::super::dequantize(DType::Q5_0x2, &packed, &mut b).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(q5_0::dot_q5_0_f32(&plain, &x).to_bits(), dot_q5_0x2_f32(&packed, &x).to_bits());
+    }
+
+    #[test]
+    fn bad_lengths_are_errors_and_no_file_names_it() {
+        let mut out = [0u8; 44];
+        assert!(repack(&[0u8; 22], &mut out[..22]).is_err());
+        assert!(repack(&[0u8; 44], &mut out[..43]).is_err());
+        assert!(quantize_row_q5_0x2(&[0.0; 32], &mut out[..22]).is_err());
+        assert_eq!(super::super::quantized_from_name("Q5_0x2"), None);
+        assert_eq!(super::super::from_ggml_id(super::super::NOT_IN_FILES), None);
+        assert!(!alloc::format!("{}", super::super::quantized_names()).contains("Q5_0x2"));
+    }
+}
