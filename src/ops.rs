@@ -927,8 +927,8 @@ mod attention;
 mod outliers;
 pub(crate) use attention::run_block as attention_block;
 pub use attention::{attention_group, attention_group_on, GroupShape, KvRows};
-use outliers::{Columns, Outliers};
 pub use outliers::OUTLIER_RATIO;
+use outliers::{Columns, Outliers};
 
 /// Scaled dot-product attention for one query head over `n` cached positions:
 /// `out = Σ_t softmax_t(scale · q·k_t) · v_t`.

@@ -157,6 +157,30 @@ fn bench_takes_a_schedule() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
+/// `--no-repack` keeps Q5_0 matrices as stored: `bench` says how many matrices were repacked
+/// (the Q4_K_M file's 11 layer Q5_0 matrices where the kernels have a Q5_0x2 body, 0
+/// elsewhere; 0 with the flag), and greedy `generate` writes the same text either way (the
+/// repacked kernels give the same logits bit for bit).
+#[test]
+fn no_repack_keeps_q5_0_as_stored_with_the_same_output() {
+    let m = data("tiny-llama-gguf/tiny-llama-Q4_K_M.gguf");
+    let m = m.to_str().unwrap();
+    let simd = rml::kernels::active().unwrap().has_simd_q8(rml::DType::Q5_0x2);
+    let bench = ["bench", "--model", m, "--threads", "1", "--prompt", "4", "--decode", "2"];
+    for (flag, want) in [(None, if simd { 11 } else { 0 }), (Some("--no-repack"), 0)] {
+        let o = rml(&[&bench[..], &["--repeats", "1"], flag.as_slice()].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = stdout(&o);
+        assert!(out.contains(&format!("({want} matrices repacked)")), "{flag:?}: {out}");
+    }
+    let gen = ["generate", "--model", m, "-p", "Hello there", "-n", "12", "-t", "1"];
+    let a = rml(&gen);
+    let b = rml(&[&gen[..], &["--no-repack"]].concat());
+    assert!(a.status.success() && b.status.success(), "{}{}", stderr(&a), stderr(&b));
+    assert_eq!(stdout(&a), stdout(&b));
+    assert!(stdout(&a).len() > "Hello there".len(), "{}", stdout(&a));
+}
+
 #[test]
 fn greedy_smollm2_continues_the_reference_prompt() {
     let gguf = smollm2_gguf();

@@ -374,7 +374,8 @@ fn repacked_q5_0_gives_the_same_logits() {
             rml::kernels::active().unwrap().isa()
         );
     }
-    for path in ["tiny-qwen3/gguf/tiny-qwen3-Q5_0-pure.gguf", "tiny-llama-gguf/tiny-llama-Q4_K_M.gguf"]
+    for path in
+        ["tiny-qwen3/gguf/tiny-qwen3-Q5_0-pure.gguf", "tiny-llama-gguf/tiny-llama-Q4_K_M.gguf"]
     {
         let model = Model::open(data(path)).unwrap();
         for act in [Activations::Int8, Activations::Int8Plain, Activations::F32] {
@@ -409,7 +410,8 @@ fn repacked_q5_0_gives_the_same_logits() {
             }
             let prompt: Vec<u32> = (0..20u32).map(|i| (i * 37 + 5) % 200).collect();
             let vocab = a.config().vocab_size;
-            let (mut la, mut lb) = (vec![0f32; prompt.len() * vocab], vec![0f32; prompt.len() * vocab]);
+            let (mut la, mut lb) =
+                (vec![0f32; prompt.len() * vocab], vec![0f32; prompt.len() * vocab]);
             a.forward(&prompt, Some(&mut la), None).unwrap();
             b.forward(&prompt, Some(&mut lb), None).unwrap();
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();

@@ -275,7 +275,10 @@ fn main() {
     assert_eq!(plan(Activations::Int8, true), if simd { q5_0 } else { 0 });
     assert_eq!(plan(Activations::Int8Plain, true), plan(Activations::Int8, true));
     assert_eq!((plan(Activations::Int8, false), plan(Activations::F32, true)), (0, 0));
-    println!("ok   tiny-llama Q4_K_M GGUF: repacking copies {} bytes", plan(Activations::Int8, true));
+    println!(
+        "ok   tiny-llama Q4_K_M GGUF: repacking copies {} bytes",
+        plan(Activations::Int8, true)
+    );
 
     // The plan's parts, spelled out for the f32 file (2 layers, 2 KV heads, head_dim 16,
     // context 64, vocab 256, hidden 64).

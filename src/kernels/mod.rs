@@ -426,10 +426,8 @@ pub(crate) const SCALAR: Kernels = {
         k.q8[i] = crate::quant::TYPES[i].matmul_q8;
         i += 1;
     }
-    k.q8_halves[DType::Q5_0x2 as usize] = Some([
-        crate::quant::q5_0x2::matmul_col_q8::<0>,
-        crate::quant::q5_0x2::matmul_col_q8::<1>,
-    ]);
+    k.q8_halves[DType::Q5_0x2 as usize] =
+        Some([crate::quant::q5_0x2::matmul_col_q8::<0>, crate::quant::q5_0x2::matmul_col_q8::<1>]);
     k
 };
 

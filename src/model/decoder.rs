@@ -575,8 +575,7 @@ impl<'a> DecoderLM<'a> {
         }
         let mut place = Place::region(region);
         let repack = Self::repacks(&options);
-        let weights =
-            Weights::load_placed(config, src, options.weight_format, repack, &mut place)?;
+        let weights = Weights::load_placed(config, src, options.weight_format, repack, &mut place)?;
         let lm = Self::build(config, weights, exec, options, &mut place)?;
         debug_assert_eq!(place.used(), need, "memory plan and placement disagree");
         Ok(lm)

@@ -20,7 +20,8 @@
 //! pairs (`k % 64 == 0`).
 //!
 //! A column block of 32 (the outlier correction's reads, the transposed prefill tiles) is
-//! half `b % 2` of pair `b / 2`: [`matmul_col_q8`] reads one such half of each row.
+//! half `b % 2` of pair `b / 2`: the column-block kernels
+//! ([`crate::kernels::Kernels::matmul_q8_halves`]) read one such half of each row.
 
 use super::q5_0::{self, dequantize_block_q5_0, dot_q5_0_q8};
 use super::q8::{Q8Acts, Q8Row};

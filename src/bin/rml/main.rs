@@ -803,13 +803,12 @@ fn tune(args: &ModelArg) -> Result<()> {
     let model = Model::open(&path)?;
     let act: Activations = args.activations.into();
     let inline = rml::InlineExecutor;
-    let opts =
-        DecoderOptions {
-            context_len: Some(64),
-            activations: act,
-            repack_weights: !args.no_repack,
-            ..DecoderOptions::default()
-        };
+    let opts = DecoderOptions {
+        context_len: Some(64),
+        activations: act,
+        repack_weights: !args.no_repack,
+        ..DecoderOptions::default()
+    };
     let mut dec = DecoderLM::new(model.config(), &PackedSource::new(&model)?, &inline, opts)?;
     let vocab = model.config().vocab_size as u32;
     let prompt: Vec<u32> = (0..16u32).map(|i| (i * 7919 + 13) % vocab).collect();

@@ -471,8 +471,8 @@ unsafe fn q5x2_halves<Nb: Nibbles>(p0: *const u8, p1: *const u8, h: usize) -> __
 /// The word picks of [`pair_scales`]: the scales of pairs 0, 1 (words 0, 1, 22, 23 of the
 /// first vector) and 2, 3 (words 0, 1, 22, 23 of the second, loaded from byte 88).
 static PAIR_IDX: [i16; 32] = [
-    0, 1, 22, 23, 32, 33, 54, 55, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0,
+    0, 1, 22, 23, 32, 33, 54, 55, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0,
 ];
 
 /// The f16 scales of the first `m` blocks (`m` even, `<= 8`) of the pairs at `wb`, lanes
