@@ -17,6 +17,11 @@
 //!   AVX-512 entry (no nibbles).
 //! - **AVX-VNNI** (the VEX-encoded 256-bit `vpdpbusd`): the AVX2 kernel of `avx2_q8.rs` with
 //!   `vpdpbusd` in place of `maddubs` + `madd` ([`super::VexOps`]).
+//! - **Q5_0x2** ([`crate::quant::q5_0x2`], Q5_0 repacked at load, both AVX-512 tiers): the
+//!   same tiles over pairs of blocks ([`Q5_0x2B`]: one 256-bit broadcast, one nibble split,
+//!   one 64-bit mask load per 64 weights, where Q5_0 needs a `vinserti64x4` and a mask built
+//!   in a general register, both on port 5), and the outlier correction's column-block
+//!   kernels that read one half of each row's pair ([`Q5_0x2H`]).
 //!
 //! The integer block sums are exact (a quad is at most `4 · 255 · 127`, far inside i32), and
 //! the f32 part is the oracle's order exactly ([`crate::kernels::scalar::accumulate8`]: block
