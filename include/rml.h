@@ -229,6 +229,33 @@ typedef uint32_t RmlKvCache;
 #endif // __cplusplus
 
 /**
+ * Whether Q5_0 matrices are repacked at load (the values of `RmlDecoderOptions::repack`).
+ */
+enum RmlRepack
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+    /**
+     * Repack the layers' Q5_0 matrices into the layout the AVX-512 int8 kernels read
+     * fastest, where those kernels run and activations are int8 (the default: a copy of
+     * those matrices, the same logits bit for bit, faster decoding).
+     */
+    RML_REPACK_AUTO = 0,
+    /**
+     * Use every matrix as stored (no copy).
+     */
+    RML_REPACK_OFF = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RmlRepack RmlRepack;
+#else
+typedef uint32_t RmlRepack;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * A model family: everything the decoder and the config readers need to know about it.
  */
 typedef struct ArchSpec ArchSpec;
@@ -304,6 +331,10 @@ typedef struct RmlDecoderOptions {
      * One of `RmlKvCache`; 0 (`RML_KV_CACHE_F32`) by default.
      */
     uint32_t kv_cache;
+    /**
+     * One of `RmlRepack`; 0 (`RML_REPACK_AUTO`) by default.
+     */
+    uint32_t repack;
 } RmlDecoderOptions;
 
 /**
@@ -408,7 +439,8 @@ const char *rml_version(void);
 
 /**
  * The default decoder options (all zeros: default threads, `RML_SCHEDULE_PROPORTIONAL2`,
- * int8 activations, weights as stored, default context, prefill chunks of 64, f32 KV cache).
+ * int8 activations, weights as stored, default context, prefill chunks of 64, f32 KV cache,
+ * Q5_0 matrices repacked where the kernels gain from it).
  */
 struct RmlDecoderOptions rml_decoder_options_default(void);
 

@@ -144,6 +144,35 @@ fn the_f16_kv_cache_option_reaches_the_decoder() {
     ok(rml_model_free(m));
 }
 
+/// `RmlDecoderOptions::repack`: AUTO (the default) and OFF give the same logits bit for bit on
+/// a file with Q5_0 matrices (repacked or not, see tests/decoder_gguf_types.rs), and an
+/// unknown value is refused.
+#[test]
+fn the_repack_option_reaches_the_decoder() {
+    let m = open(&data("tiny-llama-gguf/tiny-llama-Q4_K_M.gguf"));
+    let prompt = [1u32, 17, 42, 99, 7];
+    let mut logits = Vec::new();
+    for repack in [RmlRepack::Auto as u32, RmlRepack::Off as u32] {
+        let opts = RmlDecoderOptions { threads: 1, repack, ..rml_decoder_options_default() };
+        let (mut d, mut l, mut n) = (null_mut(), null(), 0);
+        // SAFETY: valid pointers; the logits are read before the decoder's next call.
+        logits.push(unsafe {
+            ok(rml_decoder_new(m, &opts, &mut d));
+            ok(rml_decoder_prefill(d, prompt.as_ptr(), prompt.len(), &mut l, &mut n));
+            std::slice::from_raw_parts(l, n).iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        });
+        ok(rml_decoder_free(d));
+    }
+    assert_eq!(logits[0], logits[1]);
+    let bad = RmlDecoderOptions { repack: 2, ..rml_decoder_options_default() };
+    let mut d = null_mut();
+    // SAFETY: valid handle, options and out-pointer.
+    let status = unsafe { rml_decoder_new(m, &bad, &mut d) };
+    assert_ne!(status, RmlStatus::Ok, "repack 2 must be refused");
+    assert!(d.is_null());
+    ok(rml_model_free(m));
+}
+
 #[test]
 fn gguf_bytes_copied_or_borrowed_give_pytorchs_tokens_as_the_file_does() {
     let path = data("tiny-llama-gguf/tiny-llama-Q8_0.gguf");
@@ -236,6 +265,7 @@ fn decoder_options_reach_the_decoder() {
                 context_len: 8,
                 prefill_chunk: 2,
                 kv_cache: 0,
+                repack: 0,
             };
             let (mut d, mut l, mut n) = (null_mut(), null(), 0);
             // SAFETY: valid pointers; the logits are read before the decoder's next call.

@@ -72,6 +72,18 @@ pub enum RmlKvCache {
     F16 = 1,
 }
 
+/// Whether Q5_0 matrices are repacked at load (the values of `RmlDecoderOptions::repack`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RmlRepack {
+    /// Repack the layers' Q5_0 matrices into the layout the AVX-512 int8 kernels read
+    /// fastest, where those kernels run and activations are int8 (the default: a copy of
+    /// those matrices, the same logits bit for bit, faster decoding).
+    Auto = 0,
+    /// Use every matrix as stored (no copy).
+    Off = 1,
+}
+
 /// How weights are kept in memory (the values of `RmlDecoderOptions::weight_format`).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,10 +119,13 @@ pub struct RmlDecoderOptions {
     pub prefill_chunk: usize,
     /// One of `RmlKvCache`; 0 (`RML_KV_CACHE_F32`) by default.
     pub kv_cache: u32,
+    /// One of `RmlRepack`; 0 (`RML_REPACK_AUTO`) by default.
+    pub repack: u32,
 }
 
 /// The default decoder options (all zeros: default threads, `RML_SCHEDULE_PROPORTIONAL2`,
-/// int8 activations, weights as stored, default context, prefill chunks of 64, f32 KV cache).
+/// int8 activations, weights as stored, default context, prefill chunks of 64, f32 KV cache,
+/// Q5_0 matrices repacked where the kernels gain from it).
 #[no_mangle]
 pub extern "C" fn rml_decoder_options_default() -> RmlDecoderOptions {
     RmlDecoderOptions::default()
@@ -195,6 +210,15 @@ fn new_state(model: Arc<ModelInner>, o: &RmlDecoderOptions) -> Result<DecoderSta
             )))
         }
     };
+    let repack_weights = match o.repack {
+        0 => true,
+        1 => false,
+        r => {
+            return Err(Error::invalid_argument(format_args!(
+                "options.repack {r} is not an RmlRepack (0 = AUTO, 1 = OFF)"
+            )))
+        }
+    };
     let max = model.config.max_position_embeddings;
     if o.context_len > max {
         return Err(Error::invalid_argument(format_args!(
@@ -209,6 +233,7 @@ fn new_state(model: Arc<ModelInner>, o: &RmlDecoderOptions) -> Result<DecoderSta
         prefill_chunk: if o.prefill_chunk == 0 { 64 } else { o.prefill_chunk },
         schedule: Some(schedule),
         kv_dtype,
+        repack_weights,
         ..DecoderOptions::default()
     };
     let threads = if o.threads == 0 { ThreadPool::default_threads() } else { o.threads as usize };
