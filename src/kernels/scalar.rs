@@ -233,9 +233,13 @@ pub(crate) unsafe fn rows_q8(
 }
 
 /// Defines a quantized type's two scalar table entries, `matmul_f32` and `matmul_q8`, from
-/// its row dot products `(fn(&[u8], &[f32]) -> f32, fn(&[u8], &Q8Row) -> f32)`.
+/// its row dot products `(fn(&[u8], &[f32]) -> f32, fn(&[u8], &Q8Row) -> f32)`, with the
+/// weight bytes per activation block (the module's `BYTES` unless given).
 macro_rules! entries {
     ($dot_f32:path, $dot_q8:path) => {
+        $crate::kernels::scalar::entries!($dot_f32, $dot_q8, BYTES);
+    };
+    ($dot_f32:path, $dot_q8:path, $act_block_bytes:expr) => {
         /// Scalar table entry with f32 activations (see [`crate::kernels::MatmulF32Fn`]).
         ///
         /// # Safety
@@ -274,7 +278,17 @@ macro_rules! entries {
         ) {
             // SAFETY: forwarded caller contract.
             unsafe {
-                $crate::kernels::scalar::rows_q8($dot_q8, BYTES, w, row_bytes, rows, xq, n, y, ldy)
+                $crate::kernels::scalar::rows_q8(
+                    $dot_q8,
+                    $act_block_bytes,
+                    w,
+                    row_bytes,
+                    rows,
+                    xq,
+                    n,
+                    y,
+                    ldy,
+                )
             }
         }
     };

@@ -27,7 +27,7 @@ use super::q5_0::{self, dequantize_block_q5_0, dot_q5_0_q8};
 use super::q8::{Q8Acts, Q8Row};
 use super::{quantize_checks, ActFormat, TypeInfo, QK};
 use crate::error::Result;
-use crate::kernels::scalar::{accumulate8, dot_f32, rows_f32, rows_q8};
+use crate::kernels::scalar::{accumulate8, dot_f32};
 use crate::tensor::DType;
 
 /// Bytes per pair (64 elements).
@@ -191,44 +191,9 @@ pub fn dot_q5_0x2_q8(w: &[u8], x: &Q8Row<'_>) -> f32 {
     })
 }
 
-/// Scalar table entry with f32 activations (see [`crate::kernels::MatmulF32Fn`]).
-///
-/// # Safety
-///
-/// As [`crate::kernels::MatmulF32Fn`].
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn matmul_f32(
-    w: *const u8,
-    row_bytes: usize,
-    rows: usize,
-    k: usize,
-    x: *const f32,
-    n: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
-    // SAFETY: forwarded caller contract.
-    unsafe { rows_f32(dot_q5_0x2_f32, w, row_bytes, rows, k, x, n, y, ldy) }
-}
-
-/// Scalar table entry with int8 activations (see [`crate::kernels::MatmulQ8Fn`]; `xq` has an
-/// even number of blocks per row, [`HALF_BYTES`] weight bytes each).
-///
-/// # Safety
-///
-/// As [`crate::kernels::MatmulQ8Fn`].
-pub(crate) unsafe fn matmul_q8(
-    w: *const u8,
-    row_bytes: usize,
-    rows: usize,
-    xq: &Q8Acts<'_>,
-    n: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
-    // SAFETY: forwarded caller contract.
-    unsafe { rows_q8(dot_q5_0x2_q8, HALF_BYTES, w, row_bytes, rows, xq, n, y, ldy) }
-}
+// The scalar table entries: `xq` has an even number of blocks per row, `HALF_BYTES` weight
+// bytes each.
+crate::kernels::scalar::entries!(dot_q5_0x2_f32, dot_q5_0x2_q8, HALF_BYTES);
 
 /// The column-block kernel of half `H` ([`crate::kernels::MatmulQ8Fn`]'s signature): `xq`
 /// holds one block of 32 per row, and row `r`'s weights are half `H` of the pair at `w + r *
