@@ -332,7 +332,10 @@ typedef struct RmlDecoderOptions {
      */
     uint32_t kv_cache;
     /**
-     * One of `RmlRepack`; 0 (`RML_REPACK_AUTO`) by default.
+     * One of `RmlRepack`; 0 (`RML_REPACK_AUTO`) by default. Added after `kv_cache` (in the
+     * struct's former tail padding, so its size did not change): a caller that fills the
+     * struct field by field must set it too, or start from `rml_decoder_options_default()`
+     * or `{0}`; a stray value is refused (`RML_STATUS_INVALID_ARGUMENT`).
      */
     uint32_t repack;
 } RmlDecoderOptions;

@@ -70,7 +70,8 @@ impl<'a> Matrix<'a> {
     /// # Errors
     ///
     /// [`crate::Code::InvalidArgument`] if `data.len() != rows * row_bytes(k)`, if `k` is not
-    /// a multiple of 32 for a quantized dtype, if an f32 matrix is not 4-byte aligned, or if
+    /// a multiple of the dtype's block size (32, 64 for Q5_0x2, 256 for the K-quants), if an
+    /// f32 matrix is not 4-byte aligned, or if
     /// the dtype is not a weight dtype (a row of [`crate::quant::TYPES`] with a matmul).
     pub fn new(dtype: DType, rows: usize, k: usize, data: &'a [u8]) -> Result<Self> {
         if crate::quant::info(dtype).matmul_f32.is_none() {

@@ -58,7 +58,8 @@ pub enum DType {
     Q6_K,
     /// Two consecutive Q5_0 blocks of a row repacked for the AVX-512 int8 kernels (see
     /// [`crate::quant::q5_0x2`]): 44 bytes per 64 elements, the same bytes per row as Q5_0.
-    /// rml's own load-time layout: never read from or written to files.
+    /// rml's own load-time layout: never read from or written to files. Int8 products give
+    /// Q5_0's bits; f32-activation products run the scalar oracle on every ISA.
     Q5_0x2,
 }
 

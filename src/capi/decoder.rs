@@ -119,7 +119,10 @@ pub struct RmlDecoderOptions {
     pub prefill_chunk: usize,
     /// One of `RmlKvCache`; 0 (`RML_KV_CACHE_F32`) by default.
     pub kv_cache: u32,
-    /// One of `RmlRepack`; 0 (`RML_REPACK_AUTO`) by default.
+    /// One of `RmlRepack`; 0 (`RML_REPACK_AUTO`) by default. Added after `kv_cache` (in the
+    /// struct's former tail padding, so its size did not change): a caller that fills the
+    /// struct field by field must set it too, or start from `rml_decoder_options_default()`
+    /// or `{0}`; a stray value is refused (`RML_STATUS_INVALID_ARGUMENT`).
     pub repack: u32,
 }
 

@@ -12,12 +12,15 @@
 //! | 4..12 | little-endian u64: bit `e` the fifth bit of `b0`'s element `e`, bit `32 + e` of `b1`'s |
 //! | 12..44 | byte `e` (`e < 32`): low nibble `b0`'s element `e`, high nibble `b1`'s element `e` |
 //!
-//! Values, rounding and the block terms are Q5_0's: every dot product here (scalar and SIMD)
-//! returns the bits of the same product over the Q5_0 bytes, so a model runs the same with
-//! its Q5_0 matrices repacked or not. This is rml's load-time layout ([`repack`] at load
-//! when the active kernels have a SIMD body for it; `crate::model::DecoderOptions`'s
-//! `repack_weights`): it is never read from or written to files, and rows must be whole
-//! pairs (`k % 64 == 0`).
+//! Values, rounding and the block terms are Q5_0's. With int8 activations every product
+//! (scalar and SIMD, every table) returns the bits of the same product over the Q5_0 bytes, so
+//! a model runs the same with its Q5_0 matrices repacked or not. With f32 activations only
+//! the scalar entries exist (every table falls back to them, slowly): they give the scalar
+//! oracle's Q5_0 bits, not those of a table's SIMD f32 Q5_0 kernel (a different summation
+//! order, within rounding). So loading repacks only for int8 activations and only where the
+//! active kernels have the SIMD int8 body ([`repack`] at load;
+//! `crate::model::DecoderOptions`'s `repack_weights`). This is rml's load-time layout: it is
+//! never read from or written to files, and rows must be whole pairs (`k % 64 == 0`).
 //!
 //! A column block of 32 (the outlier correction's reads, the transposed prefill tiles) is
 //! half `b % 2` of pair `b / 2`: the column-block kernels
