@@ -27,7 +27,9 @@
 //! [`DecoderLM::prefill`] allocate nothing (with the inline executor or a thread pool).
 //!
 //! Parallelism: matrix products split over output rows ([`crate::ops::gemv`] /
-//! [`crate::ops::gemm`]; q/k/v and gate/up each as one loop with [`crate::ops::gemm_fused`]),
+//! [`crate::ops::gemm`]; q/k/v as one loop with [`crate::ops::gemm_fused`]; gate/up as one
+//! loop whose chunks also apply the GLU to their rows and, when `down` runs int8, quantize
+//! their blocks of the product for it, so neither runs on the calling thread afterwards),
 //! attention ([`AttentionPath::Tiled`], [`crate::ops::attention_group`]) over KV heads, each
 //! item running all the query heads that share the KV head, with (prefill) tiles of
 //! [`ROW_TILE`] query rows or (decode) segments of [`KV_SEGMENT`] cache positions, merged in
@@ -48,6 +50,7 @@ use crate::model::config::{LayerKind, ModelConfig, RopeScaling};
 use crate::model::plan::MemoryPlan;
 use crate::model::weights::{plan_weights, LayerWeights, Linear, WeightFormat, Weights};
 use crate::ops::{self, Activations, KvRows};
+use crate::quant::ActFormat;
 use crate::tensor::{cast_slice, cast_slice_mut};
 
 /// The context length used when [`DecoderOptions::context_len`] is `None` and the model
@@ -481,7 +484,21 @@ fn arena_bytes(
         .map(|&k| ops::scratch_bytes(k, n, act).max(ops::scratch_bytes(k, 1, act)))
         .max()
         .unwrap_or(0);
-    total.checked_add(scratch)?.checked_add(2 * ops_align())
+    let glu = glu_quant_bytes(i, n.max(1), act);
+    total.checked_add(scratch)?.checked_add(glu)?.checked_add(3 * ops_align())
+}
+
+/// Bytes of arena for the MLP product quantized inside the gate/up loop (`ops::gemm_glu`):
+/// `n` rows of `inter` in the larger of the two int8 formats; 0 for f32 activations.
+fn glu_quant_bytes(inter: usize, n: usize, act: Activations) -> usize {
+    if act == Activations::F32 {
+        return 0;
+    }
+    [ActFormat::Q8, ActFormat::Q8K]
+        .iter()
+        .map(|&f| crate::quant::q8_acts_bytes_as(f, inter, n))
+        .max()
+        .unwrap_or(0)
 }
 
 const fn ops_align() -> usize {
@@ -1009,6 +1026,15 @@ impl<'a> DecoderLM<'a> {
         let scratch_len =
             [h, qd, inter].iter().map(|&kk| ops::scratch_bytes(kk, n, act)).max().unwrap_or(0);
         let scratch = arena.alloc_slice_aligned::<u8>(scratch_len, ops_align())?;
+        let glu_scratch =
+            arena.alloc_slice_aligned::<u8>(glu_quant_bytes(inter, n, act), ops_align())?;
+        // The down projection reads the GLU product quantized inside the gate/up loop when it
+        // runs int8 (plain) in a format whose blocks tile the product's rows.
+        let down_fmt = |m: &ops::Matrix<'_>| {
+            let fmt = crate::quant::info(m.dtype()).act?;
+            let int8 = other != Activations::F32 && m.dtype().is_quantized();
+            (int8 && inter % fmt.block_elems() == 0).then_some(fmt)
+        };
 
         let emb = w.embedding.matrix()?;
         for (t, &tok) in tokens.iter().enumerate() {
@@ -1242,11 +1268,19 @@ impl<'a> DecoderLM<'a> {
                 ops::rms_norm(&x[r.clone()], lw.ffn_norm.as_slice(), eps, &mut xn[r]);
             }
             let gate_up = [&lw.gate.matrix()?, &lw.up.matrix()?];
-            ops::gemm_fused(exec, sched, gate_up, xn, n, [&mut *gate, &mut *up], normed, scratch)
-                .map_err(|e| nonfinite_input(e, xn, h, p0))?;
-            ops::glu_with(kern, act_fn == Activation::GeluTanh, gate, up);
-            matmul(exec, sched, &lw.down, gate, n, xn, other, scratch)
+            let down = lw.down.matrix()?;
+            let quant =
+                down_fmt(&down).map(|fmt| ops::GluQuant { fmt, scratch: &mut *glu_scratch });
+            let gelu = act_fn == Activation::GeluTanh;
+            let (g, u) = (&mut *gate, &mut *up);
+            let hq = ops::gemm_glu(exec, sched, gate_up, xn, n, g, u, gelu, normed, scratch, quant)
+                .map_err(|e| nonfinite_input(e, xn, h, p0))
                 .map_err(|e| nonfinite_input(e, gate, inter, p0))?;
+            match hq {
+                Some(hq) => ops::gemm_q8(exec, sched, &down, &hq, xn),
+                None => matmul(exec, sched, &lw.down, gate, n, xn, other, scratch),
+            }
+            .map_err(|e| nonfinite_input(e, gate, inter, p0))?;
             if let Some(pn) = &lw.post_ffn_norm {
                 for row in xn.chunks_exact_mut(h) {
                     ops::rms_norm_in_place(row, pn.as_slice(), eps);

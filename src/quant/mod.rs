@@ -45,6 +45,7 @@ pub use q4_0::{dequantize_block_q4_0, dequantize_row_q4_0, quantize_row_q4_0, Bl
 pub use q4_1::{dequantize_block_q4_1, dequantize_row_q4_1, quantize_row_q4_1, BlockQ4_1};
 pub use q5_0::{dequantize_block_q5_0, quantize_row_q5_0, BlockQ5_0};
 pub use q5_1::{dequantize_block_q5_1, quantize_row_q5_1, BlockQ5_1};
+pub(crate) use q8::Q8Parts;
 pub use q8::{q8_acts_bytes, q8_acts_bytes_as, Q8Acts};
 pub use q8_0::{dequantize_block_q8_0, dequantize_row_q8_0, quantize_row_q8_0, BlockQ8_0};
 

@@ -99,6 +99,144 @@ fn finish_sums(qs: &[i8], d: &[f32], s: &mut [f32], sum: &mut [i32]) {
     }
 }
 
+/// Activations quantized a range of blocks at a time, by several threads: carved out of
+/// scratch once ([`Q8Parts::new`]), each thread quantizes the blocks of its own column range
+/// ([`Q8Parts::quantize_blocks`]), and [`Q8Parts::finish`] hands out the [`Q8Acts`]. Every
+/// block gets the bytes [`Q8Acts::quantize_as`] gives it (the same per-block rule and
+/// kernels), so who quantized which block never shows. The decoder quantizes the GLU product
+/// this way inside the gate/up loop (`crate::ops::gemm_glu`).
+pub(crate) struct Q8Parts<'a> {
+    fmt: ActFormat,
+    n: usize,
+    nb: usize,
+    qs: *mut i8,
+    d: *mut f32,
+    s: *mut f32,
+    sum: *mut i32,
+    /// The lengths of the four arrays (`finish` rebuilds the slices).
+    lens: [usize; 4],
+    _scratch: core::marker::PhantomData<&'a mut [u8]>,
+}
+
+// SAFETY: the raw pointers address scratch borrowed mutably for `'a`; threads write disjoint
+// blocks through `quantize_blocks` (its contract), and nothing reads them before `finish`.
+unsafe impl Send for Q8Parts<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for Q8Parts<'_> {}
+
+impl<'a> Q8Parts<'a> {
+    /// Carves room for `n` rows of `k` activations in `fmt` out of `scratch`.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::InvalidArgument`] if `k` is not a multiple of the format's block or
+    /// `scratch` is shorter than [`q8_acts_bytes_as`].
+    pub(crate) fn new(fmt: ActFormat, n: usize, k: usize, scratch: &'a mut [u8]) -> Result<Self> {
+        let e = fmt.block_elems();
+        if k % e != 0 {
+            return Err(Error::invalid_argument(format_args!(
+                "int8 activations: row of {k} elements is not a multiple of the block size {e}"
+            )));
+        }
+        let nb = k / e;
+        let (qs, d, s, sum) = carve(scratch, n * nb, fmt)?;
+        Ok(Q8Parts {
+            fmt,
+            n,
+            nb,
+            lens: [qs.len(), d.len(), s.len(), sum.len()],
+            qs: qs.as_mut_ptr(),
+            d: d.as_mut_ptr(),
+            s: s.as_mut_ptr(),
+            sum: sum.as_mut_ptr(),
+            _scratch: core::marker::PhantomData,
+        })
+    }
+
+    /// The block size of the format: column ranges handed to
+    /// [`quantize_blocks`](Self::quantize_blocks) start and end on multiples of it.
+    pub(crate) fn block_elems(&self) -> usize {
+        self.fmt.block_elems()
+    }
+
+    /// Quantizes blocks `b0 .. b1` of every row of `x` (`n` rows of `k`, row `t` at
+    /// `x + t * k`) with `kern`. Returns `false` if a block holds NaN or ±infinity (its bytes
+    /// are then unspecified).
+    ///
+    /// # Safety
+    ///
+    /// `x` readable for `n * k` floats; `b0 <= b1 <= nb`; no other call runs on an
+    /// overlapping block range at the same time, and [`finish`](Self::finish) comes after
+    /// every call.
+    pub(crate) unsafe fn quantize_blocks(
+        &self,
+        kern: &crate::kernels::Kernels,
+        x: *const f32,
+        b0: usize,
+        b1: usize,
+    ) -> bool {
+        let (e, nb, k) = (self.fmt.block_elems(), self.nb, self.nb * self.fmt.block_elems());
+        let m = b1 - b0;
+        if m == 0 {
+            return true;
+        }
+        let mut ok = true;
+        for t in 0..self.n {
+            let i = t * nb + b0;
+            // SAFETY: blocks `i .. i + m` of the carved arrays (row `t`, blocks `b0 .. b1`)
+            // and their inputs are in bounds and written by this call only (caller
+            // contract); the table's functions run only on an ISA this CPU has.
+            unsafe {
+                let (xp, qp, dp) = (x.add(t * k + b0 * e), self.qs.add(i * e), self.d.add(i));
+                ok &= match self.fmt {
+                    ActFormat::Q8 => (kern.quantize_q8)(xp, m, qp, e, dp),
+                    ActFormat::Q8K => (kern.quantize_q8k)(xp, m, qp, e, dp),
+                };
+                let qs = core::slice::from_raw_parts(qp.cast_const(), m * e);
+                let d = core::slice::from_raw_parts(dp.cast_const(), m);
+                match self.fmt {
+                    ActFormat::Q8 => finish_sums(
+                        qs,
+                        d,
+                        core::slice::from_raw_parts_mut(self.s.add(i), m),
+                        core::slice::from_raw_parts_mut(self.sum.add(i), m),
+                    ),
+                    ActFormat::Q8K => {
+                        let sum = core::slice::from_raw_parts_mut(self.sum.add(16 * i), 16 * m);
+                        for (q, sum) in qs.chunks_exact(16).zip(sum) {
+                            *sum = q.iter().map(|&v| v as i32).sum();
+                        }
+                    }
+                }
+            }
+        }
+        ok
+    }
+
+    /// The activations, once every block has been quantized.
+    ///
+    /// # Safety
+    ///
+    /// Every block of every row was written by [`quantize_blocks`](Self::quantize_blocks)
+    /// (returning `true`), and those calls happened-before this one.
+    pub(crate) unsafe fn finish(self) -> Q8Acts<'a> {
+        let [lq, ld, ls, lsum] = self.lens;
+        // SAFETY: the four arrays `new` carved (disjoint parts of scratch borrowed for
+        // `'a`), initialized by the calls of the contract.
+        unsafe {
+            Q8Acts {
+                fmt: self.fmt,
+                n: self.n,
+                nb: self.nb,
+                qs: core::slice::from_raw_parts(self.qs, lq),
+                d: core::slice::from_raw_parts(self.d, ld),
+                s: core::slice::from_raw_parts(self.s, ls),
+                sum: core::slice::from_raw_parts(self.sum, lsum),
+            }
+        }
+    }
+}
+
 impl<'a> Q8Acts<'a> {
     /// Quantizes `n` rows of `k` activations (`x.len() == n * k`) into `scratch` with the
     /// kernels `kern` (the bytes are the same on every ISA).

@@ -57,7 +57,7 @@ static Q8_REFERENCE: &Align64<[u8]> =
 /// below (KV cache for 24 positions, scratch, logits, RoPE table, norms, and for the last run
 /// the matrices converted to Q8_0 at load). The firmware fails if a plan needs more, and if
 /// this is not exactly the largest plan, so it cannot drift from `memory_plan`.
-const REGION_BYTES: usize = 182_592;
+const REGION_BYTES: usize = 187_904;
 static mut REGION: Align64<[u8; REGION_BYTES]> = Align64([0; REGION_BYTES]);
 
 /// The heap: parsing (safetensors header, GGUF metadata, config.json) and the layer table.
