@@ -1551,38 +1551,15 @@ mod layer_math_tests {
                             let (mut g, mut u) =
                                 (alloc::vec![0f32; n * rows], alloc::vec![0f32; n * rows]);
                             let at = alloc::format!("{act:?} gelu {gelu} {fmt:?} {sched:?}");
-                            let none = gemm_glu(
-                                *exec,
-                                sched,
-                                [&gate, &up],
-                                &x,
-                                n,
-                                &mut g,
-                                &mut u,
-                                gelu,
-                                act,
-                                scratch,
-                                None,
-                            )
-                            .unwrap();
-                            assert!(none.is_none() && g == want && u == wu, "{at}");
                             let mut qv = alloc::vec![0u8; q8_acts_bytes_as(fmt, rows, n)];
+                            let mut run = |g: &mut [f32], u: &mut [f32], q| {
+                                let w = [&gate, &up];
+                                gemm_glu(*exec, sched, w, &x, n, g, u, gelu, act, scratch, q)
+                            };
+                            let none = run(&mut g, &mut u, None).unwrap();
+                            assert!(none.is_none() && g == want && u == wu, "{at}");
                             let q = GluQuant { fmt, scratch: &mut qv };
-                            let hq = gemm_glu(
-                                *exec,
-                                sched,
-                                [&gate, &up],
-                                &x,
-                                n,
-                                &mut g,
-                                &mut u,
-                                gelu,
-                                act,
-                                scratch,
-                                Some(q),
-                            )
-                            .unwrap()
-                            .unwrap();
+                            let hq = run(&mut g, &mut u, Some(q)).unwrap().unwrap();
                             assert!(g == want && u == wu, "{at}");
                             assert_eq!(hq.qs(), wq.qs(), "{at}");
                             assert_eq!(hq.d(), wq.d(), "{at}");
@@ -1596,73 +1573,36 @@ mod layer_math_tests {
                 }
             }
         }
-        // Wrong shapes and formats are refused.
-        let mut qv = alloc::vec![0u8; q8_acts_bytes_as(ActFormat::Q8, rows, n)];
-        let (mut g, mut u) = (alloc::vec![0f32; n * rows], alloc::vec![0f32; n * rows]);
+        // Wrong shapes and formats are refused, and a product that overflows is reported,
+        // not quantized (f32 activations, 1 or `n` rows, outputs sized for the gate).
         let exec = crate::exec::InlineExecutor;
-        let short = Matrix::new(DType::Q8_0, 32, k, &gb[..32 * 68]).unwrap();
-        let e = gemm_glu(
-            &exec,
-            None,
-            [&gate, &short],
-            &x,
-            n,
-            &mut g,
-            &mut u,
-            false,
-            Activations::F32,
-            &mut [],
-            None,
-        );
-        assert_eq!(e.unwrap_err().code(), crate::Code::InvalidArgument);
-        let odd = GluQuant { fmt: ActFormat::Q8K, scratch: &mut qv };
-        let g32 = Matrix::new(DType::Q8_0, 32, k, &gb[..32 * 68]).unwrap();
-        let (mut g2, mut u2) = (alloc::vec![0f32; n * 32], alloc::vec![0f32; n * 32]);
-        let e = gemm_glu(
-            &exec,
-            None,
-            [&g32, &g32],
-            &x,
-            n,
-            &mut g2,
-            &mut u2,
-            false,
-            Activations::F32,
-            &mut [],
-            Some(odd),
-        );
-        assert_eq!(e.unwrap_err().code(), crate::Code::InvalidArgument, "32 rows, Q8_K blocks");
-        let mut qv = alloc::vec![0u8; q8_acts_bytes_as(ActFormat::Q8, rows, n)];
-        let xq = {
-            let want = alloc::vec![0.5f32; n * rows];
-            Q8Acts::quantize_as(ActFormat::Q8, kern, &want, n, rows, &mut qv).unwrap()
+        let code = |w: [&Matrix<'_>; 2], x: &[f32], q: Option<GluQuant<'_>>| {
+            let len = x.len() / k * w[0].rows;
+            let (mut g, mut u) = (alloc::vec![0f32; len], alloc::vec![0f32; len]);
+            let n = x.len() / k;
+            let e =
+                gemm_glu(&exec, None, w, x, n, &mut g, &mut u, false, Activations::F32, &mut [], q);
+            e.err().map(|e| e.code())
         };
-        let mut y = alloc::vec![0f32; n * 40];
-        let e = gemm_q8(&exec, None, &downk, &xq, &mut y);
-        assert_eq!(e.unwrap_err().code(), crate::Code::InvalidArgument, "Q8 acts for Q4_K");
-        // A product that overflows is reported, not quantized.
+        let invalid = Some(crate::Code::InvalidArgument);
+        let short = Matrix::new(DType::Q8_0, 32, k, &gb[..32 * 68]).unwrap();
+        assert_eq!(code([&gate, &short], &x, None), invalid, "rows differ");
+        let mut qv = alloc::vec![0u8; q8_acts_bytes_as(ActFormat::Q8K, 32, n)];
+        let odd = GluQuant { fmt: ActFormat::Q8K, scratch: &mut qv };
+        assert_eq!(code([&short, &short], &x, Some(odd)), invalid, "32 rows, Q8_K blocks");
         let big: alloc::vec::Vec<u8> =
             [1.0e30f32; 64 * 32].iter().flat_map(|v| v.to_le_bytes()).collect();
         let big = crate::mem::AlignedBlock::try_from_slice(&big).unwrap();
         let wbig = Matrix::new(DType::F32, 32, k, big.as_slice()).unwrap();
-        let xbig = alloc::vec![1.0e30f32; k];
-        let (mut g, mut u) = (alloc::vec![0f32; 32], alloc::vec![0f32; 32]);
         let mut qv = alloc::vec![0u8; q8_acts_bytes_as(ActFormat::Q8, 32, 1)];
         let q = GluQuant { fmt: ActFormat::Q8, scratch: &mut qv };
-        let e = gemm_glu(
-            &exec,
-            None,
-            [&wbig, &wbig],
-            &xbig,
-            1,
-            &mut g,
-            &mut u,
-            false,
-            Activations::F32,
-            &mut [],
-            Some(q),
-        );
-        assert_eq!(e.unwrap_err().code(), crate::Code::InvalidArgument, "non-finite product");
+        assert_eq!(code([&wbig, &wbig], &[1.0e30; 64], Some(q)), invalid, "non-finite product");
+        let mut qv = alloc::vec![0u8; q8_acts_bytes_as(ActFormat::Q8, rows, n)];
+        let want = alloc::vec![0.5f32; n * rows];
+        let xq = Q8Acts::quantize_as(ActFormat::Q8, kern, &want, n, rows, &mut qv).unwrap();
+        let mut y = alloc::vec![0f32; n * 40];
+        let e = gemm_q8(&exec, None, &downk, &xq, &mut y);
+        assert_eq!(e.unwrap_err().code(), crate::Code::InvalidArgument, "Q8 acts for Q4_K");
     }
 
     #[test]
