@@ -1516,18 +1516,15 @@ mod layer_math_tests {
         let downk = Matrix::new(DType::Q4_K, 40, rows, &kb).unwrap();
         let x: alloc::vec::Vec<f32> = (0..n * k).map(|_| next()).collect();
         let kern = kernels::active().unwrap();
-        let pool2;
-        let pool3;
-        let mut execs: alloc::vec::Vec<&dyn Executor> = alloc::vec![&crate::exec::InlineExecutor];
+        // The inline executor, and with std two pools (2 and 3 threads).
+        let inline: &dyn Executor = &crate::exec::InlineExecutor;
         #[cfg(feature = "std")]
-        {
-            pool2 = crate::exec::ThreadPool::new(2);
-            pool3 = crate::exec::ThreadPool::new(3);
-            execs.push(&pool2);
-            execs.push(&pool3);
-        }
+        let pools = [crate::exec::ThreadPool::new(2), crate::exec::ThreadPool::new(3)];
+        #[cfg(feature = "std")]
+        let execs: alloc::vec::Vec<&dyn Executor> =
+            core::iter::once(inline).chain(pools.iter().map(|p| p as &dyn Executor)).collect();
         #[cfg(not(feature = "std"))]
-        let _ = (&pool2, &pool3);
+        let execs = [inline];
         for act in [Activations::F32, Activations::Int8Plain, Activations::Int8] {
             let mut sv = alloc::vec![0u8; scratch_bytes(k, n, act) + 64];
             let off = sv.as_ptr().align_offset(64);
