@@ -129,8 +129,8 @@ impl<'a> Q8Parts<'a> {
     ///
     /// # Errors
     ///
-    /// [`crate::Code::InvalidArgument`] if `k` is not a multiple of the format's block or
-    /// `scratch` is shorter than [`q8_acts_bytes_as`].
+    /// [`crate::Code::InvalidArgument`] if `k` is not a multiple of the format's block, the
+    /// block count overflows, or `scratch` is shorter than [`q8_acts_bytes_as`].
     pub(crate) fn new(fmt: ActFormat, n: usize, k: usize, scratch: &'a mut [u8]) -> Result<Self> {
         let e = fmt.block_elems();
         if k % e != 0 {
@@ -139,7 +139,10 @@ impl<'a> Q8Parts<'a> {
             )));
         }
         let nb = k / e;
-        let (qs, d, s, sum) = carve(scratch, n * nb, fmt)?;
+        let m = n.checked_mul(nb).ok_or_else(|| {
+            Error::invalid_argument(format_args!("int8 activations: {n} rows of {nb} blocks"))
+        })?;
+        let (qs, d, s, sum) = carve(scratch, m, fmt)?;
         Ok(Q8Parts {
             fmt,
             n,
