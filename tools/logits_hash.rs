@@ -89,7 +89,13 @@ fn models(root: &Path) -> Vec<(String, PathBuf, bool)> {
     let mut out = Vec::new();
     let tiny = |rel: &str| (rel.to_string(), root.join("tests/data").join(rel), true);
     out.push(tiny("tiny-llama/f32"));
-    for dir in ["tiny-llama-gguf", "tiny-gemma3/gguf", "tiny-llama3/gguf", "tiny-qwen2/gguf", "tiny-qwen3/gguf"] {
+    for dir in [
+        "tiny-llama-gguf",
+        "tiny-gemma3/gguf",
+        "tiny-llama3/gguf",
+        "tiny-qwen2/gguf",
+        "tiny-qwen3/gguf",
+    ] {
         let mut files: Vec<_> = std::fs::read_dir(root.join("tests/data").join(dir))
             .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
             .unwrap_or_default();
@@ -108,7 +114,9 @@ fn models(root: &Path) -> Vec<(String, PathBuf, bool)> {
         }
     }
     let real = |env: &str, file: &str| {
-        std::env::var_os(env).map(PathBuf::from).unwrap_or_else(|| root.join("target/models").join(file))
+        std::env::var_os(env)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target/models").join(file))
     };
     for (env, file) in [
         ("RML_SMOLLM2_GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf"),
