@@ -200,8 +200,8 @@ impl From<AttentionArg> for AttentionPath {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Act {
-    /// int8 activations with outlier-block correction (quantized weights only): decode
-    /// 8-15% slower than int8-plain, closer to f32 than llama.cpp's int8 path.
+    /// int8 activations with outlier-block correction (quantized weights only): a little
+    /// slower than int8-plain, closer to f32 than llama.cpp's int8 path.
     Int8,
     /// int8 activations without correction (llama.cpp's scheme): fastest.
     Int8Plain,
