@@ -276,8 +276,8 @@ pub(crate) type AttentionFn = unsafe fn(b: &flash::Block);
 pub(crate) const SCALAR: Kernels = {
     let mut k = Kernels {
         isa: Isa::Scalar,
-        f32: [None; DType::COUNT],
-        q8: [None; DType::COUNT],
+        f32: scalar::F32_ENTRIES,
+        q8: scalar::Q8_ENTRIES,
         simd_q8: [false; DType::COUNT],
         q8_halves: [None; DType::COUNT],
         quantize_q8: scalar::quantize_q8,
@@ -286,14 +286,8 @@ pub(crate) const SCALAR: Kernels = {
         swiglu: swiglu_portable,
         geglu_tanh: geglu_tanh_portable,
     };
-    let mut i = 0;
-    while i < DType::COUNT {
-        k.f32[i] = crate::quant::TYPES[i].matmul_f32;
-        k.q8[i] = crate::quant::TYPES[i].matmul_q8;
-        i += 1;
-    }
     k.q8_halves[DType::Q5_0x2 as usize] =
-        Some([crate::quant::q5_0x2::matmul_col_q8::<0>, crate::quant::q5_0x2::matmul_col_q8::<1>]);
+        Some([scalar::q5_0x2_col_q8::<0>, scalar::q5_0x2_col_q8::<1>]);
     k
 };
 
@@ -446,6 +440,26 @@ impl Kernels {
             quant::q8_0::store_q8_0_scales(&d[..m], os, c * CHUNK)?;
         }
         Ok(())
+    }
+}
+
+impl crate::quant::BlockQuantizer for Kernels {
+    unsafe fn quantize_blocks(
+        &self,
+        fmt: quant::ActFormat,
+        x: *const f32,
+        nb: usize,
+        qs: *mut i8,
+        qs_stride: usize,
+        d: *mut f32,
+    ) -> bool {
+        let f = match fmt {
+            quant::ActFormat::Q8 => self.quantize_q8,
+            quant::ActFormat::Q8K => self.quantize_q8k,
+        };
+        // SAFETY: forwarded caller contract (blocks of `fmt`'s size); a `Kernels` value exists
+        // only for an ISA this CPU runs (see `table`).
+        unsafe { f(x, nb, qs, qs_stride, d) }
     }
 }
 

@@ -1,125 +1,18 @@
 //! The scalar oracle: plain-Rust dot products for every weight dtype. Every SIMD kernel is
 //! tested against these.
 
-use half::{bf16, f16};
-
 use crate::quant::q8::Q8Row;
-use crate::quant::{round_ties_away, Q8Acts, QK};
+use crate::quant::{Q8Acts, QK};
+use crate::tensor::DType;
+
+use crate::quant::reference::quantize_block_any;
+pub use crate::quant::reference::{
+    accumulate8, dot_bf16, dot_blocks, dot_f16, dot_f32, hsum8, quantize_block_q8,
+};
 
 pub use crate::quant::q4_0::{block_dot_q4_0, dot_q4_0_f32, dot_q4_0_q8};
 pub use crate::quant::q4_1::{block_dot_q4_1, dot_q4_1_f32, dot_q4_1_q8};
 pub use crate::quant::q8_0::{block_dot_q8_0, dot_q8_0_f32, dot_q8_0_q8};
-
-/// `Σ w[i] * x[i]` in order.
-///
-/// # Panics
-///
-/// If the lengths differ.
-pub fn dot_f32(w: &[f32], x: &[f32]) -> f32 {
-    assert_eq!(w.len(), x.len());
-    w.iter().zip(x).map(|(a, b)| a * b).sum()
-}
-
-/// Dot of a little-endian bf16 row (`2 * x.len()` bytes) with f32 `x`.
-///
-/// # Panics
-///
-/// If `w.len() != 2 * x.len()`.
-pub fn dot_bf16(w: &[u8], x: &[f32]) -> f32 {
-    assert_eq!(w.len(), 2 * x.len());
-    w.chunks_exact(2)
-        .zip(x)
-        .map(|(b, &xi)| bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32() * xi)
-        .sum()
-}
-
-/// Dot of a little-endian f16 row (`2 * x.len()` bytes) with f32 `x`.
-///
-/// # Panics
-///
-/// If `w.len() != 2 * x.len()`.
-pub fn dot_f16(w: &[u8], x: &[f32]) -> f32 {
-    assert_eq!(w.len(), 2 * x.len());
-    w.chunks_exact(2)
-        .zip(x)
-        .map(|(b, &xi)| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32() * xi)
-        .sum()
-}
-
-/// Dot of a row of `block_bytes`-byte blocks of `QB` elements with f32 `x`: each block
-/// dequantized by `dequant`, then [`dot_f32`] per block, the block sums added in order.
-///
-/// # Panics
-///
-/// If `x.len()` is not a multiple of `QB` or `w` is not its blocks.
-pub fn dot_blocks<const QB: usize>(
-    w: &[u8],
-    x: &[f32],
-    block_bytes: usize,
-    dequant: fn(&[u8], &mut [f32]),
-) -> f32 {
-    assert_eq!(x.len() % QB, 0);
-    assert_eq!(w.len(), x.len() / QB * block_bytes);
-    let mut tmp = [0f32; QB];
-    let mut sum = 0f32;
-    for (blk, xs) in w.chunks_exact(block_bytes).zip(x.chunks_exact(QB)) {
-        dequant(blk, &mut tmp);
-        sum += dot_f32(&tmp, xs);
-    }
-    sum
-}
-
-/// Quantizes one block of 32 floats to Q8 values with an f32 scale: the definition every
-/// SIMD path reproduces byte for byte.
-///
-/// `amax` is the largest `|x|` (found on the bit patterns with the sign cleared, so NaN and
-/// ±infinity are caught), `d = amax / 127`; `d == 0` gives `(0.0, zeros)`; otherwise
-/// `q = clamp(round_ties_away(x / d), -127, 127)`. Returns `None` if the block holds NaN or
-/// ±infinity.
-///
-/// # Panics
-///
-/// If `x.len() != 32` or `qs.len() != 32`.
-pub fn quantize_block_q8(x: &[f32], qs: &mut [i8]) -> Option<f32> {
-    assert!(x.len() == QK && qs.len() == QK);
-    quantize_block_any(x, qs)
-}
-
-/// [`quantize_block_q8`]'s rule over a block of any length (`x.len() == qs.len()`).
-pub(crate) fn quantize_block_any(x: &[f32], qs: &mut [i8]) -> Option<f32> {
-    let amax_bits = x.iter().map(|v| v.to_bits() & 0x7FFF_FFFF).max().unwrap_or(0);
-    if amax_bits >= 0x7F80_0000 {
-        return None;
-    }
-    let d = f32::from_bits(amax_bits) / 127.0;
-    if d == 0.0 {
-        qs.fill(0);
-        return Some(0.0);
-    }
-    for (q, &v) in qs.iter_mut().zip(x) {
-        *q = round_ties_away(v / d).clamp(-127.0, 127.0) as i8;
-    }
-    Some(d)
-}
-
-/// The fixed sum of eight lanes every int8 kernel ends with:
-/// `((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))`.
-#[inline(always)]
-pub fn hsum8(a: &[f32; 8]) -> f32 {
-    ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]))
-}
-
-/// The int8 accumulation order, shared by every ISA so that results are bit-identical:
-/// block `b`'s f32 term goes into lane `b % 8` (`acc = acc + term`, no fused multiply-add),
-/// then [`hsum8`].
-#[inline(always)]
-pub fn accumulate8(nb: usize, mut term: impl FnMut(usize) -> f32) -> f32 {
-    let mut acc = [0f32; 8];
-    for b in 0..nb {
-        acc[b % 8] += term(b);
-    }
-    hsum8(&acc)
-}
 
 // ------------------------------------------------------------------ the scalar table entries
 
@@ -232,68 +125,175 @@ pub(crate) unsafe fn rows_q8(
     }
 }
 
-/// Defines a quantized type's two scalar table entries, `matmul_f32` and `matmul_q8`, from
-/// its row dot products `(fn(&[u8], &[f32]) -> f32, fn(&[u8], &Q8Row) -> f32)`, with the
-/// weight bytes per activation block (the module's `BYTES` unless given).
-macro_rules! entries {
-    ($dot_f32:path, $dot_q8:path) => {
-        $crate::kernels::scalar::entries!($dot_f32, $dot_q8, BYTES);
-    };
-    ($dot_f32:path, $dot_q8:path, $act_block_bytes:expr) => {
-        /// Scalar table entry with f32 activations (see [`crate::kernels::MatmulF32Fn`]).
-        ///
-        /// # Safety
-        ///
-        /// As [`crate::kernels::MatmulF32Fn`].
-        #[allow(clippy::too_many_arguments)]
-        pub(crate) unsafe fn matmul_f32(
-            w: *const u8,
-            row_bytes: usize,
-            rows: usize,
-            k: usize,
-            x: *const f32,
-            n: usize,
-            y: *mut f32,
-            ldy: usize,
-        ) {
-            // SAFETY: forwarded caller contract.
-            unsafe {
-                $crate::kernels::scalar::rows_f32($dot_f32, w, row_bytes, rows, k, x, n, y, ldy)
-            }
-        }
-
-        /// Scalar table entry with int8 activations (see [`crate::kernels::MatmulQ8Fn`]).
-        ///
-        /// # Safety
-        ///
-        /// As [`crate::kernels::MatmulQ8Fn`].
-        pub(crate) unsafe fn matmul_q8(
-            w: *const u8,
-            row_bytes: usize,
-            rows: usize,
-            xq: &$crate::quant::Q8Acts<'_>,
-            n: usize,
-            y: *mut f32,
-            ldy: usize,
-        ) {
-            // SAFETY: forwarded caller contract.
-            unsafe {
-                $crate::kernels::scalar::rows_q8(
-                    $dot_q8,
-                    $act_block_bytes,
-                    w,
-                    row_bytes,
-                    rows,
-                    xq,
-                    n,
-                    y,
-                    ldy,
-                )
-            }
+/// The scalar f32-activation entry of table row `D` ([`crate::quant::TYPES`]): its
+/// reference row dot, one row and activation row at a time.
+///
+/// # Safety
+///
+/// As [`super::MatmulF32Fn`] for dtype `D`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_f32<const D: usize>(
+    w: *const u8,
+    row_bytes: usize,
+    rows: usize,
+    k: usize,
+    x: *const f32,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    let dot = const {
+        match crate::quant::TYPES[D].matmul_f32 {
+            Some(f) => f,
+            None => panic!("no reference dot"),
         }
     };
+    // SAFETY: forwarded caller contract.
+    unsafe { rows_f32(dot, w, row_bytes, rows, k, x, n, y, ldy) }
 }
-pub(crate) use entries;
+
+/// The scalar int8-activation entry of table row `D`: its reference row dot over
+/// [`crate::quant::TypeInfo::act_block_bytes`]-byte steps.
+///
+/// # Safety
+///
+/// As [`super::MatmulQ8Fn`] for dtype `D`.
+unsafe fn block_q8<const D: usize>(
+    w: *const u8,
+    row_bytes: usize,
+    rows: usize,
+    xq: &Q8Acts<'_>,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    let (dot, bytes) = const {
+        let t = &crate::quant::TYPES[D];
+        match t.matmul_q8 {
+            Some(f) => (f, t.act_block_bytes()),
+            None => panic!("no reference int8 dot"),
+        }
+    };
+    // SAFETY: forwarded caller contract.
+    unsafe { rows_q8(dot, bytes, w, row_bytes, rows, xq, n, y, ldy) }
+}
+
+/// Row `D`'s scalar f32-activation entry, if there is such a row and it has a reference dot
+/// (the float types keep their typed loops).
+const fn f32_entry<const D: usize>() -> Option<super::MatmulF32Fn> {
+    if D >= DType::COUNT {
+        None
+    } else if D == DType::F32 as usize {
+        Some(matmul_f32)
+    } else if D == DType::F16 as usize {
+        Some(matmul_f16)
+    } else if D == DType::BF16 as usize {
+        Some(matmul_bf16)
+    } else if crate::quant::TYPES[D].matmul_f32.is_some() {
+        Some(block_f32::<D>)
+    } else {
+        None
+    }
+}
+
+/// Row `D`'s scalar int8-activation entry, if there is such a row with a reference int8
+/// dot.
+const fn q8_entry<const D: usize>() -> Option<super::MatmulQ8Fn> {
+    if D < DType::COUNT && crate::quant::TYPES[D].matmul_q8.is_some() {
+        Some(block_q8::<D>)
+    } else {
+        None
+    }
+}
+
+/// The most table rows the entry lists below cover (a new dtype needs no edit here until
+/// there are more).
+const MAX_ROWS: usize = 32;
+const _: () = assert!(DType::COUNT <= MAX_ROWS, "extend by_dtype!'s index list");
+
+/// The scalar entries of the table rows `0 .. DType::COUNT`, by [`DType`] index.
+macro_rules! by_dtype {
+    ($f:ident) => {{
+        let all = [
+            $f::<0>(),
+            $f::<1>(),
+            $f::<2>(),
+            $f::<3>(),
+            $f::<4>(),
+            $f::<5>(),
+            $f::<6>(),
+            $f::<7>(),
+            $f::<8>(),
+            $f::<9>(),
+            $f::<10>(),
+            $f::<11>(),
+            $f::<12>(),
+            $f::<13>(),
+            $f::<14>(),
+            $f::<15>(),
+            $f::<16>(),
+            $f::<17>(),
+            $f::<18>(),
+            $f::<19>(),
+            $f::<20>(),
+            $f::<21>(),
+            $f::<22>(),
+            $f::<23>(),
+            $f::<24>(),
+            $f::<25>(),
+            $f::<26>(),
+            $f::<27>(),
+            $f::<28>(),
+            $f::<29>(),
+            $f::<30>(),
+            $f::<31>(),
+        ];
+        let _: [_; MAX_ROWS] = all;
+        let mut out = [None; DType::COUNT];
+        let mut i = 0;
+        while i < DType::COUNT {
+            out[i] = all[i];
+            i += 1;
+        }
+        out
+    }};
+}
+
+/// The scalar f32-activation entries, indexed by [`DType`].
+pub(crate) const F32_ENTRIES: [Option<super::MatmulF32Fn>; DType::COUNT] = by_dtype!(f32_entry);
+
+/// The scalar int8-activation entries, indexed by [`DType`].
+pub(crate) const Q8_ENTRIES: [Option<super::MatmulQ8Fn>; DType::COUNT] = by_dtype!(q8_entry);
+
+/// The column-block kernel of half `H` of the pair layout ([`DType::Q5_0x2`]): `xq` holds
+/// one block of 32 per row, and row `r`'s weights are half `H` of the pair at `w + r *
+/// row_bytes`. Output `y[t * ldy + r]` is [`crate::quant::q5_0::dot_q5_0_q8`] of that half
+/// as a Q5_0 block.
+///
+/// # Safety
+///
+/// As [`super::MatmulQ8Fn`], with `xq.nb() == 1` and a whole pair at each row.
+pub(crate) unsafe fn q5_0x2_col_q8<const H: usize>(
+    w: *const u8,
+    row_bytes: usize,
+    rows: usize,
+    xq: &Q8Acts<'_>,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    use crate::quant::{q5_0, q5_0x2};
+    debug_assert_eq!(xq.nb(), 1);
+    for r in 0..rows {
+        // SAFETY: a whole pair at each row (caller contract).
+        let pair = unsafe { core::slice::from_raw_parts(w.add(r * row_bytes), q5_0x2::BYTES) };
+        let blk = q5_0x2::half_block(pair, H);
+        for t in 0..n {
+            // SAFETY: `t * ldy + r` is writable (caller contract).
+            unsafe { y.add(t * ldy + r).write(q5_0::dot_q5_0_q8(&blk, &xq.row(t))) };
+        }
+    }
+}
 
 /// Scalar table entry: quantizes `nb` blocks of `x` with [`quantize_block_q8`], writing
 /// block `b`'s values at `qs + b * qs_stride` and its f32 scale at `d[b]`. Returns `false`

@@ -3,8 +3,8 @@
 
 use half::{bf16, f16};
 
+use super::reference;
 use super::TypeInfo;
-use crate::kernels::scalar;
 use crate::tensor::DType;
 
 fn widen_f32(bytes: &[u8], out: &mut [f32]) {
@@ -31,7 +31,7 @@ const fn float(
     ggml_id: u32,
     bytes: usize,
     dequantize: fn(&[u8], &mut [f32]),
-    matmul: crate::kernels::MatmulF32Fn,
+    dot: super::DotF32Fn,
 ) -> TypeInfo {
     TypeInfo {
         dtype,
@@ -42,15 +42,16 @@ const fn float(
         dequantize: Some(dequantize),
         quantize: None,
         act: None,
-        matmul_f32: Some(matmul),
+        matmul_f32: Some(dot),
         matmul_q8: None,
     }
 }
 
 /// IEEE binary32 (ggml `GGML_TYPE_F32`).
-pub(super) const F32: TypeInfo = float(DType::F32, "F32", 0, 4, widen_f32, scalar::matmul_f32);
+pub(super) const F32: TypeInfo =
+    float(DType::F32, "F32", 0, 4, widen_f32, reference::dot_f32_bytes);
 /// IEEE binary16 (ggml `GGML_TYPE_F16`).
-pub(super) const F16: TypeInfo = float(DType::F16, "F16", 1, 2, widen_f16, scalar::matmul_f16);
+pub(super) const F16: TypeInfo = float(DType::F16, "F16", 1, 2, widen_f16, reference::dot_f16);
 /// bfloat16 (ggml `GGML_TYPE_BF16`).
 pub(super) const BF16: TypeInfo =
-    float(DType::BF16, "BF16", 30, 2, widen_bf16, scalar::matmul_bf16);
+    float(DType::BF16, "BF16", 30, 2, widen_bf16, reference::dot_bf16);

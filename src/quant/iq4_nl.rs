@@ -5,8 +5,8 @@
 //! (not a reference formula).
 
 use super::q8::Q8Row;
+use super::reference::{accumulate8, dot_blocks};
 use super::{f16_at, ActFormat, TypeInfo, QK};
-use crate::kernels::scalar::{accumulate8, dot_blocks};
 use crate::tensor::DType;
 
 /// ggml's `kvalues_iq4nl`: the 16 codebook values.
@@ -37,8 +37,8 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     dequantize: Some(dequantize_blocks),
     quantize: None,
     act: Some(ActFormat::Q8),
-    matmul_f32: Some(matmul_f32),
-    matmul_q8: Some(matmul_q8),
+    matmul_f32: Some(dot_iq4_nl_f32),
+    matmul_q8: Some(dot_iq4_nl_q8),
 };
 
 /// Dequantizes one 18-byte IQ4_NL block into 32 floats.
@@ -88,5 +88,3 @@ pub fn dot_iq4_nl_q8(w: &[u8], x: &Q8Row<'_>) -> f32 {
         (f16_at(blk) * x.d[b]) * is as f32
     })
 }
-
-crate::kernels::scalar::entries!(dot_iq4_nl_f32, dot_iq4_nl_q8);

@@ -10,9 +10,14 @@
 //! and int8 activations, and the activation format its int8 path pairs with ([`ActFormat`]).
 //! [`q8`] is the int8 activation format itself ([`Q8Acts`]).
 //!
+//! [`reference`] holds the arithmetic the scalar oracle and every SIMD tier reproduce (the
+//! int8 accumulation order, the Q8 rounding rule). This module depends on no kernel:
+//! `crate::kernels` builds its scalar table from the reference row dots of [`TYPES`] and
+//! fills [`Q8Acts`] through [`BlockQuantizer`].
+//!
 //! Adding a format: a file here, its `mod` line and row in [`TYPES`], and its variant in
-//! [`DType`]; SIMD bodies (optional: a type without one runs the scalar entry) go into
-//! `kernels/<arch>/`.
+//! [`DType`]; SIMD bodies (optional: a
+//! type without one runs the scalar entry) go into `kernels/<arch>/`.
 //!
 //! [`q5_0x2`] is rml's own: Q5_0 repacked at load for the AVX-512 int8 kernel (its
 //! [`TypeInfo::ggml_id`] is [`NOT_IN_FILES`], so no file and no name lookup yields it).
@@ -23,7 +28,6 @@
 use half::f16;
 
 use crate::error::{Error, Result};
-use crate::kernels::{MatmulF32Fn, MatmulQ8Fn};
 use crate::tensor::DType;
 
 mod float;
@@ -40,13 +44,14 @@ pub mod q5_k;
 pub mod q6_k;
 pub mod q8;
 pub mod q8_0;
+pub mod reference;
 
 pub use q4_0::{dequantize_block_q4_0, dequantize_row_q4_0, quantize_row_q4_0, BlockQ4_0};
 pub use q4_1::{dequantize_block_q4_1, dequantize_row_q4_1, quantize_row_q4_1, BlockQ4_1};
 pub use q5_0::{dequantize_block_q5_0, quantize_row_q5_0, BlockQ5_0};
 pub use q5_1::{dequantize_block_q5_1, quantize_row_q5_1, BlockQ5_1};
 pub(crate) use q8::Q8Parts;
-pub use q8::{q8_acts_bytes, q8_acts_bytes_as, Q8Acts};
+pub use q8::{q8_acts_bytes, q8_acts_bytes_as, BlockQuantizer, Q8Acts};
 pub use q8_0::{dequantize_block_q8_0, dequantize_row_q8_0, quantize_row_q8_0, BlockQ8_0};
 
 /// Elements per block of the 32-element types (Q8_0, Q4_0, Q4_1, ...) and of the Q8
@@ -83,6 +88,14 @@ pub type DequantizeFn = fn(&[u8], &mut [f32]);
 /// A weight quantizer: a row of f32 to whole blocks, see [`TypeInfo::quantize`].
 pub type QuantizeFn = fn(&[f32], &mut [u8]) -> Result<()>;
 
+/// A reference row dot with f32 activations: `(row bytes, x)` with `x.len()` the row's
+/// elements.
+pub type DotF32Fn = fn(&[u8], &[f32]) -> f32;
+
+/// A reference row dot with int8 activations: `(row bytes, activation row)`; the row holds
+/// exactly the activation row's blocks.
+pub type DotQ8Fn = fn(&[u8], &q8::Q8Row<'_>) -> f32;
+
 /// One row of THE table: what rml knows about a [`DType`].
 #[derive(Clone, Copy, Debug)]
 pub struct TypeInfo {
@@ -104,14 +117,25 @@ pub struct TypeInfo {
     pub quantize: Option<QuantizeFn>,
     /// The activation format of the int8 path (`None`: f32 activations only).
     pub act: Option<ActFormat>,
-    /// The scalar f32-activation matmul (the oracle entry of [`crate::kernels::Kernels`]);
-    /// `None` if the type is not a weight type.
-    pub matmul_f32: Option<MatmulF32Fn>,
-    /// The scalar int8-activation matmul, for the types with an [`ActFormat`].
-    pub matmul_q8: Option<MatmulQ8Fn>,
+    /// The reference row dot with f32 activations (the arithmetic of the scalar oracle's
+    /// f32-activation matmul, which `crate::kernels` builds from it); `None` if the type is
+    /// not a weight type.
+    pub matmul_f32: Option<DotF32Fn>,
+    /// The reference row dot with int8 activations, for the types with an [`ActFormat`].
+    pub matmul_q8: Option<DotQ8Fn>,
 }
 
 impl TypeInfo {
+    /// Weight bytes per activation block of the int8 path ([`ActFormat::block_elems`]
+    /// elements): the block bytes, or a pair layout's bytes per half; 0 without an int8
+    /// path.
+    pub const fn act_block_bytes(&self) -> usize {
+        match self.act {
+            Some(a) => self.block_bytes * a.block_elems() / self.block_elems,
+            None => 0,
+        }
+    }
+
     /// A plain (non-block) type.
     const fn plain(dtype: DType, name: &'static str, ggml_id: u32, bytes: usize) -> Self {
         TypeInfo {

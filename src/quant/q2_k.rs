@@ -5,8 +5,8 @@
 //! 84 bytes. The int8 path pairs with [`ActFormat::Q8K`].
 
 use super::q8::Q8Row;
+use super::reference::{accumulate8, dot_blocks};
 use super::{f16_at, ActFormat, TypeInfo, QK_K};
-use crate::kernels::scalar::{accumulate8, dot_blocks};
 use crate::tensor::DType;
 
 /// ggml `block_q2_K`. 84 bytes.
@@ -37,8 +37,8 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     dequantize: Some(dequantize_blocks),
     quantize: None,
     act: Some(ActFormat::Q8K),
-    matmul_f32: Some(matmul_f32),
-    matmul_q8: Some(matmul_q8),
+    matmul_f32: Some(dot_q2_k_f32),
+    matmul_q8: Some(dot_q2_k_q8k),
 };
 
 /// The 2-bit value of element `e` from the 64 bytes `qs`.
@@ -103,5 +103,3 @@ pub fn dot_q2_k_q8k(w: &[u8], x: &Q8Row<'_>) -> f32 {
         (f16_at(&blk[80..]) * x.d[b]) * is as f32 - (f16_at(&blk[82..]) * x.d[b]) * ms as f32
     })
 }
-
-crate::kernels::scalar::entries!(dot_q2_k_f32, dot_q2_k_q8k);

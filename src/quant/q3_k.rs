@@ -7,8 +7,8 @@
 
 use super::q2_k::q2;
 use super::q8::Q8Row;
+use super::reference::{accumulate8, dot_blocks};
 use super::{f16_at, ActFormat, TypeInfo, QK_K};
-use crate::kernels::scalar::{accumulate8, dot_blocks};
 use crate::tensor::DType;
 
 /// ggml `block_q3_K`. 110 bytes.
@@ -39,8 +39,8 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     dequantize: Some(dequantize_blocks),
     quantize: None,
     act: Some(ActFormat::Q8K),
-    matmul_f32: Some(matmul_f32),
-    matmul_q8: Some(matmul_q8),
+    matmul_f32: Some(dot_q3_k_f32),
+    matmul_q8: Some(dot_q3_k_q8k),
 };
 
 /// The 16 signed sub-block scales (-32..=31) from the 12 packed bytes: sub-block `i` has the
@@ -139,5 +139,3 @@ pub fn dot_q3_k_q8k(w: &[u8], x: &Q8Row<'_>) -> f32 {
         (f16_at(&blk[108..]) * x.d[b]) * is as f32
     })
 }
-
-crate::kernels::scalar::entries!(dot_q3_k_f32, dot_q3_k_q8k);

@@ -3,9 +3,9 @@
 //! (it uses the block sums for the `- 8`).
 
 use super::q8::Q8Row;
+use super::reference::{accumulate8, dot_blocks};
 use super::{f16_at, put_f16, quantize_checks, ActFormat, TypeInfo, QK};
 use crate::error::Result;
-use crate::kernels::scalar::{accumulate8, dot_blocks};
 use crate::tensor::DType;
 
 /// ggml `block_q4_0`: f16 scale `d`, then 16 bytes; element `j < 16` is the low nibble of
@@ -33,8 +33,8 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     dequantize: Some(dequantize_blocks),
     quantize: Some(quantize_row_q4_0),
     act: Some(ActFormat::Q8),
-    matmul_f32: Some(matmul_f32),
-    matmul_q8: Some(matmul_q8),
+    matmul_f32: Some(dot_q4_0_f32),
+    matmul_q8: Some(dot_q8),
 };
 
 /// Dequantizes one 18-byte Q4_0 block into 32 floats.
@@ -133,5 +133,3 @@ pub fn dot_q4_0_q8(w: &[u8], qs: &[i8], d: &[f32]) -> f32 {
 fn dot_q8(w: &[u8], x: &Q8Row<'_>) -> f32 {
     dot_q4_0_q8(w, x.qs, x.d)
 }
-
-crate::kernels::scalar::entries!(dot_q4_0_f32, dot_q8);

@@ -3,9 +3,9 @@
 //! [`ActFormat::Q8`] and needs its scaled block sums (for `m`).
 
 use super::q8::Q8Row;
+use super::reference::{accumulate8, dot_blocks};
 use super::{f16_at, put_f16, quantize_checks, ActFormat, TypeInfo, QK};
 use crate::error::Result;
-use crate::kernels::scalar::{accumulate8, dot_blocks};
 use crate::tensor::DType;
 
 /// ggml `block_q4_1`: f16 scale `d`, f16 min `m`, then 16 bytes of nibbles (as Q4_0);
@@ -35,8 +35,8 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     dequantize: Some(dequantize_blocks),
     quantize: Some(quantize_row_q4_1),
     act: Some(ActFormat::Q8),
-    matmul_f32: Some(matmul_f32),
-    matmul_q8: Some(matmul_q8),
+    matmul_f32: Some(dot_q4_1_f32),
+    matmul_q8: Some(dot_q8),
 };
 
 /// Dequantizes one 20-byte Q4_1 block into 32 floats.
@@ -136,5 +136,3 @@ pub fn dot_q4_1_q8(w: &[u8], qs: &[i8], d: &[f32], s: &[f32]) -> f32 {
 fn dot_q8(w: &[u8], x: &Q8Row<'_>) -> f32 {
     dot_q4_1_q8(w, x.qs, x.d, x.s)
 }
-
-crate::kernels::scalar::entries!(dot_q4_1_f32, dot_q8);

@@ -6,8 +6,8 @@
 //! with [`ActFormat::Q8K`].
 
 use super::q8::Q8Row;
+use super::reference::{accumulate8, dot_blocks};
 use super::{f16_at, ActFormat, TypeInfo, QK_K};
-use crate::kernels::scalar::{accumulate8, dot_blocks};
 use crate::tensor::DType;
 
 /// ggml `block_q4_K`. 144 bytes.
@@ -38,8 +38,8 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     dequantize: Some(dequantize_blocks),
     quantize: None,
     act: Some(ActFormat::Q8K),
-    matmul_f32: Some(matmul_f32),
-    matmul_q8: Some(matmul_q8),
+    matmul_f32: Some(dot_q4_k_f32),
+    matmul_q8: Some(dot_q4_k_q8k),
 };
 
 /// The 8 sub-block scales (bytes `0..8`) and 8 mins (bytes `8..16`), each 6 bits, of a
@@ -160,5 +160,3 @@ pub fn dot_q4_k_q8k(w: &[u8], x: &Q8Row<'_>) -> f32 {
         (f16_at(blk) * x.d[b]) * is as f32 - (f16_at(&blk[2..]) * x.d[b]) * ms as f32
     })
 }
-
-crate::kernels::scalar::entries!(dot_q4_k_f32, dot_q4_k_q8k);

@@ -5,9 +5,9 @@
 //! [`ActFormat::Q8`] (block sums for the `- 16`).
 
 use super::q8::Q8Row;
+use super::reference::{accumulate8, dot_blocks};
 use super::{f16_at, put_f16, quantize_checks, ActFormat, TypeInfo, QK};
 use crate::error::Result;
-use crate::kernels::scalar::{accumulate8, dot_blocks};
 use crate::tensor::DType;
 
 /// ggml `block_q5_0`: f16 scale, 32 high bits, 16 bytes of nibbles. 22 bytes.
@@ -36,8 +36,8 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     dequantize: Some(dequantize_blocks),
     quantize: Some(quantize_row_q5_0),
     act: Some(ActFormat::Q8),
-    matmul_f32: Some(matmul_f32),
-    matmul_q8: Some(matmul_q8),
+    matmul_f32: Some(dot_q5_0_f32),
+    matmul_q8: Some(dot_q5_0_q8),
 };
 
 /// The 32 unsigned 5-bit values (0..=31) of a Q5 block's `qh` (4 bytes) and `qs` (16 bytes).
@@ -141,5 +141,3 @@ pub fn dot_q5_0_q8(w: &[u8], x: &Q8Row<'_>) -> f32 {
         (f16_at(blk) * x.d[b]) * is as f32
     })
 }
-
-crate::kernels::scalar::entries!(dot_q5_0_f32, dot_q5_0_q8);

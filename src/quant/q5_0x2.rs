@@ -27,10 +27,10 @@
 //! ([`crate::kernels::Kernels::matmul_q8_halves`]) read one such half of each row.
 
 use super::q5_0::{self, dequantize_block_q5_0, dot_q5_0_q8};
-use super::q8::{Q8Acts, Q8Row};
+use super::q8::Q8Row;
+use super::reference::{accumulate8, dot_f32};
 use super::{quantize_checks, ActFormat, TypeInfo, QK};
 use crate::error::Result;
-use crate::kernels::scalar::{accumulate8, dot_f32};
 use crate::tensor::DType;
 
 /// Bytes per pair (64 elements).
@@ -48,8 +48,8 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     dequantize: Some(dequantize_blocks),
     quantize: Some(quantize_row_q5_0x2),
     act: Some(ActFormat::Q8),
-    matmul_f32: Some(matmul_f32),
-    matmul_q8: Some(matmul_q8),
+    matmul_f32: Some(dot_q5_0x2_f32),
+    matmul_q8: Some(dot_q5_0x2_q8),
 };
 
 /// Repacks one pair of Q5_0 blocks (`src`: 44 bytes, block `2 j` then `2 j + 1`) into `dst`
@@ -192,38 +192,6 @@ pub fn dot_q5_0x2_q8(w: &[u8], x: &Q8Row<'_>) -> f32 {
         // that lane with seven zeros), exact.
         dot_q5_0_q8(&blk, &one)
     })
-}
-
-// The scalar table entries: `xq` has an even number of blocks per row, `HALF_BYTES` weight
-// bytes each.
-crate::kernels::scalar::entries!(dot_q5_0x2_f32, dot_q5_0x2_q8, HALF_BYTES);
-
-/// The column-block kernel of half `H` ([`crate::kernels::MatmulQ8Fn`]'s signature): `xq`
-/// holds one block of 32 per row, and row `r`'s weights are half `H` of the pair at `w + r *
-/// row_bytes`. Output `y[t * ldy + r]` is [`q5_0::dot_q5_0_q8`] of that half as a Q5_0 block.
-///
-/// # Safety
-///
-/// As [`crate::kernels::MatmulQ8Fn`], with `xq.nb() == 1` and a whole pair at each row.
-pub(crate) unsafe fn matmul_col_q8<const H: usize>(
-    w: *const u8,
-    row_bytes: usize,
-    rows: usize,
-    xq: &Q8Acts<'_>,
-    n: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
-    debug_assert_eq!(xq.nb(), 1);
-    for r in 0..rows {
-        // SAFETY: a whole pair at each row (caller contract).
-        let pair = unsafe { core::slice::from_raw_parts(w.add(r * row_bytes), BYTES) };
-        let blk = half_block(pair, H);
-        for t in 0..n {
-            // SAFETY: `t * ldy + r` is writable (caller contract).
-            unsafe { y.add(t * ldy + r).write(dot_q5_0_q8(&blk, &xq.row(t))) };
-        }
-    }
 }
 
 #[cfg(test)]

@@ -4,9 +4,9 @@
 
 use super::q5_0::{block_dot_q5, pack_q5, q5_values};
 use super::q8::Q8Row;
+use super::reference::{accumulate8, dot_blocks};
 use super::{f16_at, put_f16, quantize_checks, ActFormat, TypeInfo, QK};
 use crate::error::Result;
-use crate::kernels::scalar::{accumulate8, dot_blocks};
 use crate::tensor::DType;
 
 /// ggml `block_q5_1`: f16 scale, f16 minimum, 32 high bits, 16 bytes of nibbles. 24 bytes.
@@ -37,8 +37,8 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     dequantize: Some(dequantize_blocks),
     quantize: Some(quantize_row_q5_1),
     act: Some(ActFormat::Q8),
-    matmul_f32: Some(matmul_f32),
-    matmul_q8: Some(matmul_q8),
+    matmul_f32: Some(dot_q5_1_f32),
+    matmul_q8: Some(dot_q5_1_q8),
 };
 
 /// Dequantizes one 24-byte Q5_1 block into 32 floats (`d * q + m`, as ggml).
@@ -110,5 +110,3 @@ pub fn dot_q5_1_q8(w: &[u8], x: &Q8Row<'_>) -> f32 {
         (f16_at(blk) * x.d[b]) * is as f32 + f16_at(&blk[2..]) * x.s[b]
     })
 }
-
-crate::kernels::scalar::entries!(dot_q5_1_f32, dot_q5_1_q8);

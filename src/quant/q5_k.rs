@@ -6,8 +6,8 @@
 
 use super::q4_k::{isums_k, nibbles_k, scales_mins_k4};
 use super::q8::Q8Row;
+use super::reference::{accumulate8, dot_blocks};
 use super::{f16_at, ActFormat, TypeInfo, QK_K};
-use crate::kernels::scalar::{accumulate8, dot_blocks};
 use crate::tensor::DType;
 
 /// ggml `block_q5_K`. 176 bytes.
@@ -40,8 +40,8 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     dequantize: Some(dequantize_blocks),
     quantize: None,
     act: Some(ActFormat::Q8K),
-    matmul_f32: Some(matmul_f32),
-    matmul_q8: Some(matmul_q8),
+    matmul_f32: Some(dot_q5_k_f32),
+    matmul_q8: Some(dot_q5_k_q8k),
 };
 
 /// The 256 unsigned 5-bit values of a Q5_K block, in element order.
@@ -103,5 +103,3 @@ pub fn dot_q5_k_q8k(w: &[u8], x: &Q8Row<'_>) -> f32 {
         (f16_at(blk) * x.d[b]) * is as f32 - (f16_at(&blk[2..]) * x.d[b]) * ms as f32
     })
 }
-
-crate::kernels::scalar::entries!(dot_q5_k_f32, dot_q5_k_q8k);

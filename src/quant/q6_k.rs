@@ -6,8 +6,8 @@
 //! [`ActFormat::Q8K`].
 
 use super::q8::Q8Row;
+use super::reference::{accumulate8, dot_blocks};
 use super::{f16_at, ActFormat, TypeInfo, QK_K};
-use crate::kernels::scalar::{accumulate8, dot_blocks};
 use crate::tensor::DType;
 
 /// ggml `block_q6_K`. 210 bytes.
@@ -38,8 +38,8 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     dequantize: Some(dequantize_blocks),
     quantize: None,
     act: Some(ActFormat::Q8K),
-    matmul_f32: Some(matmul_f32),
-    matmul_q8: Some(matmul_q8),
+    matmul_f32: Some(dot_q6_k_f32),
+    matmul_q8: Some(dot_q6_k_q8k),
 };
 
 /// The 256 signed values `q - 32` (-32..=31) of a Q6_K block, in element order.
@@ -111,5 +111,3 @@ pub fn dot_q6_k_q8k(w: &[u8], x: &Q8Row<'_>) -> f32 {
         (f16_at(&blk[208..]) * x.d[b]) * is as f32
     })
 }
-
-crate::kernels::scalar::entries!(dot_q6_k_f32, dot_q6_k_q8k);

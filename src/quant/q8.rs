@@ -15,6 +15,30 @@ use super::{non_finite, row_blocks, ActFormat, QK, QK_K};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 
+/// Fills activation blocks by the rule of the module docs: the kernels' quantizers
+/// (`crate::kernels::Kernels` implements it with its tier's bodies, which give the same
+/// bytes on every tier). This module defines the format; the code that fills it fast lives
+/// with the kernels, so the formats do not depend on them.
+pub trait BlockQuantizer {
+    /// Quantizes `nb` blocks of `fmt` ([`ActFormat::block_elems`] floats each, consecutive
+    /// at `x`): block `b`'s values at `qs + b * qs_stride`, its scale at `d + b`. Returns
+    /// `false` if a block holds NaN or ±infinity (the output is then partly written).
+    ///
+    /// # Safety
+    ///
+    /// `x` holds `nb` blocks of floats; `qs + b * qs_stride` has room for a block's values
+    /// and `d + b` for a scale, for each `b < nb`; the outputs do not overlap the input.
+    unsafe fn quantize_blocks(
+        &self,
+        fmt: ActFormat,
+        x: *const f32,
+        nb: usize,
+        qs: *mut i8,
+        qs_stride: usize,
+        d: *mut f32,
+    ) -> bool;
+}
+
 /// Bytes per block of each format: values, f32 scale, f32 scaled sum, i32 sums.
 const fn block_bytes(fmt: ActFormat) -> usize {
     match fmt {
@@ -173,7 +197,7 @@ impl<'a> Q8Parts<'a> {
     /// every call.
     pub(crate) unsafe fn quantize_blocks(
         &self,
-        kern: &crate::kernels::Kernels,
+        kern: &impl BlockQuantizer,
         x: *const f32,
         b0: usize,
         b1: usize,
@@ -191,10 +215,7 @@ impl<'a> Q8Parts<'a> {
             // contract); the table's functions run only on an ISA this CPU has.
             unsafe {
                 let (xp, qp, dp) = (x.add(t * k + b0 * e), self.qs.add(i * e), self.d.add(i));
-                ok &= match self.fmt {
-                    ActFormat::Q8 => (kern.quantize_q8)(xp, m, qp, e, dp),
-                    ActFormat::Q8K => (kern.quantize_q8k)(xp, m, qp, e, dp),
-                };
+                ok &= kern.quantize_blocks(self.fmt, xp, m, qp, e, dp);
                 let qs = core::slice::from_raw_parts(qp.cast_const(), m * e);
                 let d = core::slice::from_raw_parts(dp.cast_const(), m);
                 match self.fmt {
@@ -249,7 +270,7 @@ impl<'a> Q8Acts<'a> {
     /// [`crate::Code::InvalidArgument`] if `k` is not a multiple of 32, `x.len() != n * k`,
     /// `scratch` is shorter than [`q8_acts_bytes`]`(k, n)`, or `x` holds NaN or ±infinity.
     pub fn quantize(
-        kern: &crate::kernels::Kernels,
+        kern: &impl BlockQuantizer,
         x: &[f32],
         n: usize,
         k: usize,
@@ -268,7 +289,7 @@ impl<'a> Q8Acts<'a> {
     /// NaN or ±infinity.
     pub fn quantize_as(
         fmt: ActFormat,
-        kern: &crate::kernels::Kernels,
+        kern: &impl BlockQuantizer,
         x: &[f32],
         n: usize,
         k: usize,
@@ -293,7 +314,14 @@ impl<'a> Q8Acts<'a> {
                 // 32, `dr` `nb` scales; the table's functions are only reachable through
                 // `Kernels` values whose ISA is available (see `super::table`).
                 let ok = unsafe {
-                    (kern.quantize_q8)(xr.as_ptr(), nb, qr.as_mut_ptr(), QK, dr.as_mut_ptr())
+                    kern.quantize_blocks(
+                        ActFormat::Q8,
+                        xr.as_ptr(),
+                        nb,
+                        qr.as_mut_ptr(),
+                        QK,
+                        dr.as_mut_ptr(),
+                    )
                 };
                 if !ok {
                     return Err(non_finite(DType::Q8_0, xr).context("int8 activations"));
@@ -307,7 +335,7 @@ impl<'a> Q8Acts<'a> {
     /// The [`ActFormat::Q8K`] quantizer (the rule of the module docs over 256 values, with
     /// `kern`'s `quantize_q8k`: the same bytes on every ISA).
     fn quantize_k(
-        kern: &crate::kernels::Kernels,
+        kern: &impl BlockQuantizer,
         x: &[f32],
         n: usize,
         k: usize,
@@ -335,7 +363,14 @@ impl<'a> Q8Acts<'a> {
                 // stride 256, `dr` `nb` scales; the table's functions are only reachable
                 // through `Kernels` values whose ISA is available (see `super::table`).
                 let ok = unsafe {
-                    (kern.quantize_q8k)(xr.as_ptr(), nb, qr.as_mut_ptr(), QK_K, dr.as_mut_ptr())
+                    kern.quantize_blocks(
+                        ActFormat::Q8K,
+                        xr.as_ptr(),
+                        nb,
+                        qr.as_mut_ptr(),
+                        QK_K,
+                        dr.as_mut_ptr(),
+                    )
                 };
                 if !ok {
                     // Name the first block that holds NaN or ±infinity.
@@ -410,7 +445,7 @@ impl<'a> Q8Acts<'a> {
     /// listed block lies outside `xq`, or `scratch` is shorter than [`q8_acts_bytes_as`]`(fmt, E,
     /// blocks.len() + 1)`.
     pub(crate) fn quantize_residuals(
-        kern: &crate::kernels::Kernels,
+        kern: &impl BlockQuantizer,
         x: &[f32],
         k: usize,
         xq: &Q8Acts<'_>,
@@ -431,7 +466,6 @@ impl<'a> Q8Acts<'a> {
         let (qs, d, s, sum) = carve(scratch, m + 1, fmt)?;
         qs[m * e..].fill(0);
         d[m] = 0.0;
-        let quantize = if fmt == ActFormat::Q8 { kern.quantize_q8 } else { kern.quantize_q8k };
         let mut r = [0f32; QK_K];
         for (j, &i) in blocks.iter().enumerate() {
             let i = i as usize;
@@ -447,9 +481,10 @@ impl<'a> Q8Acts<'a> {
                 *r = xv - db * qv as f32;
             }
             // SAFETY: `r` holds at least `e` floats (one block of the format), `qs` has room
-            // for block `j`'s `e` values and `d` for its scale; the table's functions are only
-            // reachable through `Kernels` values whose ISA is available (see `super::table`).
-            let ok = unsafe { quantize(r.as_ptr(), 1, qs[j * e..].as_mut_ptr(), e, &mut d[j]) };
+            // for block `j`'s `e` values and `d` for its scale.
+            let ok = unsafe {
+                kern.quantize_blocks(fmt, r.as_ptr(), 1, qs[j * e..].as_mut_ptr(), e, &mut d[j])
+            };
             if !ok {
                 // x was quantized before, so it is finite; x - d·q could still overflow.
                 return Err(non_finite(DType::Q8_0, &r[..e]).context("int8 residuals"));

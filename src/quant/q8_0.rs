@@ -2,9 +2,9 @@
 //! value `i` = `d * qs[i]`. 34 bytes. The int8 path pairs with [`ActFormat::Q8`].
 
 use super::q8::Q8Row;
+use super::reference::{accumulate8, dot_blocks};
 use super::{f16_at, ActFormat, TypeInfo, QK};
 use crate::error::Result;
-use crate::kernels::scalar::{accumulate8, dot_blocks};
 use crate::tensor::DType;
 
 /// ggml `block_q8_0`: f16 scale `d`, then 32 × i8 `qs`; value `i` = `d * qs[i]`. 34 bytes.
@@ -31,8 +31,8 @@ pub(super) const INFO: TypeInfo = TypeInfo {
     dequantize: Some(dequantize_blocks),
     quantize: Some(quantize_row_q8_0),
     act: Some(ActFormat::Q8),
-    matmul_f32: Some(matmul_f32),
-    matmul_q8: Some(matmul_q8),
+    matmul_f32: Some(dot_q8_0_f32),
+    matmul_q8: Some(dot_q8),
 };
 
 /// Dequantizes one 34-byte Q8_0 block into 32 floats.
@@ -128,8 +128,6 @@ pub fn dot_q8_0_q8(w: &[u8], qs: &[i8], d: &[f32]) -> f32 {
 fn dot_q8(w: &[u8], x: &Q8Row<'_>) -> f32 {
     dot_q8_0_q8(w, x.qs, x.d)
 }
-
-crate::kernels::scalar::entries!(dot_q8_0_f32, dot_q8);
 
 /// Writes the f16 scales of a row's 34-byte Q8_0 blocks from per-block f32 scales `d`
 /// (the values are already in place).
