@@ -99,6 +99,7 @@ impl Block {
 /// [`crate::math::exp_cephes`]): the per-lane arithmetic every [`Lanes`] implementation
 /// reproduces, with these constants.
 pub(crate) use crate::math::exp_cephes as exp;
+#[allow(unused_imports)] // read by the x86_64 lanes only; unused on other targets
 pub(crate) use crate::math::{E0, E1, E2, E3, E4, LN2_HI, LN2_LO, LOG2E, SHIFT};
 
 /// `if a > b { a } else { b }`: x86's `maxps` (so NaN and signed zeros come out the same on

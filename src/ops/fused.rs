@@ -30,12 +30,12 @@ enum RowKernel {
 /// input is quantized (and its outlier blocks found) once per activation format. Rows of all
 /// matrices are numbered in order and split across `exec` like one matrix's rows (the
 /// parallel threshold is [`PAR_ROWS_QUANT`] if every matrix is quantized, else
-/// [`PAR_ROWS_F32`]); every output is computed by the same kernel call as in [`gemm`], so the
-/// results are bit-identical to separate [`gemm`] calls. `scratch` as for [`gemm`].
+/// [`PAR_ROWS_F32`]); every output is computed by the same kernel call as in [`gemm`](super::gemm), so the
+/// results are bit-identical to separate [`gemm`](super::gemm) calls. `scratch` as for [`gemm`](super::gemm).
 ///
 /// # Errors
 ///
-/// As [`gemm`]; also [`crate::Code::InvalidArgument`] if the matrices' `k` differ.
+/// As [`gemm`](super::gemm); also [`crate::Code::InvalidArgument`] if the matrices' `k` differ.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_fused<const N: usize>(
     exec: &dyn Executor,
@@ -305,8 +305,8 @@ pub(crate) fn gemm_glu<'s>(
 }
 
 /// `Y[n × rows] = X · Wᵀ` from activations already quantized in `w`'s activation format
-/// (plain int8, no outlier correction): [`gemm`]'s int8 path without its quantization step.
-/// The same bits as [`gemm`] with [`Activations::Int8Plain`] on the activations `xq` came from.
+/// (plain int8, no outlier correction): [`gemm`](super::gemm)'s int8 path without its quantization step.
+/// The same bits as [`gemm`](super::gemm) with [`Activations::Int8Plain`] on the activations `xq` came from.
 ///
 /// # Errors
 ///

@@ -28,7 +28,7 @@ pub enum Activations {
     F32,
     /// int8 activations with outlier-block correction (the default): as
     /// [`Activations::Int8Plain`], and each activation block whose largest |value| exceeds
-    /// [`OUTLIER_RATIO`] times its row's RMS (a massive-activation channel, which leaves the
+    /// [`OUTLIER_RATIO`](super::OUTLIER_RATIO) times its row's RMS (a massive-activation channel, which leaves the
     /// block's other values coarsely quantized) has its quantization residual quantized again
     /// and multiplied in by the same int8 kernel over that one column block of the weights.
     /// Results are bit-identical across ISAs, thread counts and schedules, as for the other
@@ -48,7 +48,7 @@ pub enum Activations {
     /// A decoder policy ([`crate::model::DecoderOptions::activations`]): f32 activations for
     /// the projections that read the RMS-normalized residual stream (q/k/v and gate/up),
     /// [`Activations::Int8Plain`] for the others (attention output, down projection, output head).
-    /// A single [`gemv`] / [`gemm`] / [`gemm_fused`] call treats it as [`Activations::Int8Plain`];
+    /// A single [`gemv`] / [`gemm`] / [`gemm_fused`](super::gemm_fused) call treats it as [`Activations::Int8Plain`];
     /// [`Activations::for_normed_input`] gives what the normalized-input projections use.
     Mixed,
 }
@@ -157,7 +157,7 @@ impl Activations {
     }
 }
 
-/// Bytes of scratch [`gemv`] / [`gemm`] / [`gemm_fused`] need for `n` activation rows of `k`
+/// Bytes of scratch [`gemv`] / [`gemm`] / [`gemm_fused`](super::gemm_fused) need for `n` activation rows of `k`
 /// inputs under `act`: 0 for [`Activations::F32`]; for [`Activations::Int8Plain`] (and
 /// [`Activations::Mixed`]) the int8 copies of `x` in both activation formats
 /// ([`crate::quant::q8_acts_bytes`]: 44 bytes per 32 inputs per row, plus 324 per 256 when `k` is a multiple
