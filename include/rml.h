@@ -162,7 +162,7 @@ enum RmlActivations
     /**
      * int8 activations with outlier-block correction on the RMS-normalized inputs (the
      * default; Rust's `Activations::Int8`): closer to f32 than llama.cpp's int8 path on
-     * SmolLM2; decode 8-15% slower than the plain int8 mode (measured on SmolLM2 and Gemma 3).
+     * SmolLM2; decode a little slower than the plain int8 mode (docs/perf/ has figures).
      */
     RML_ACTIVATIONS_INT8 = 0,
     /**

@@ -70,7 +70,7 @@ const _: () = {
 pub enum RmlActivations {
     /// int8 activations with outlier-block correction on the RMS-normalized inputs (the
     /// default; Rust's `Activations::Int8`): closer to f32 than llama.cpp's int8 path on
-    /// SmolLM2; decode 8-15% slower than the plain int8 mode (measured on SmolLM2 and Gemma 3).
+    /// SmolLM2; decode a little slower than the plain int8 mode (docs/perf/ has figures).
     Int8 = 0,
     /// Activations quantized to Q8_0 / Q8_K blocks once per product, dotted in int8
     /// (ggml's scheme, fastest; logits move by up to about 2 on SmolLM2). Value 1 was called

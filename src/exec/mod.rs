@@ -7,6 +7,9 @@
 //! count. [`InlineExecutor`] (no_std) runs everything on the caller; the `std` layer adds a
 //! persistent `ThreadPool` (spin, then sleep; allocation-free dispatch; nested loops inline) and
 //! an auto-tuner (`tune`) that picks a thread count and schedule for a workload.
+//!
+//! Where this layer sits and what it promises the others: docs/architecture.md ("Layers",
+//! "Threads and schedules", "Bit-identity").
 
 use core::fmt;
 use core::ops::Range;
@@ -26,7 +29,8 @@ pub use pool::{JoinHook, PoolStats, ThreadPool, ThreadPoolBuilder, DEFAULT_SPIN_
 
 /// How [`Executor::parallel_for`] cuts a range of `n` items into chunks for `threads` threads.
 ///
-/// The formulas are in `chunks.rs` ([`ChunkPlan`]).
+/// The formulas are in `chunks.rs`' module docs ([`ChunkPlan`]); docs/architecture.md
+/// ("Threads and schedules") says how schedules fit the rest of rml.
 ///
 /// **The default** ([`Schedule::default`]) is [`Schedule::Static`], and it is the one default
 /// everywhere: [`Executor::schedule`], a fresh [`ThreadPool`], the `rml` command line (without

