@@ -9,10 +9,11 @@
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
+use rml::exec::Schedule;
 use rml::model::encoder::{Encoder, EncoderFiles, EncoderOptions};
 use rml::{Error, Result};
 
-use crate::{make_pool, out, DEFAULT_SCHEDULE};
+use crate::{make_pool, out};
 
 /// `rml embed`'s arguments.
 #[derive(clap::Args)]
@@ -62,7 +63,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     for note in files.notes() {
         eprintln!("rml: {note}");
     }
-    let pool = make_pool(args.threads, DEFAULT_SCHEDULE)?;
+    let pool = make_pool(args.threads, Schedule::default())?;
     let enc = Encoder::new(&files, &pool, EncoderOptions { batch_size: args.batch })?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let done = enc.embed_detailed(&refs)?;
