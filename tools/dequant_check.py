@@ -53,7 +53,7 @@ def main():
             r[0] += 1
             r[1] += ref.size
             r[2] += int(np.count_nonzero(diff))
-            if rel > r[3]:
+            if rel > r[3] or not r[4]:
                 r[3], r[4] = rel, t.name
             bad |= rel > 1e-6
     print(f"{'type':<8} {'tensors':>7} {'values':>11} {'differ':>9}  largest |diff| / max|value|")

@@ -29,9 +29,13 @@
 //! - `ll-q`: llama.cpp's int8 path against its own f32 path: the size of llama.cpp's own
 //!   int8 error, the scale the cross-engine differences are read against.
 //!
-//! Each entry is `max |Δlogit| / mean |Δlogit| / top-1 agreement %`. After the row, for the
-//! `fixture` prompt (the README's story prompt and the first words of its continuation) it
-//! lists each position where the engines' greedy choices differ: the text so far, each
+//! Each entry is `max |Δlogit| / mean |Δlogit| / top-1 agreement %`. After the row, on
+//! standard error, for the `fixture` prompt (the README's story prompt and the first words of
+//! its f32 continuation) and `story` (when `DIR/story.tokens` exists: `tools/fidelity.sh` writes
+//! there the README's prompt and llama.cpp's greedy continuation on `MODEL.gguf`), it lists
+//! each engine's greedy token and top-2 gap per position (also rml [`Activations::Int8`] with
+//! an f32 KV cache, what `rml generate` runs by default) and each position where two engines'
+//! greedy choices differ: the text so far, each
 //! engine's top token and its top-2 gap (logit of the first minus the second), and `Δ`, how
 //! much the two engines disagree on the difference between the two candidate tokens
 //! (`(r[a] - r[b]) - (l[a] - l[b])`, `a` rml's choice, `b` llama.cpp's). A near-tie shows as
@@ -243,11 +247,15 @@ fn compare(label: &str, model_path: &Path, deq_path: &Path, dir: &Path) -> Resul
         let r_plain = rml_logits(&model, &pool, &ids, Activations::Int8Plain, KvDtype::F16)?;
         plaind.add(&r_plain, &ll_q, vocab);
         llqd.add(&ll_q, &ll_f32, vocab);
-        if name == "fixture" {
+        if name == "fixture" || name == "story" {
+            // What `rml generate` runs by default: int8 with an f32 KV cache.
+            let r_int8_kv32 = rml_logits(&model, &pool, &ids, Activations::Int8, KvDtype::F32)?;
+            story.push(format!("  {name}:"));
             let sources = [
                 ("rml f32", &r_f32),
                 ("llama.cpp f32", &ll_f32),
                 ("rml int8", &r_int8),
+                ("rml int8 kv-f32", &r_int8_kv32),
                 ("rml int8-plain", &r_plain),
                 ("llama.cpp int8", &ll_q),
             ];
@@ -272,6 +280,7 @@ fn compare(label: &str, model_path: &Path, deq_path: &Path, dir: &Path) -> Resul
                 ("f32", &r_f32, &ll_f32),
                 ("int8", &r_int8, &ll_q),
                 ("int8-plain", &r_plain, &ll_q),
+                ("int8 kv-f32", &r_int8_kv32, &ll_q),
             ] {
                 story.push(format!("  {what}: rml vs llama.cpp, greedy choices that differ:"));
                 for (pos, (rr, lr)) in r.chunks_exact(vocab).zip(l.chunks_exact(vocab)).enumerate()

@@ -9,7 +9,10 @@
 # target/fidelity, never committed): the token ids, requant/SmolLM2.<TYPE>.gguf and
 # .<TYPE>.deq.gguf (llama-quantize --allow-requantize, then the same file to F32: llama.cpp's
 # own dequantization), llama.cpp's logits for the type being compared (deleted after it),
-# table.md (the Markdown table) and story.txt (the story prompt's greedy differences).
+# table.md (the Markdown table) and story.txt (the story prompt's greedy choices: the
+# README's prompt continued by llama-completion's greedy text on each file, teacher-forced).
+# FIDELITY_PROMPTS=story compares that story only (fast); the default adds every prompt of
+# tests/data/agreement/prompts.json but long_code.
 # Threads: $THREADS (default 2) for llama.cpp; rml uses its pool's default.
 set -euo pipefail
 types=${1:-Q4_0,Q4_1,Q5_0,Q5_1,Q8_0,Q2_K,Q3_K_S,Q3_K_M,Q4_K_S,Q4_K_M,Q5_K_S,Q5_K_M,Q6_K,IQ4_NL,IQ4_XS,F16,F32}
@@ -32,7 +35,12 @@ fi
 
 cargo build --release --features cli --example fidelity
 fid=target/release/examples/fidelity
-[ -f "$work/logits/fixture.tokens" ] || "$fid" tokens "$work/logits"
+if [ "${FIDELITY_PROMPTS:-all}" = story ]; then
+    rm -f "$work"/logits/*.tokens
+else
+    [ -f "$work/logits/fixture.tokens" ] || "$fid" tokens "$work/logits"
+fi
+prompt="Once upon a time, there was a little"
 pairs() { # IN.tokens OUT.f32 pairs for suffix $1
     for t in "$work"/logits/*.tokens; do printf '%s %s ' "$t" "${t%.tokens}.$1.f32"; done
 }
@@ -51,6 +59,15 @@ for ty in ${types//,/ }; do
             mv "$to.tmp" "$to"
         fi
     done
+    # The story: the README's prompt and llama.cpp's greedy continuation of it on this file
+    # (llama-completion as a user runs it, no repacking), as llama.cpp tokenizes them.
+    text=$("$build/bin/llama-completion" -m "$q" -p "$prompt" -n 16 --temp 0 -no-cnv -nr \
+        -t "$threads" --no-warmup 2>/dev/null </dev/null)
+    "$build/bin/llama-tokenize" -m "$q" -p "$text" --ids --log-disable 2>/dev/null | tail -1 |
+        python3 -c 'import struct, sys
+ids = [int(t) for t in sys.stdin.read().strip().strip("[]").split(",") if t.strip()]
+sys.stdout.buffer.write(struct.pack("<%dI" % len(ids), *ids))' >"$work/logits/story.tokens"
+    echo "$ty: llama-completion: $text" >>"$work/story.txt"
     # shellcheck disable=SC2046
     "$peer" --kv f32 --fa off -t "$threads" "$deq" $(pairs llama-f32) >/dev/null
     # shellcheck disable=SC2046

@@ -3,7 +3,7 @@
  * C API (llama.h) only: a peer for tools/fidelity.rs. Built and run by tools/fidelity.sh,
  * which links it against the static libraries of ../shared/peers/build_llamacpp.sh.
  *
- * Usage: llamacpp_logits [--kv f32|f16] [--fa on|off|auto] [--repack] [-t N]
+ * Usage: llamacpp_logits [--kv f32|f16] [--fa on|off|auto] [--repack] [--step] [-t N]
  *                        MODEL.gguf IN.tokens OUT.f32 [IN.tokens OUT.f32 ...]
  *
  * Each IN.tokens holds u32 little-endian token ids. The ids go through the model in one batch
@@ -13,6 +13,7 @@
  * its exact path). --fa: flash attention (default auto, llama.cpp's default; off with an f32
  * cache for the exact path). --repack: allow llama.cpp's extra buffer types (weight repacking,
  * AMX); off by default because on some AMX machines the repacked path dies with SIGILL.
+ * --step: one llama_decode per token (as generation decodes) instead of one batch.
  * Exit status 1 with a message on any failure.
  */
 #include <stdint.h>
@@ -58,7 +59,7 @@ static int fail(const char *what, const char *detail) {
 int main(int argc, char **argv) {
     enum ggml_type kv = GGML_TYPE_F16;
     enum llama_flash_attn_type fa = LLAMA_FLASH_ATTN_TYPE_AUTO;
-    int repack = 0, threads = 2, a = 1;
+    int repack = 0, step = 0, threads = 2, a = 1;
     for (; a < argc && argv[a][0] == '-'; a++) {
         if (!strcmp(argv[a], "--kv") && a + 1 < argc) {
             a++;
@@ -73,6 +74,8 @@ int main(int argc, char **argv) {
             else return fail("--fa takes on, off or auto, not", argv[a]);
         } else if (!strcmp(argv[a], "--repack")) {
             repack = 1;
+        } else if (!strcmp(argv[a], "--step")) {
+            step = 1;
         } else if (!strcmp(argv[a], "-t") && a + 1 < argc) {
             threads = atoi(argv[++a]);
             if (threads < 1) return fail("-t takes a positive thread count", NULL);
@@ -81,7 +84,7 @@ int main(int argc, char **argv) {
         }
     }
     if (argc - a < 3 || (argc - a - 1) % 2 != 0)
-        return fail("usage: llamacpp_logits [--kv f32|f16] [--fa on|off|auto] [--repack] [-t N] "
+        return fail("usage: llamacpp_logits [--kv f32|f16] [--fa on|off|auto] [--repack] [--step] [-t N] "
                     "MODEL.gguf IN.tokens OUT.f32 [IN.tokens OUT.f32 ...]", NULL);
     const char *model_path = argv[a++];
 
@@ -121,23 +124,27 @@ int main(int argc, char **argv) {
     struct llama_batch batch = llama_batch_init(longest, 0, 1);
     for (int p = 0; p < pairs; p++) {
         llama_memory_clear(llama_get_memory(ctx), true);
-        batch.n_tokens = lens[p];
-        for (int32_t i = 0; i < lens[p]; i++) {
-            batch.token[i] = ids[p][i];
-            batch.pos[i] = i;
-            batch.n_seq_id[i] = 1;
-            batch.seq_id[i][0] = 0;
-            batch.logits[i] = 1;
-        }
-        if (llama_decode(ctx, batch) != 0) return fail("llama_decode failed on", argv[a + 2 * p]);
         FILE *out = fopen(argv[a + 2 * p + 1], "wb");
         if (!out) return fail("cannot write", argv[a + 2 * p + 1]);
-        for (int32_t i = 0; i < lens[p]; i++) {
-            const float *row = llama_get_logits_ith(ctx, i);
-            if (!row) return fail("no logits at a position of", argv[a + 2 * p]);
-            /* f32 little-endian: the host order on the x86-64 and AArch64 machines this runs on. */
-            if (fwrite(row, sizeof(float), (size_t)vocab, out) != (size_t)vocab)
-                return fail("short write to", argv[a + 2 * p + 1]);
+        /* One batch of every position, or (--step) one batch per position. */
+        int32_t width = step ? 1 : lens[p];
+        for (int32_t first = 0; first < lens[p]; first += width) {
+            batch.n_tokens = width;
+            for (int32_t j = 0; j < width; j++) {
+                batch.token[j] = ids[p][first + j];
+                batch.pos[j] = first + j;
+                batch.n_seq_id[j] = 1;
+                batch.seq_id[j][0] = 0;
+                batch.logits[j] = 1;
+            }
+            if (llama_decode(ctx, batch) != 0) return fail("llama_decode failed on", argv[a + 2 * p]);
+            for (int32_t j = 0; j < width; j++) {
+                const float *row = llama_get_logits_ith(ctx, j);
+                if (!row) return fail("no logits at a position of", argv[a + 2 * p]);
+                /* f32 little-endian: the host order on the x86-64 and AArch64 machines this runs on. */
+                if (fwrite(row, sizeof(float), (size_t)vocab, out) != (size_t)vocab)
+                    return fail("short write to", argv[a + 2 * p + 1]);
+            }
         }
         if (fclose(out) != 0) return fail("cannot close", argv[a + 2 * p + 1]);
         printf("%s: %d positions x %d\n", argv[a + 2 * p + 1], lens[p], vocab);
