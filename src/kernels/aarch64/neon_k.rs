@@ -368,25 +368,26 @@ unsafe fn matmul<K: KQuant, D: Dot>(
 }
 
 macro_rules! entry {
-    ($name:ident, $k:ty, $d:ty, $features:literal, $doc:expr) => {
-        #[doc = $doc]
-        ///
-        /// # Safety
-        ///
-        /// As [`crate::kernels::MatmulQ8Fn`] (activations in Q8_K); the CPU has the enabled
-        /// features.
-        #[target_feature(enable = $features)]
-        pub(super) unsafe fn $name(
-            w: *const u8,
-            rb: usize,
-            rows: usize,
-            xq: &Q8Acts<'_>,
-            n: usize,
-            y: *mut f32,
-            ldy: usize,
-        ) {
-            // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { matmul::<$k, $d>(w, rb, rows, xq, n, y, ldy) }
+    ($name:ident, $k:ty, $d:ty, $tier:ident, $doc:expr) => {
+        tier_fn! { $tier;
+            #[doc = $doc]
+            ///
+            /// # Safety
+            ///
+            /// As [`crate::kernels::MatmulQ8Fn`] (activations in Q8_K); the CPU has the enabled
+            /// features.
+            pub(super) unsafe fn $name(
+                w: *const u8,
+                rb: usize,
+                rows: usize,
+                xq: &Q8Acts<'_>,
+                n: usize,
+                y: *mut f32,
+                ldy: usize,
+            ) {
+                // SAFETY: forwarded caller contract; the features are enabled here.
+                unsafe { matmul::<$k, $d>(w, rb, rows, xq, n, y, ldy) }
+            }
         }
     };
 }
@@ -394,12 +395,12 @@ macro_rules! entry {
 /// The NEON and NEON + `SDOT` int8 entries of each type.
 macro_rules! entries {
     ($($neon:ident, $sdot:ident, $k:ty, $block:literal;)*) => { $(
-        entry!($neon, $k, Widen, "neon", concat!("NEON table entry for ggml `", $block, "`."));
+        entry!($neon, $k, Widen, Neon, concat!("NEON table entry for ggml `", $block, "`."));
         entry!(
             $sdot,
             $k,
             Sdot,
-            "neon,dotprod",
+            NeonDotprod,
             concat!("NEON + `SDOT` table entry for ggml `", $block, "`.")
         );
     )* };

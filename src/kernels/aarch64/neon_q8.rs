@@ -398,24 +398,25 @@ unsafe fn matmul<Q: QBlock, D: Dot>(
 }
 
 macro_rules! entry {
-    ($name:ident, $q:ty, $d:ty, $features:literal, $doc:expr) => {
-        #[doc = $doc]
-        ///
-        /// # Safety
-        ///
-        /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the enabled features.
-        #[target_feature(enable = $features)]
-        pub(super) unsafe fn $name(
-            w: *const u8,
-            rb: usize,
-            rows: usize,
-            xq: &Q8Acts<'_>,
-            n: usize,
-            y: *mut f32,
-            ldy: usize,
-        ) {
-            // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { matmul::<$q, $d>(w, rb, rows, xq, n, y, ldy) }
+    ($name:ident, $q:ty, $d:ty, $tier:ident, $doc:expr) => {
+        tier_fn! { $tier;
+            #[doc = $doc]
+            ///
+            /// # Safety
+            ///
+            /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the enabled features.
+            pub(super) unsafe fn $name(
+                w: *const u8,
+                rb: usize,
+                rows: usize,
+                xq: &Q8Acts<'_>,
+                n: usize,
+                y: *mut f32,
+                ldy: usize,
+            ) {
+                // SAFETY: forwarded caller contract; the features are enabled here.
+                unsafe { matmul::<$q, $d>(w, rb, rows, xq, n, y, ldy) }
+            }
         }
     };
 }
@@ -423,12 +424,12 @@ macro_rules! entry {
 /// The NEON and NEON + `SDOT` int8 entries of each type (activations in Q8).
 macro_rules! entries {
     ($($neon:ident, $sdot:ident, $q:ty, $block:literal;)*) => { $(
-        entry!($neon, $q, Widen, "neon", concat!("NEON table entry for ggml `", $block, "`."));
+        entry!($neon, $q, Widen, Neon, concat!("NEON table entry for ggml `", $block, "`."));
         entry!(
             $sdot,
             $q,
             Sdot,
-            "neon,dotprod",
+            NeonDotprod,
             concat!("NEON + `SDOT` table entry for ggml `", $block, "`.")
         );
     )* };
@@ -443,53 +444,54 @@ entries! {
     matmul_iq4_nl_q8_neon, matmul_iq4_nl_q8_sdot, Iq4NlB, "block_iq4_nl";
 }
 
-/// NEON table entry: the Q8 quantizer (see [`crate::kernels::QuantizeQ8Fn`]), byte for byte
-/// [`crate::kernels::scalar::quantize_block_q8`] (`FCVTAS` rounds to nearest, ties away).
-///
-/// # Safety
-///
-/// As [`crate::kernels::QuantizeQ8Fn`]; the CPU has NEON.
-#[target_feature(enable = "neon")]
-pub(super) unsafe fn quantize_q8(
-    x: *const f32,
-    nb: usize,
-    qs: *mut i8,
-    qs_stride: usize,
-    d: *mut f32,
-) -> bool {
-    for b in 0..nb {
-        // SAFETY: block `b` of input and outputs is in bounds (caller contract).
-        unsafe {
-            let p = x.add(b * QK);
-            let v: [float32x4_t; 8] = core::array::from_fn(|j| vld1q_f32(p.add(4 * j)));
-            let abs = vdupq_n_u32(0x7FFF_FFFF);
-            let bits = |v: float32x4_t| vandq_u32(vreinterpretq_u32_f32(v), abs);
-            let mut m = bits(v[0]);
-            for v in &v[1..] {
-                m = vmaxq_u32(m, bits(*v));
+tier_fn! { Neon;
+    /// NEON table entry: the Q8 quantizer (see [`crate::kernels::QuantizeQ8Fn`]), byte for byte
+    /// [`crate::kernels::scalar::quantize_block_q8`] (`FCVTAS` rounds to nearest, ties away).
+    ///
+    /// # Safety
+    ///
+    /// As [`crate::kernels::QuantizeQ8Fn`]; the CPU has NEON.
+    pub(super) unsafe fn quantize_q8(
+        x: *const f32,
+        nb: usize,
+        qs: *mut i8,
+        qs_stride: usize,
+        d: *mut f32,
+    ) -> bool {
+        for b in 0..nb {
+            // SAFETY: block `b` of input and outputs is in bounds (caller contract).
+            unsafe {
+                let p = x.add(b * QK);
+                let v: [float32x4_t; 8] = core::array::from_fn(|j| vld1q_f32(p.add(4 * j)));
+                let abs = vdupq_n_u32(0x7FFF_FFFF);
+                let bits = |v: float32x4_t| vandq_u32(vreinterpretq_u32_f32(v), abs);
+                let mut m = bits(v[0]);
+                for v in &v[1..] {
+                    m = vmaxq_u32(m, bits(*v));
+                }
+                let amax_bits = vmaxvq_u32(m);
+                if amax_bits >= 0x7F80_0000 {
+                    return false;
+                }
+                let dd = f32::from_bits(amax_bits) / 127.0;
+                *d.add(b) = dd;
+                let out = qs.add(b * qs_stride);
+                if dd == 0.0 {
+                    vst1q_s8(out, vdupq_n_s8(0));
+                    vst1q_s8(out.add(16), vdupq_n_s8(0));
+                    continue;
+                }
+                let dv = vdupq_n_f32(dd);
+                let q = |v: float32x4_t| {
+                    let r = vcvtaq_s32_f32(vdivq_f32(v, dv));
+                    vqmovn_s32(vmaxq_s32(vminq_s32(r, vdupq_n_s32(127)), vdupq_n_s32(-127)))
+                };
+                let h: [int16x8_t; 4] =
+                    core::array::from_fn(|j| vcombine_s16(q(v[2 * j]), q(v[2 * j + 1])));
+                vst1q_s8(out, vcombine_s8(vqmovn_s16(h[0]), vqmovn_s16(h[1])));
+                vst1q_s8(out.add(16), vcombine_s8(vqmovn_s16(h[2]), vqmovn_s16(h[3])));
             }
-            let amax_bits = vmaxvq_u32(m);
-            if amax_bits >= 0x7F80_0000 {
-                return false;
-            }
-            let dd = f32::from_bits(amax_bits) / 127.0;
-            *d.add(b) = dd;
-            let out = qs.add(b * qs_stride);
-            if dd == 0.0 {
-                vst1q_s8(out, vdupq_n_s8(0));
-                vst1q_s8(out.add(16), vdupq_n_s8(0));
-                continue;
-            }
-            let dv = vdupq_n_f32(dd);
-            let q = |v: float32x4_t| {
-                let r = vcvtaq_s32_f32(vdivq_f32(v, dv));
-                vqmovn_s32(vmaxq_s32(vminq_s32(r, vdupq_n_s32(127)), vdupq_n_s32(-127)))
-            };
-            let h: [int16x8_t; 4] =
-                core::array::from_fn(|j| vcombine_s16(q(v[2 * j]), q(v[2 * j + 1])));
-            vst1q_s8(out, vcombine_s8(vqmovn_s16(h[0]), vqmovn_s16(h[1])));
-            vst1q_s8(out.add(16), vcombine_s8(vqmovn_s16(h[2]), vqmovn_s16(h[3])));
         }
+        true
     }
-    true
 }

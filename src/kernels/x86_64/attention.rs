@@ -242,24 +242,26 @@ impl Lanes for Avx2 {
     }
 }
 
-/// [`flash::run`] on AVX2.
-///
-/// # Safety
-///
-/// As [`flash::run`]; AVX2, FMA and F16C available.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn flash_avx2(b: &Block) {
-    // SAFETY: caller contract; the lanes' ISA is enabled here.
-    unsafe { flash::run::<Avx2>(b) }
+tier_fn! { Avx2;
+    /// [`flash::run`] on AVX2.
+    ///
+    /// # Safety
+    ///
+    /// As [`flash::run`]; AVX2, FMA and F16C available.
+    pub(crate) unsafe fn flash_avx2(b: &Block) {
+        // SAFETY: caller contract; the lanes' ISA is enabled here.
+        unsafe { flash::run::<Avx2>(b) }
+    }
 }
 
-/// [`flash::run`] on the AVX-512 tier (the same lanes, EVEX-encoded, 32 registers).
-///
-/// # Safety
-///
-/// As [`flash::run`]; AVX-512 F/BW/VL, AVX2, FMA and F16C available.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub(crate) unsafe fn flash_avx512(b: &Block) {
-    // SAFETY: caller contract; the lanes' ISA is enabled here.
-    unsafe { flash::run::<Avx2>(b) }
+tier_fn! { Avx512;
+    /// [`flash::run`] on the AVX-512 tier (the same lanes, EVEX-encoded, 32 registers).
+    ///
+    /// # Safety
+    ///
+    /// As [`flash::run`]; AVX-512 F/BW/VL, AVX2, FMA and F16C available.
+    pub(crate) unsafe fn flash_avx512(b: &Block) {
+        // SAFETY: caller contract; the lanes' ISA is enabled here.
+        unsafe { flash::run::<Avx2>(b) }
+    }
 }

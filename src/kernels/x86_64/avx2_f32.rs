@@ -901,25 +901,26 @@ unsafe fn matmul<W: Weights>(
 
 macro_rules! entry {
     ($name:ident, $w:ty) => {
-        /// AVX2 table entry (see [`super::super::MatmulF32Fn`]).
-        ///
-        /// # Safety
-        ///
-        /// As [`super::super::MatmulF32Fn`]; the CPU has AVX2, FMA and F16C.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        #[allow(clippy::too_many_arguments)]
-        pub(super) unsafe fn $name(
-            w: *const u8,
-            rb: usize,
-            rows: usize,
-            k: usize,
-            x: *const f32,
-            n: usize,
-            y: *mut f32,
-            ldy: usize,
-        ) {
-            // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { matmul::<$w>(w, rb, rows, k, x, n, y, ldy) }
+        tier_fn! { Avx2;
+            /// AVX2 table entry (see [`super::super::MatmulF32Fn`]).
+            ///
+            /// # Safety
+            ///
+            /// As [`super::super::MatmulF32Fn`]; the CPU has AVX2, FMA and F16C.
+            #[allow(clippy::too_many_arguments)]
+            pub(super) unsafe fn $name(
+                w: *const u8,
+                rb: usize,
+                rows: usize,
+                k: usize,
+                x: *const f32,
+                n: usize,
+                y: *mut f32,
+                ldy: usize,
+            ) {
+                // SAFETY: forwarded caller contract; the features are enabled here.
+                unsafe { matmul::<$w>(w, rb, rows, k, x, n, y, ldy) }
+            }
         }
     };
 }

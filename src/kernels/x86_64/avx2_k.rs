@@ -575,24 +575,25 @@ pub(super) unsafe fn matmul<T: KDot, const R: usize>(
 }
 
 macro_rules! entry {
-    ($name:ident, $k:ty, $d:ty, $feat:literal, $doc:literal) => {
-        #[doc = $doc]
-        ///
-        /// # Safety
-        ///
-        /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the features enabled here.
-        #[target_feature(enable = $feat)]
-        pub(super) unsafe fn $name(
-            w: *const u8,
-            rb: usize,
-            rows: usize,
-            xq: &Q8Acts<'_>,
-            n: usize,
-            y: *mut f32,
-            ldy: usize,
-        ) {
-            // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { matmul::<On256<$k, $d>, 1>(w, rb, rows, xq, n, y, ldy) }
+    ($name:ident, $k:ty, $d:ty, $tier:ident, $doc:literal) => {
+        tier_fn! { $tier;
+            #[doc = $doc]
+            ///
+            /// # Safety
+            ///
+            /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the features enabled here.
+            pub(super) unsafe fn $name(
+                w: *const u8,
+                rb: usize,
+                rows: usize,
+                xq: &Q8Acts<'_>,
+                n: usize,
+                y: *mut f32,
+                ldy: usize,
+            ) {
+                // SAFETY: forwarded caller contract; the features are enabled here.
+                unsafe { matmul::<On256<$k, $d>, 1>(w, rb, rows, xq, n, y, ldy) }
+            }
         }
     };
 }
@@ -600,12 +601,12 @@ macro_rules! entry {
 /// The AVX2 and AVX-VNNI entries of each type.
 macro_rules! entries {
     ($($avx2:ident, $vnni:ident, $k:ty;)*) => { $(
-        entry!($avx2, $k, Avx2Ops, "avx2,fma,f16c", "AVX2 table entry, activations in Q8_K.");
+        entry!($avx2, $k, Avx2Ops, Avx2, "AVX2 table entry, activations in Q8_K.");
         entry!(
             $vnni,
             $k,
             VexOps,
-            "avx2,fma,f16c,avxvnni",
+            AvxVnni,
             "AVX-VNNI table entry, activations in Q8_K."
         );
     )* };

@@ -277,23 +277,24 @@ pub(super) unsafe fn matmul<Q: QBlock, D: Dot256>(
 
 macro_rules! entry {
     ($name:ident, $q:ty) => {
-        /// AVX2 table entry (see [`crate::kernels::MatmulQ8Fn`]).
-        ///
-        /// # Safety
-        ///
-        /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has AVX2, FMA and F16C.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) unsafe fn $name(
-            w: *const u8,
-            rb: usize,
-            rows: usize,
-            xq: &Q8Acts<'_>,
-            n: usize,
-            y: *mut f32,
-            ldy: usize,
-        ) {
-            // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { matmul::<$q, Avx2Ops>(w, rb, rows, xq, n, y, ldy) }
+        tier_fn! { Avx2;
+            /// AVX2 table entry (see [`crate::kernels::MatmulQ8Fn`]).
+            ///
+            /// # Safety
+            ///
+            /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has AVX2, FMA and F16C.
+            pub(super) unsafe fn $name(
+                w: *const u8,
+                rb: usize,
+                rows: usize,
+                xq: &Q8Acts<'_>,
+                n: usize,
+                y: *mut f32,
+                ldy: usize,
+            ) {
+                // SAFETY: forwarded caller contract; the features are enabled here.
+                unsafe { matmul::<$q, Avx2Ops>(w, rb, rows, xq, n, y, ldy) }
+            }
         }
     };
 }
@@ -324,40 +325,42 @@ unsafe fn round_away(v: __m256) -> __m256 {
     }
 }
 
-/// AVX2 table entry: the Q8 quantizer (see [`crate::kernels::QuantizeQ8Fn`]), byte for byte
-/// [`crate::kernels::scalar::quantize_block_q8`].
-///
-/// # Safety
-///
-/// As [`crate::kernels::QuantizeQ8Fn`]; the CPU has AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn quantize_q8(
-    x: *const f32,
-    nb: usize,
-    qs: *mut i8,
-    qs_stride: usize,
-    d: *mut f32,
-) -> bool {
-    // SAFETY: forwarded caller contract.
-    unsafe { quantize_blocks::<QK>(x, nb, qs, qs_stride, d) }
+tier_fn! { Avx2;
+    /// AVX2 table entry: the Q8 quantizer (see [`crate::kernels::QuantizeQ8Fn`]), byte for byte
+    /// [`crate::kernels::scalar::quantize_block_q8`].
+    ///
+    /// # Safety
+    ///
+    /// As [`crate::kernels::QuantizeQ8Fn`]; the CPU has AVX2, FMA and F16C.
+    pub(super) unsafe fn quantize_q8(
+        x: *const f32,
+        nb: usize,
+        qs: *mut i8,
+        qs_stride: usize,
+        d: *mut f32,
+    ) -> bool {
+        // SAFETY: forwarded caller contract.
+        unsafe { quantize_blocks::<QK>(x, nb, qs, qs_stride, d) }
+    }
 }
 
-/// AVX2 table entry: the Q8_K quantizer (blocks of 256, see
-/// [`crate::kernels::Kernels`]' `quantize_q8k`), byte for byte the scalar one.
-///
-/// # Safety
-///
-/// As `quantize_q8k`; the CPU has AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn quantize_q8k(
-    x: *const f32,
-    nb: usize,
-    qs: *mut i8,
-    qs_stride: usize,
-    d: *mut f32,
-) -> bool {
-    // SAFETY: forwarded caller contract.
-    unsafe { quantize_blocks::<{ crate::quant::QK_K }>(x, nb, qs, qs_stride, d) }
+tier_fn! { Avx2;
+    /// AVX2 table entry: the Q8_K quantizer (blocks of 256, see
+    /// [`crate::kernels::Kernels`]' `quantize_q8k`), byte for byte the scalar one.
+    ///
+    /// # Safety
+    ///
+    /// As `quantize_q8k`; the CPU has AVX2, FMA and F16C.
+    pub(super) unsafe fn quantize_q8k(
+        x: *const f32,
+        nb: usize,
+        qs: *mut i8,
+        qs_stride: usize,
+        d: *mut f32,
+    ) -> bool {
+        // SAFETY: forwarded caller contract.
+        unsafe { quantize_blocks::<{ crate::quant::QK_K }>(x, nb, qs, qs_stride, d) }
+    }
 }
 
 /// The Q8 rule over `nb` blocks of `N` (a multiple of 32) values: the block's largest

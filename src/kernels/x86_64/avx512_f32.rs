@@ -882,26 +882,27 @@ unsafe fn matmul<W: W512>(
 
 macro_rules! entry {
     ($name:ident, $w:ty) => {
-        /// AVX-512 table entry (see [`super::super::MatmulF32Fn`]).
-        ///
-        /// # Safety
-        ///
-        /// As [`super::super::MatmulF32Fn`]; the CPU has the AVX-512 tier's features
-        /// (AVX-512 F/BW/VL on top of AVX2, FMA and F16C).
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-        #[allow(clippy::too_many_arguments)]
-        pub(super) unsafe fn $name(
-            w: *const u8,
-            rb: usize,
-            rows: usize,
-            k: usize,
-            x: *const f32,
-            n: usize,
-            y: *mut f32,
-            ldy: usize,
-        ) {
-            // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { matmul::<$w>(w, rb, rows, k, x, n, y, ldy) }
+        tier_fn! { Avx512;
+            /// AVX-512 table entry (see [`super::super::MatmulF32Fn`]).
+            ///
+            /// # Safety
+            ///
+            /// As [`super::super::MatmulF32Fn`]; the CPU has the AVX-512 tier's features
+            /// (AVX-512 F/BW/VL on top of AVX2, FMA and F16C).
+            #[allow(clippy::too_many_arguments)]
+            pub(super) unsafe fn $name(
+                w: *const u8,
+                rb: usize,
+                rows: usize,
+                k: usize,
+                x: *const f32,
+                n: usize,
+                y: *mut f32,
+                ldy: usize,
+            ) {
+                // SAFETY: forwarded caller contract; the features are enabled here.
+                unsafe { matmul::<$w>(w, rb, rows, k, x, n, y, ldy) }
+            }
         }
     };
 }

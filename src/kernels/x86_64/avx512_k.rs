@@ -934,24 +934,25 @@ unsafe fn matmul_512<K: K512, Nb: Nibbles>(
 }
 
 macro_rules! entry {
-    ($name:ident, $k:ty, $nb:ty, $feat:literal, $doc:literal) => {
-        #[doc = $doc]
-        ///
-        /// # Safety
-        ///
-        /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the features enabled here.
-        #[target_feature(enable = $feat)]
-        pub(super) unsafe fn $name(
-            w: *const u8,
-            rb: usize,
-            rows: usize,
-            xq: &Q8Acts<'_>,
-            n: usize,
-            y: *mut f32,
-            ldy: usize,
-        ) {
-            // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { matmul_512::<$k, $nb>(w, rb, rows, xq, n, y, ldy) }
+    ($name:ident, $k:ty, $nb:ty, $tier:ident, $doc:literal) => {
+        tier_fn! { $tier;
+            #[doc = $doc]
+            ///
+            /// # Safety
+            ///
+            /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the features enabled here.
+            pub(super) unsafe fn $name(
+                w: *const u8,
+                rb: usize,
+                rows: usize,
+                xq: &Q8Acts<'_>,
+                n: usize,
+                y: *mut f32,
+                ldy: usize,
+            ) {
+                // SAFETY: forwarded caller contract; the features are enabled here.
+                unsafe { matmul_512::<$k, $nb>(w, rb, rows, xq, n, y, ldy) }
+            }
         }
     };
 }
@@ -963,14 +964,14 @@ macro_rules! entries {
             $name,
             $k,
             ShiftNibbles,
-            "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+            Avx512,
             "AVX-512 table entry, activations in Q8_K."
         );)*
         $(entry!(
             $gname,
             $gk,
             GfniNibbles,
-            "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni",
+            Avx512Gfni,
             "AVX-512 + GFNI table entry, activations in Q8_K."
         );)*
     };

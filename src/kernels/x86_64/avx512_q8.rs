@@ -1148,24 +1148,25 @@ unsafe fn matmul_vnni<Q: QBlock>(
 }
 
 macro_rules! entry {
-    ($name:ident, $body:ident, $($ty:ty),+; $feat:literal, $doc:literal) => {
-        #[doc = $doc]
-        ///
-        /// # Safety
-        ///
-        /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the features enabled here.
-        #[target_feature(enable = $feat)]
-        pub(super) unsafe fn $name(
-            w: *const u8,
-            rb: usize,
-            rows: usize,
-            xq: &Q8Acts<'_>,
-            n: usize,
-            y: *mut f32,
-            ldy: usize,
-        ) {
-            // SAFETY: forwarded caller contract; the features are enabled here.
-            unsafe { $body::<$($ty),+>(w, rb, rows, xq, n, y, ldy) }
+    ($name:ident, $body:ident, $($ty:ty),+; $tier:ident, $doc:literal) => {
+        tier_fn! { $tier;
+            #[doc = $doc]
+            ///
+            /// # Safety
+            ///
+            /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the features enabled here.
+            pub(super) unsafe fn $name(
+                w: *const u8,
+                rb: usize,
+                rows: usize,
+                xq: &Q8Acts<'_>,
+                n: usize,
+                y: *mut f32,
+                ldy: usize,
+            ) {
+                // SAFETY: forwarded caller contract; the features are enabled here.
+                unsafe { $body::<$($ty),+>(w, rb, rows, xq, n, y, ldy) }
+            }
         }
     };
 }
@@ -1173,12 +1174,12 @@ macro_rules! entry {
 /// The AVX-VNNI and AVX-512 entries of each type.
 macro_rules! entries {
     ($($vnni:ident, $avx512:ident, $q:ty;)*) => { $(
-        entry!($vnni, matmul_vnni, $q; "avx2,fma,f16c,avxvnni", "AVX-VNNI table entry.");
+        entry!($vnni, matmul_vnni, $q; AvxVnni, "AVX-VNNI table entry.");
         entry!(
             $avx512,
             matmul_512,
             $q, ShiftNibbles;
-            "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+            Avx512,
             "AVX-512 table entry."
         );
     )* };
@@ -1200,7 +1201,7 @@ macro_rules! gfni_entries {
             $name,
             matmul_512,
             $q, GfniNibbles;
-            "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni",
+            Avx512Gfni,
             "AVX-512 + GFNI table entry."
         );
     )* };
@@ -1209,13 +1210,13 @@ macro_rules! gfni_entries {
 /// The AVX-512 entries of the pair layout ([`crate::quant::q5_0x2`]): the product and the
 /// two column-block kernels.
 macro_rules! pair_entries {
-    ($nb:ty, $feat:literal, $doc:literal; $($name:ident, $q:ty;)*) => { $(
-        entry!($name, matmul_512, $q, $nb; $feat, $doc);
+    ($nb:ty, $tier:ident, $doc:literal; $($name:ident, $q:ty;)*) => { $(
+        entry!($name, matmul_512, $q, $nb; $tier, $doc);
     )* };
 }
 
 pair_entries! {
-    ShiftNibbles, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", "AVX-512 table entry.";
+    ShiftNibbles, Avx512, "AVX-512 table entry.";
     avx512_q5_0x2_q8, Q5_0x2B;
     avx512_q5_0x2_h0, Q5_0x2H<0>;
     avx512_q5_0x2_h1, Q5_0x2H<1>;

@@ -123,32 +123,23 @@ pub(crate) const AVX512_GFNI: Kernels = AVX512
 /// features (the autovectoriser widens it; Rust never fuses a multiply and an add, so each
 /// lane computes the portable loop's bits).
 macro_rules! glu {
-    ($name:ident, $body:path, $features:literal, $what:literal) => {
-        #[doc = $what]
-        ///
-        /// # Safety
-        ///
-        /// The CPU has the features this function is compiled with.
-        #[target_feature(enable = $features)]
-        unsafe fn $name(gate: &mut [f32], up: &[f32]) {
-            $body(gate, up)
+    ($name:ident, $body:path, $tier:ident, $what:literal) => {
+        tier_fn! { $tier;
+            #[doc = $what]
+            ///
+            /// # Safety
+            ///
+            /// The CPU has the features this function is compiled with.
+            unsafe fn $name(gate: &mut [f32], up: &[f32]) {
+                $body(gate, up)
+            }
         }
     };
 }
-glu!(swiglu_avx2, crate::ops::swiglu_body, "avx2,fma,f16c", "SwiGLU, 8 lanes.");
-glu!(geglu_tanh_avx2, crate::ops::geglu_tanh_body, "avx2,fma,f16c", "GeGLU (tanh), 8 lanes.");
-glu!(
-    swiglu_avx512,
-    crate::ops::swiglu_body,
-    "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
-    "SwiGLU, 16 lanes."
-);
-glu!(
-    geglu_tanh_avx512,
-    crate::ops::geglu_tanh_body,
-    "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
-    "GeGLU (tanh), 16 lanes."
-);
+glu!(swiglu_avx2, crate::ops::swiglu_body, Avx2, "SwiGLU, 8 lanes.");
+glu!(geglu_tanh_avx2, crate::ops::geglu_tanh_body, Avx2, "GeGLU (tanh), 8 lanes.");
+glu!(swiglu_avx512, crate::ops::swiglu_body, Avx512, "SwiGLU, 16 lanes.");
+glu!(geglu_tanh_avx512, crate::ops::geglu_tanh_body, Avx512, "GeGLU (tanh), 16 lanes.");
 
 use core::arch::x86_64::*;
 
