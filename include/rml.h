@@ -90,7 +90,8 @@ typedef int32_t RmlStatus;
 
 /**
  * How the rows of each matrix product are split into chunks across threads (the values of
- * `RmlDecoderOptions::schedule`; see rml's `Schedule`).
+ * `RmlDecoderOptions::schedule`; rml's `Schedule::code`, where the reasons for the default
+ * are given).
  */
 enum RmlSchedule
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -98,17 +99,18 @@ enum RmlSchedule
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
     /**
-     * `chunk = ceil(rows / (2 * threads))`, claimed dynamically: the default, as in the C FFI
-     * of the thread-pool design rml implements.
+     * rml's default schedule (today `RML_SCHEDULE_STATIC`, the fastest measured). Value 0
+     * was `RML_SCHEDULE_PROPORTIONAL2` before one default was chosen for every interface;
+     * that schedule is now value 8. Results are the same bits under every schedule.
      */
-    RML_SCHEDULE_PROPORTIONAL2 = 0,
+    RML_SCHEDULE_DEFAULT = 0,
     /**
      * `num_chunks = clamp(rows / grain, 1, 4 * threads)` with
      * `RmlDecoderOptions::grain` rows per chunk at least.
      */
     RML_SCHEDULE_GRAIN = 1,
     /**
-     * One contiguous block per thread, no dynamic claiming.
+     * One contiguous block per thread; a late thread's block is run by another.
      */
     RML_SCHEDULE_STATIC = 2,
     /**
@@ -124,13 +126,22 @@ enum RmlSchedule
      */
     RML_SCHEDULE_FIXED32 = 5,
     /**
-     * `chunk = ceil(rows / (4 * threads))`.
+     * `chunk = ceil(rows / (4 * threads))`, claimed dynamically.
      */
     RML_SCHEDULE_PROPORTIONAL4 = 6,
     /**
      * `Proportional4` with a floor of 16 rows per chunk.
      */
     RML_SCHEDULE_ADAPTIVE = 7,
+    /**
+     * `chunk = ceil(rows / (2 * threads))`, claimed dynamically.
+     */
+    RML_SCHEDULE_PROPORTIONAL2 = 8,
+    /**
+     * `Proportional4`'s chunks, thread `i` owning a contiguous share it runs first, taking
+     * chunks from the far end of other shares when it runs dry.
+     */
+    RML_SCHEDULE_OWNED = 9,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -302,7 +313,7 @@ typedef struct RmlDecoderOptions {
      */
     uint32_t threads;
     /**
-     * One of `RmlSchedule`; 0 (`RML_SCHEDULE_PROPORTIONAL2`) by default.
+     * One of `RmlSchedule`; 0 (`RML_SCHEDULE_DEFAULT`) by default.
      */
     uint32_t schedule;
     /**
@@ -441,7 +452,7 @@ const char *rml_status_name(int32_t status);
 const char *rml_version(void);
 
 /**
- * The default decoder options (all zeros: default threads, `RML_SCHEDULE_PROPORTIONAL2`,
+ * The default decoder options (all zeros: default threads, `RML_SCHEDULE_DEFAULT`,
  * int8 activations, weights as stored, default context, prefill chunks of 64, f32 KV cache,
  * Q5_0 matrices repacked where the kernels gain from it).
  */

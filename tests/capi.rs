@@ -255,7 +255,7 @@ fn decoder_options_reach_the_decoder() {
         };
         let mut rust = DecoderLM::new(model.config(), &&model, &InlineExecutor, rust_opts).unwrap();
         let want = rust.prefill(&prompt).unwrap().to_vec();
-        for schedule in 0..8 {
+        for schedule in 0..10 {
             let opts = RmlDecoderOptions {
                 threads: 2,
                 schedule,

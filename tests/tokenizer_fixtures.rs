@@ -193,3 +193,31 @@ fn malformed_sentencepiece_vocabularies_are_named() {
     assert_eq!(t.encode_with_special("abz", true).unwrap(), [4, 3, 0]);
     assert_eq!(t.decode(&[4, 3, 1]).unwrap(), "aba");
 }
+
+/// `Tokenizer::for_model` finds `tokenizer.json` in a folder and beside a single safetensors
+/// file, a GGUF's own vocabulary when nothing is beside it, and names the path it looked for
+/// when there is neither.
+#[test]
+fn for_model_finds_each_source_and_names_what_it_looked_for() {
+    let want = cases("tiny-qwen2");
+    let check_ids = |tok: &Tokenizer| {
+        for c in &want {
+            assert_eq!(tok.encode_with_special(&c.text, true).unwrap(), c.ids, "{:?}", c.text);
+        }
+    };
+    // A folder with its tokenizer.json, and its safetensors file alone (tokenizer.json beside).
+    check_ids(&Tokenizer::for_model(data("tiny-qwen2")).unwrap());
+    check_ids(&Tokenizer::for_model(data("tiny-qwen2/model.safetensors")).unwrap());
+    // A GGUF with no tokenizer.json beside it: its own vocabulary (llama.cpp's ids).
+    let g = Tokenizer::for_model(data("tiny-qwen2/gguf/tiny-qwen2-Q8_0.gguf")).unwrap();
+    for c in &want {
+        assert_eq!(g.encode_with_special(&c.text, true).unwrap(), c.llama_cpp_ids, "{:?}", c.text);
+    }
+    // A safetensors folder without one: NotFound, naming the file looked for.
+    let e = Tokenizer::for_model(data("tiny-llama/f32")).unwrap_err();
+    assert_eq!(e.code(), rml::Code::NotFound, "{e}");
+    let looked = data("tiny-llama/f32").join("tokenizer.json");
+    assert!(e.to_string().contains(&looked.display().to_string()), "{e}");
+    // No model there at all: the open's own error.
+    assert!(Tokenizer::for_model(data("tiny-qwen2/no-such-model")).is_err());
+}

@@ -19,17 +19,19 @@ pub struct RmlDecoder {
 }
 
 /// How the rows of each matrix product are split into chunks across threads (the values of
-/// `RmlDecoderOptions::schedule`; see rml's `Schedule`).
+/// `RmlDecoderOptions::schedule`; rml's `Schedule::code`, where the reasons for the default
+/// are given).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RmlSchedule {
-    /// `chunk = ceil(rows / (2 * threads))`, claimed dynamically: the default, as in the C FFI
-    /// of the thread-pool design rml implements.
-    Proportional2 = 0,
+    /// rml's default schedule (today `RML_SCHEDULE_STATIC`, the fastest measured). Value 0
+    /// was `RML_SCHEDULE_PROPORTIONAL2` before one default was chosen for every interface;
+    /// that schedule is now value 8. Results are the same bits under every schedule.
+    Default = 0,
     /// `num_chunks = clamp(rows / grain, 1, 4 * threads)` with
     /// `RmlDecoderOptions::grain` rows per chunk at least.
     Grain = 1,
-    /// One contiguous block per thread, no dynamic claiming.
+    /// One contiguous block per thread; a late thread's block is run by another.
     Static = 2,
     /// Chunks of 8 rows, claimed dynamically.
     Fixed8 = 3,
@@ -37,11 +39,30 @@ pub enum RmlSchedule {
     Fixed16 = 4,
     /// Chunks of 32 rows, claimed dynamically.
     Fixed32 = 5,
-    /// `chunk = ceil(rows / (4 * threads))`.
+    /// `chunk = ceil(rows / (4 * threads))`, claimed dynamically.
     Proportional4 = 6,
     /// `Proportional4` with a floor of 16 rows per chunk.
     Adaptive = 7,
+    /// `chunk = ceil(rows / (2 * threads))`, claimed dynamically.
+    Proportional2 = 8,
+    /// `Proportional4`'s chunks, thread `i` owning a contiguous share it runs first, taking
+    /// chunks from the far end of other shares when it runs dry.
+    Owned = 9,
 }
+
+// The C values are rml's one integer encoding of a schedule.
+const _: () = {
+    assert!(RmlSchedule::Default as u32 == Schedule::DEFAULT_CODE);
+    assert!(RmlSchedule::Grain as u32 == Schedule::Grain(1).code());
+    assert!(RmlSchedule::Static as u32 == Schedule::Static.code());
+    assert!(RmlSchedule::Fixed8 as u32 == Schedule::Fixed8.code());
+    assert!(RmlSchedule::Fixed16 as u32 == Schedule::Fixed16.code());
+    assert!(RmlSchedule::Fixed32 as u32 == Schedule::Fixed32.code());
+    assert!(RmlSchedule::Proportional4 as u32 == Schedule::Proportional4.code());
+    assert!(RmlSchedule::Adaptive as u32 == Schedule::Adaptive.code());
+    assert!(RmlSchedule::Proportional2 as u32 == Schedule::Proportional2.code());
+    assert!(RmlSchedule::Owned as u32 == Schedule::Owned.code());
+};
 
 /// How activations meet quantized weights (the values of `RmlDecoderOptions::activations`).
 #[repr(u32)]
@@ -103,7 +124,7 @@ pub struct RmlDecoderOptions {
     /// Threads working on each step, the caller's included; 0: `RML_NUM_THREADS` or the
     /// number of performance cores; 1: no worker threads at all. At most 1024.
     pub threads: u32,
-    /// One of `RmlSchedule`; 0 (`RML_SCHEDULE_PROPORTIONAL2`) by default.
+    /// One of `RmlSchedule`; 0 (`RML_SCHEDULE_DEFAULT`) by default.
     pub schedule: u32,
     /// Rows per chunk at least, for `RML_SCHEDULE_GRAIN` only (0 means 1).
     pub grain: u32,
@@ -126,7 +147,7 @@ pub struct RmlDecoderOptions {
     pub repack: u32,
 }
 
-/// The default decoder options (all zeros: default threads, `RML_SCHEDULE_PROPORTIONAL2`,
+/// The default decoder options (all zeros: default threads, `RML_SCHEDULE_DEFAULT`,
 /// int8 activations, weights as stored, default context, prefill chunks of 64, f32 KV cache,
 /// Q5_0 matrices repacked where the kernels gain from it).
 #[no_mangle]
@@ -138,20 +159,11 @@ pub extern "C" fn rml_decoder_options_default() -> RmlDecoderOptions {
 const MAX_THREADS: u32 = 1024;
 
 fn schedule_of(o: &RmlDecoderOptions) -> Result<Schedule> {
-    Ok(match o.schedule {
-        0 => Schedule::Proportional2,
-        1 => Schedule::Grain(o.grain.max(1) as usize),
-        2 => Schedule::Static,
-        3 => Schedule::Fixed8,
-        4 => Schedule::Fixed16,
-        5 => Schedule::Fixed32,
-        6 => Schedule::Proportional4,
-        7 => Schedule::Adaptive,
-        s => {
-            return Err(Error::invalid_argument(format_args!(
-                "options.schedule {s} is not an RmlSchedule (0..=7)"
-            )))
-        }
+    Schedule::from_code(o.schedule, o.grain.max(1) as usize).map_err(|_| {
+        Error::invalid_argument(format_args!(
+            "options.schedule {} is not an RmlSchedule (0..=9)",
+            o.schedule
+        ))
     })
 }
 

@@ -26,31 +26,14 @@ pub(crate) enum TokenizerInner {}
 #[cfg(feature = "tokenizer")]
 mod imp {
     use super::*;
-    use crate::load::ModelFormat;
     use crate::tokenizer::Tokenizer;
 
-    /// `tokenizer.json` in a Hugging Face folder or beside a GGUF file, else a GGUF's own
-    /// vocabulary.
+    /// The model's tokenizer as [`Tokenizer::for_container`] finds it; a GGUF in memory has
+    /// only its own vocabulary.
     pub(super) fn from_model(m: &super::super::model::ModelInner) -> Result<Tokenizer> {
         use super::super::model::Source;
         match &m.source {
-            Source::File(model) => {
-                let path = model.path();
-                let beside = match model.format() {
-                    ModelFormat::Safetensors => path.join("tokenizer.json"),
-                    ModelFormat::Gguf => path.with_file_name("tokenizer.json"),
-                };
-                if beside.is_file() {
-                    return Tokenizer::from_file(&beside);
-                }
-                match model.gguf() {
-                    Some(g) => Tokenizer::from_gguf(&g?).map_err(|e| e.context(path.display())),
-                    None => Err(Error::not_found(format_args!(
-                        "{}: no tokenizer.json in the model folder",
-                        beside.display()
-                    ))),
-                }
-            }
+            Source::File(model) => Tokenizer::for_container(model),
             Source::Bytes { gguf, .. } => {
                 Tokenizer::from_gguf(gguf).map_err(|e| e.context("GGUF bytes"))
             }

@@ -29,15 +29,33 @@ pub use pool::{JoinHook, PoolStats, ThreadPool, ThreadPoolBuilder, DEFAULT_SPIN_
 
 /// How [`Executor::parallel_for`] cuts a range of `n` items into chunks for `threads` threads.
 ///
-/// The formulas are in `chunks.rs`' module docs; docs/architecture.md ("Threads and
-/// schedules") says how schedules fit the rest of rml.
+/// The formulas are in `chunks.rs`' module docs ([`ChunkPlan`]); docs/architecture.md
+/// ("Threads and schedules") says how schedules fit the rest of rml.
+///
+/// **The default** ([`Schedule::default`]) is [`Schedule::Static`], and it is the one default
+/// everywhere: [`Executor::schedule`], a fresh [`ThreadPool`], the `rml` command line (without
+/// `--schedule` or a tuned winner) and the C ABI (`RML_SCHEDULE_DEFAULT`, value 0). Why: it
+/// was the fastest measured. Interleaved `rml bench` runs on a quiet 2-vCPU Xeon (SmolLM2
+/// Q4_1/Q8_0/Q4_K_M, 2 threads, 64-token prompt, 128 decode steps, medians of 4-5 rounds,
+/// 2026-12-04) decoded 3.5-5% faster with it than with `Proportional2`, level on Gemma 3 270M;
+/// `Owned` and finer chunks (`Proportional4`, `Grain(1)`) were slower: each chunk restarts the
+/// GEMV's row streams and is claimed from a shared counter. A re-run on 2026-12-06 on the
+/// same kind of machine under heavy load from other processes (load average 6-9 on 2 CPUs,
+/// six interleaved rounds, SmolLM2 Q4_1, 2 threads, pp64 + 64 decode steps; medians):
+/// decode 56.2 tok/s `Static`, 56.5 `Proportional2`, 50.0 `Proportional4`, 47.7 `Grain(1)`;
+/// prefill 273 / 290 / 265 / 275 tok/s: `Static` and `Proportional2` level within that noise,
+/// both ahead of the finer schedules. With one thread every schedule runs one chunk, so the
+/// choice cannot matter there. Results are the same bits under every schedule.
+///
+/// **Integer codes** ([`Schedule::code`], [`Schedule::from_code`]): the one integer encoding,
+/// used by the C ABI's `RmlSchedule` and the pool's stored default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Schedule {
-    /// The default: `num_chunks = clamp(n / g, 1, 4 * threads)`, `chunk = ceil(n / num_chunks)`;
-    /// one chunk when there are no workers or the caller is already inside a chunk.
+    /// `num_chunks = clamp(n / g, 1, 4 * threads)`, `chunk = ceil(n / num_chunks)`; one chunk
+    /// when there are no workers or the caller is already inside a chunk.
     Grain(usize),
-    /// One contiguous block per thread; a thread that has not arrived by the time the others
-    /// run dry has its block run by one of them.
+    /// The default: one contiguous block per thread; a thread that has not arrived by the time
+    /// the others run dry has its block run by one of them.
     Static,
     /// Chunks of 8 rows, claimed dynamically.
     Fixed8,
@@ -58,13 +76,80 @@ pub enum Schedule {
     Owned,
 }
 
+/// [`Schedule::Static`]: the fastest measured (see [`Schedule`]).
 impl Default for Schedule {
     fn default() -> Self {
-        Schedule::Grain(1)
+        Schedule::Static
     }
 }
 
 impl Schedule {
+    /// The code [`Schedule::from_code`] reads for "the default" ([`Schedule::default`]);
+    /// [`Schedule::code`] never returns it.
+    pub const DEFAULT_CODE: u32 = 0;
+
+    /// This schedule's integer code (the grain of `Grain(g)` travels apart, see
+    /// [`Schedule::grain`]): `Grain` 1, `Static` 2, `Fixed8` 3, `Fixed16` 4, `Fixed32` 5,
+    /// `Proportional4` 6, `Adaptive` 7, `Proportional2` 8, `Owned` 9. These are the values of
+    /// the C ABI's `RmlSchedule`; 0 is [`Schedule::DEFAULT_CODE`].
+    pub const fn code(self) -> u32 {
+        match self {
+            Schedule::Grain(_) => 1,
+            Schedule::Static => 2,
+            Schedule::Fixed8 => 3,
+            Schedule::Fixed16 => 4,
+            Schedule::Fixed32 => 5,
+            Schedule::Proportional4 => 6,
+            Schedule::Adaptive => 7,
+            Schedule::Proportional2 => 8,
+            Schedule::Owned => 9,
+        }
+    }
+
+    /// `g` for `Grain(g)`, 0 for every other schedule.
+    pub const fn grain(self) -> usize {
+        match self {
+            Schedule::Grain(g) => g,
+            _ => 0,
+        }
+    }
+
+    /// The schedule with integer code `code` ([`Schedule::code`]; 0 is [`Schedule::default`]),
+    /// `grain` giving `g` of `Grain(g)` (ignored for the other codes).
+    ///
+    /// ```
+    /// use rml::Schedule;
+    /// for s in Schedule::ALL {
+    ///     assert_eq!(Schedule::from_code(s.code(), s.grain()).unwrap(), s);
+    /// }
+    /// assert_eq!(Schedule::from_code(0, 0).unwrap(), Schedule::default());
+    /// assert!(Schedule::from_code(10, 0).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a code above 9.
+    pub fn from_code(code: u32, grain: usize) -> crate::Result<Schedule> {
+        Ok(match code {
+            Self::DEFAULT_CODE => Schedule::default(),
+            1 => Schedule::Grain(grain),
+            2 => Schedule::Static,
+            3 => Schedule::Fixed8,
+            4 => Schedule::Fixed16,
+            5 => Schedule::Fixed32,
+            6 => Schedule::Proportional4,
+            7 => Schedule::Adaptive,
+            8 => Schedule::Proportional2,
+            9 => Schedule::Owned,
+            c => {
+                return Err(crate::Error::invalid_argument(format_args!(
+                    "schedule code {c}: expected 0 (default), 1 (grain), 2 (static), 3 (fixed8), \
+                     4 (fixed16), 5 (fixed32), 6 (proportional4), 7 (adaptive), \
+                     8 (proportional2) or 9 (owned)"
+                )))
+            }
+        })
+    }
+
     /// Every policy: `Grain(1)` then the eight fixed policies, in declaration order.
     pub const ALL: [Schedule; 9] = [
         Schedule::Grain(1),
@@ -144,7 +229,8 @@ pub trait Executor: Sync {
     /// Threads that work on a `parallel_for`, the caller included (1 for inline).
     fn threads(&self) -> usize;
 
-    /// The schedule GEMV/GEMM use when the caller gives none.
+    /// The schedule GEMV/GEMM use when the caller gives none ([`Schedule::default`] unless
+    /// the executor says otherwise).
     fn schedule(&self) -> Schedule {
         Schedule::default()
     }
@@ -171,6 +257,10 @@ mod tests {
             assert_eq!(s.to_string().to_ascii_uppercase().parse::<Schedule>(), Ok(s));
         }
         assert_eq!("grain".parse::<Schedule>(), Ok(Schedule::Grain(1)));
+        for s in Schedule::ALL.into_iter().chain([Schedule::Grain(0), Schedule::Grain(4096)]) {
+            assert_ne!(s.code(), Schedule::DEFAULT_CODE);
+            assert_eq!(Schedule::from_code(s.code(), s.grain()), Ok(s));
+        }
         for bad in ["", "grain:", "grain:x", "grain:-1", "fixed7", "grainé:1", "静的静的静的"]
         {
             let e = bad.parse::<Schedule>().unwrap_err();

@@ -1,14 +1,3 @@
-//! Text ↔ token ids for the `rml` command line (feature `cli`), on top of Hugging Face's
-//! `tokenizers` crate.
-//!
-//! Two sources: a `tokenizer.json` beside the weights (any model `tokenizers` reads), or, for
-//! a `.gguf` file without one, the vocabulary stored in the file itself
-//! (`tokenizer.ggml.tokens` / `merges` / `token_type`, model `gpt2`): a byte-level BPE is
-//! rebuilt from it ([`Tokenizer::from_gguf_vocab`]). The pre-tokenizer follows
-//! `tokenizer.ggml.pre` as llama.cpp interprets it: `smollm` (and the StarCoder family)
-//! splits every digit on its own before the GPT-2 regex; `gpt2` / `default` use the GPT-2 regex
-//! alone.
-
 //! Text ↔ token ids (feature `tokenizer`), and chat templates ([`chat`]).
 //!
 //! Sources:
@@ -23,6 +12,8 @@
 //!     `llama-bpe` use their own regexes (one digit, resp. up to three digits, per piece);
 //!   - `tokenizer.ggml.model = "llama"`: SentencePiece with scores and byte fallback, tokenized
 //!     exactly as llama.cpp's `llm_tokenizer_spm` (see `spm.rs`).
+//!
+//! [`Tokenizer::for_model`] finds a model's tokenizer among these sources (`find.rs`).
 //!
 //! [`Tokenizer::encode_with_special`] adds BOS/EOS as the model asks (llama.cpp's
 //! `add_special`, transformers' `add_special_tokens`); [`Tokenizer::encode`] never does.
@@ -47,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::format::gguf::Gguf;
 
 pub mod chat;
+mod find;
 mod pretok;
 mod spm;
 
@@ -126,7 +118,12 @@ fn config_token(cfg: &serde_json::Value, key: &str) -> Option<String> {
 }
 
 impl Tokenizer {
-    fn from_hf(inner: tokenizers::Tokenizer) -> Self {
+    fn from_hf(mut inner: tokenizers::Tokenizer) -> Self {
+        // A tokenizer.json may carry truncation and fixed padding (all-MiniLM-L6-v2's: 128
+        // tokens); transformers' `tokenizer(text)` applies neither unless asked, nor does rml
+        // (see `encode_truncated`). Setting `None` cannot fail.
+        let _ = inner.with_truncation(None);
+        inner.with_padding(None);
         Self::from_backend(Backend::Hf(alloc::boxed::Box::new(inner)))
     }
 
@@ -487,6 +484,69 @@ impl Tokenizer {
                 Ok(out)
             },
             spm => spm.encode(text, add_special)
+        )
+    }
+
+    /// Encodes `text` with the special tokens the model adds (as
+    /// [`Tokenizer::encode_with_special`] with `add_special`), keeping at most `max_tokens` ids
+    /// in all: the text's own tokens are cut at the end and the special tokens kept, as
+    /// transformers' `tokenizer(text, truncation=True, max_length=max_tokens)` does (and
+    /// sentence-transformers at `max_seq_length`). Returns the ids and the length before
+    /// truncation (special tokens included), so a caller can say that it cut.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::InvalidArgument`] if `max_tokens` leaves no room beside the special
+    /// tokens, or as [`Tokenizer::encode_with_special`].
+    pub fn encode_truncated(&self, text: &str, max_tokens: usize) -> Result<(Vec<u32>, usize)> {
+        // BOS/EOS that rml adds itself (GGUF vocabularies)
+        let manual = usize::from(self.add_bos && self.bos.is_some())
+            + usize::from(self.add_eos && self.eos.is_some());
+        let room = |added: usize| {
+            max_tokens.checked_sub(added).filter(|r| *r > 0).ok_or_else(|| {
+                Error::invalid_argument(format_args!(
+                    "a limit of {max_tokens} tokens leaves no room beside the model's {added} \
+                     special tokens"
+                ))
+            })
+        };
+        let with_manual = |body: &[u32]| {
+            let mut out = Vec::with_capacity(body.len() + 2);
+            if self.add_bos {
+                out.extend(self.bos);
+            }
+            out.extend_from_slice(body);
+            if self.add_eos {
+                out.extend(self.eos);
+            }
+            out
+        };
+        on_backend!(&self.backend,
+            inner => {
+                use tokenizers::PostProcessor as _;
+                let mut enc = inner.encode_fast(text, false).map_err(tk_err("encode"))?;
+                let added = if self.manual_special {
+                    manual
+                } else {
+                    inner.get_post_processor().map_or(0, |p| p.added_tokens(false))
+                };
+                let full = enc.len() + added;
+                let keep = room(added)?;
+                if enc.len() > keep {
+                    enc.truncate(keep, 0, tokenizers::TruncationDirection::Right);
+                }
+                if self.manual_special {
+                    return Ok((with_manual(enc.get_ids()), full));
+                }
+                let enc = inner.post_process(enc, None, true).map_err(tk_err("encode"))?;
+                Ok((enc.get_ids().to_vec(), full))
+            },
+            spm => {
+                let mut ids = spm.encode(text, false)?;
+                let full = ids.len() + manual;
+                ids.truncate(room(manual)?);
+                Ok((with_manual(&ids), full))
+            }
         )
     }
 

@@ -361,13 +361,13 @@ impl Session<'_, '_> {
 pub fn run(args: &ChatArgs) -> Result<()> {
     let path = crate::resolve_model(args.model.as_deref())?;
     let model = Model::open(&path)?;
-    let tok = crate::load_tokenizer(&model)?;
+    let tok = Tokenizer::for_container(&model)?;
     let template = template_for(&model, &tok, args.chat_template.as_deref())?;
     let stop_ids = stop_ids(&template, &tok, &model);
     let max_ctx = args.context.unwrap_or_else(|| {
         model.config().max_position_embeddings.min(rml::model::decoder::DEFAULT_MAX_CONTEXT)
     });
-    let pool = crate::make_pool(args.threads, crate::DEFAULT_SCHEDULE)?;
+    let pool = crate::make_pool(args.threads, rml::exec::Schedule::default())?;
     let opts = DecoderOptions {
         context_len: Some(max_ctx),
         activations: args.activations.into(),

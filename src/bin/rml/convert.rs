@@ -465,7 +465,7 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType, format: Option<OutForma
         }
         None
     } else {
-        match crate::load_tokenizer(&model) {
+        match rml::tokenizer::Tokenizer::for_container(&model) {
             Ok(tok) => Some(tok),
             Err(e) => {
                 eprintln!("rml: warning: no tokenizer written: {e}");

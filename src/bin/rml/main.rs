@@ -14,6 +14,7 @@
 //!           [--attention tiled|per-head] [--no-repack]
 //! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [--format safetensors|gguf]
 //! rml fetch [smollm2|gemma3]
+//! rml embed --model FOLDER [TEXT... | -f FILE | stdin] [-t N] [--batch N]
 //! ```
 //!
 //! `--model` takes a Hugging Face folder (`config.json`, `model.safetensors`,
@@ -26,6 +27,7 @@
 mod bench;
 mod chat;
 mod convert;
+mod embed;
 mod env;
 mod fetch;
 mod interrupt;
@@ -45,14 +47,6 @@ use rml::model::{AttentionPath, DecoderLM, DecoderOptions, KvDtype, Sampler, Sam
 use rml::ops::Activations;
 use rml::tokenizer::{TextStream, Tokenizer};
 use rml::{Error, Result};
-
-/// The schedule `generate`, `chat` and `bench` use when neither `--schedule` nor a tuned
-/// winner is given: one contiguous block of rows per thread. Interleaved `rml bench` runs
-/// (2 threads, 64-token prompt, 128 decode steps, medians of 4-5 rounds, 2026-12-04, a 2-vCPU
-/// Xeon) decoded 3.5-5% faster with it than with `proportional2` (chunks claimed from a shared
-/// counter) on SmolLM2 Q4_1/Q8_0/Q4_K_M, level on Gemma 3 270M, and faster too with two
-/// busy-loop threads on the same CPUs; `owned` and finer chunks were slower still.
-const DEFAULT_SCHEDULE: Schedule = Schedule::Static;
 
 #[derive(Parser)]
 #[command(
@@ -105,6 +99,9 @@ enum Command {
         #[arg(value_enum, default_value_t = FetchModel::Smollm2)]
         model: FetchModel,
     },
+    /// Sentence embeddings from a sentence-transformers folder (BERT family): one JSON array
+    /// per text, one per line.
+    Embed(embed::EmbedArgs),
 }
 
 /// `rml fetch`'s argument: a model rml knows how to fetch.
@@ -158,7 +155,7 @@ struct BenchArgs {
     attention: AttentionArg,
     /// Matmul schedule: grain:G, static, fixed8, fixed16, fixed32, proportional2,
     /// proportional4, adaptive, owned (default: static, as `generate`'s).
-    #[arg(long, value_parser = parse_schedule, default_value_t = DEFAULT_SCHEDULE)]
+    #[arg(long, value_parser = parse_schedule, default_value_t = Schedule::default())]
     schedule: Schedule,
 }
 
@@ -424,6 +421,7 @@ fn main() -> ExitCode {
             writeln!(out::stdout(), "{}", p.display())?;
             Ok(())
         }),
+        Command::Embed(args) => embed::run(&args),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -446,26 +444,6 @@ fn resolve_model(model: Option<&Path>) -> Result<PathBuf> {
         Some(p) => Ok(p.to_path_buf()),
         None => fetch::default_model(),
     }
-}
-
-/// The tokenizer for a model: `tokenizer.json` in the folder (or beside the .gguf), else
-/// the GGUF's own vocabulary.
-pub fn load_tokenizer(model: &Container) -> Result<Tokenizer> {
-    let path = model.path();
-    let beside = match model.format() {
-        ModelFormat::Safetensors => path.join("tokenizer.json"),
-        ModelFormat::Gguf => path.with_file_name("tokenizer.json"),
-    };
-    if beside.is_file() {
-        return Tokenizer::from_file(&beside);
-    }
-    let Some(gguf) = model.gguf() else {
-        return Err(Error::not_found(format_args!(
-            "{}: no tokenizer.json in the model folder",
-            beside.display()
-        )));
-    };
-    Tokenizer::from_gguf(&gguf?).map_err(|e| e.context(path.display()))
 }
 
 /// A thread pool for `threads` (or the default count) with `schedule` (or the default).
@@ -571,7 +549,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     let prompt = read_prompt(args)?;
     let path = resolve_model(args.model.as_deref())?;
     let model = Model::open(&path)?;
-    let tok = load_tokenizer(&model)?;
+    let tok = Tokenizer::for_container(&model)?;
     let act: Activations = args.activations.into();
     // --threads and RML_NUM_THREADS win over the tuner's cache (its winner is a thread count
     // with its schedule, so neither is taken then).
@@ -581,7 +559,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         .flatten();
     let (threads, schedule) = match (threads, args.schedule, tuned) {
         (None, None, Some(report)) => (Some(report.best.threads), report.best.schedule),
-        (t, s, _) => (t, s.unwrap_or(DEFAULT_SCHEDULE)),
+        (t, s, _) => (t, s.unwrap_or_default()),
     };
     let mut stop: Vec<u32> = model.config().eos_token_ids.clone();
     let chat = args.chat || args.chat_template.is_some();

@@ -387,7 +387,7 @@ impl ThreadPoolBuilder {
         self
     }
 
-    /// The pool's default schedule ([`ThreadPool::schedule`]); default `Proportional4`.
+    /// The pool's default schedule ([`ThreadPool::schedule`]); default [`Schedule::default`].
     pub fn schedule(mut self, schedule: Schedule) -> Self {
         self.schedule = Some(schedule);
         self
@@ -467,9 +467,7 @@ impl ThreadPoolBuilder {
             wake: Condvar::new(),
             counters: Padded::default(),
             slots: (0..threads).map(|_| Padded::default()).collect(),
-            schedule: CounterAtomic::new(encode_schedule(
-                self.schedule.unwrap_or(Schedule::Proportional4),
-            )),
+            schedule: CounterAtomic::new(encode_schedule(self.schedule.unwrap_or_default())),
             threads,
             spin,
             before_join: self.before_join,
@@ -597,7 +595,7 @@ impl ThreadPool {
     }
 
     /// The schedule GEMV/GEMM use on this pool when their caller passes none (a fresh pool:
-    /// `Proportional4`).
+    /// [`Schedule::default`]).
     #[inline]
     pub fn schedule(&self) -> Schedule {
         decode_schedule(self.shared.schedule.load(core::sync::atomic::Ordering::Relaxed))
@@ -885,32 +883,16 @@ fn env_number(name: &str) -> Option<u64> {
 
 const TAG_BITS: u32 = 4;
 
+/// The pool's stored default: [`Schedule::code`] in the low [`TAG_BITS`] bits, the grain
+/// above them (saturated).
 fn encode_schedule(s: Schedule) -> usize {
-    match s {
-        Schedule::Grain(g) => g.min(usize::MAX >> TAG_BITS) << TAG_BITS,
-        Schedule::Static => 1,
-        Schedule::Fixed8 => 2,
-        Schedule::Fixed16 => 3,
-        Schedule::Fixed32 => 4,
-        Schedule::Proportional2 => 5,
-        Schedule::Proportional4 => 6,
-        Schedule::Adaptive => 7,
-        Schedule::Owned => 8,
-    }
+    const _: () = assert!(Schedule::Owned.code() < 1 << TAG_BITS);
+    (s.grain().min(usize::MAX >> TAG_BITS) << TAG_BITS) | s.code() as usize
 }
 
 fn decode_schedule(v: usize) -> Schedule {
-    match v & ((1 << TAG_BITS) - 1) {
-        0 => Schedule::Grain(v >> TAG_BITS),
-        1 => Schedule::Static,
-        2 => Schedule::Fixed8,
-        3 => Schedule::Fixed16,
-        4 => Schedule::Fixed32,
-        5 => Schedule::Proportional2,
-        6 => Schedule::Proportional4,
-        7 => Schedule::Adaptive,
-        _ => Schedule::Owned,
-    }
+    // Every stored value came from `encode_schedule`, so the code is valid.
+    Schedule::from_code((v & ((1 << TAG_BITS) - 1)) as u32, v >> TAG_BITS).unwrap_or_default()
 }
 
 #[cfg(all(test, not(loom)))]
@@ -976,8 +958,8 @@ mod tests {
     fn fresh_pool_defaults() {
         let pool = ThreadPool::new(2);
         assert_eq!(pool.threads(), 2);
-        assert_eq!(pool.schedule(), Schedule::Proportional4);
-        assert_eq!(Executor::schedule(&pool), Schedule::Proportional4);
+        assert_eq!(pool.schedule(), Schedule::default());
+        assert_eq!(Executor::schedule(&pool), Schedule::default());
         pool.set_schedule(Schedule::Grain(32));
         assert_eq!(Executor::schedule(&pool), Schedule::Grain(32));
         assert_eq!(ThreadPool::new(0).threads(), 1);
