@@ -14,6 +14,7 @@ pub mod format;
 pub mod kernels;
 #[cfg(feature = "std")]
 pub mod load;
+pub(crate) mod math;
 pub mod mem;
 pub mod model;
 pub mod ops;

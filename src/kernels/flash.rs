@@ -95,27 +95,12 @@ impl Block {
     }
 }
 
-/// `e^y` as [`crate::ops`]'s GELU uses it (Cephes' `expf`, branch-free): the per-lane
-/// arithmetic every [`Lanes`] implementation reproduces.
-#[inline(always)]
-pub(crate) fn exp(y: f32) -> f32 {
-    let y = y.clamp(-87.0, 88.0);
-    let n = (y * LOG2E + SHIFT) - SHIFT;
-    let r = (y - n * LN2_HI) - n * LN2_LO;
-    let p = ((((E0 * r + E1) * r + E2) * r + E3) * r + E4) * r + 0.5;
-    let e = (p * r * r + r) + 1.0;
-    e * f32::from_bits(((n as i32 + 127) as u32) << 23)
-}
-
-pub(crate) const LOG2E: f32 = core::f32::consts::LOG2_E;
-pub(crate) const SHIFT: f32 = 12_582_912.0;
-pub(crate) const LN2_HI: f32 = 0.693_359_4;
-pub(crate) const LN2_LO: f32 = -2.121_944_4e-4;
-pub(crate) const E0: f32 = 1.987_569_1e-4;
-pub(crate) const E1: f32 = 1.398_199_9e-3;
-pub(crate) const E2: f32 = 8.333_452e-3;
-pub(crate) const E3: f32 = 4.166_579_6e-2;
-pub(crate) const E4: f32 = 1.666_666_5e-1;
+/// `e^y` as [`crate::ops`]'s GELU uses it (Cephes' `expf`, branch-free; the one copy is
+/// [`crate::math::exp_cephes`]): the per-lane arithmetic every [`Lanes`] implementation
+/// reproduces, with these constants.
+pub(crate) use crate::math::exp_cephes as exp;
+#[allow(unused_imports)] // read by the x86_64 lanes only; unused on other targets
+pub(crate) use crate::math::{E0, E1, E2, E3, E4, LN2_HI, LN2_LO, LOG2E, SHIFT};
 
 /// `if a > b { a } else { b }`: x86's `maxps` (so NaN and signed zeros come out the same on
 /// every path).

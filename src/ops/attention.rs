@@ -1,7 +1,10 @@
-//! Grouped, tiled, online-softmax attention over a KV cache ([`attention_group`]); the
-//! arithmetic is `kernels::flash`'s, with AVX2 and AVX-512 bodies picked with the kernel tier
-//! (bit-identical to the portable code).
+//! Attention over a KV cache: grouped, tiled, online-softmax ([`attention_group`]; the
+//! arithmetic is `kernels::flash`'s, with AVX2 and AVX-512 bodies picked with the kernel tier,
+//! bit-identical to the portable code), and the per-head reference ([`attention_head`]: all
+//! scores, softmax, weighted sum).
 
+use super::activation::softmax;
+use super::vector::{axpy, dot};
 use crate::kernels::flash::{self, Block, KvPtr};
 use crate::kernels::{self, Kernels};
 
@@ -172,5 +175,103 @@ fn attention_group_inner(
     unsafe {
         run_block(k, &b);
         flash::finalize(&b);
+    }
+}
+
+/// Scaled dot-product attention for one query head over `n` cached positions:
+/// `out = Σ_t softmax_t(scale · q·k_t) · v_t`.
+///
+/// `keys` and `values` hold positions `0..n` of one KV head, `q.len()` floats each, position
+/// `t` at `[t * d, (t + 1) * d)`; `scores` is scratch of at least `n` floats. Positions past
+/// `n` are not read (causality is the caller's choice of `n`). With an AVX2 kernel tier
+/// active the two loops over the cache run as AVX2 code with the same arithmetic (bit-identical
+/// results).
+///
+/// # Panics
+///
+/// If `n == 0`, `out.len() != q.len()`, `keys`/`values` hold fewer than `n * q.len()` floats,
+/// or `scores` fewer than `n`.
+pub fn attention_head(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    n: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let d = q.len();
+    assert!(n > 0 && out.len() == d, "attention_head: shapes");
+    assert!(keys.len() >= n * d && values.len() >= n * d && scores.len() >= n);
+    let scores = &mut scores[..n];
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
+    if kernels::active().is_ok_and(|k| k.isa().has_avx2()) {
+        // SAFETY: the active table is an AVX2 tier, so the CPU has AVX2; `keys` and `values`
+        // hold `n * d` floats (asserted above). Same arithmetic as the loops below.
+        unsafe {
+            kernels::attention::scores(q, keys, scale, scores);
+            softmax(scores);
+            kernels::attention::weighted_sum(scores, values, out);
+        }
+        return;
+    }
+    for (t, s) in scores.iter_mut().enumerate() {
+        *s = dot(q, &keys[t * d..(t + 1) * d]) * scale;
+    }
+    softmax(scores);
+    out.fill(0.0);
+    for (t, &p) in scores.iter().enumerate() {
+        axpy(p, &values[t * d..(t + 1) * d], out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::close;
+
+    #[test]
+    fn attention_head_by_value() {
+        // Two positions, d = 2: scores = [q·k0, q·k1] * scale.
+        let q = [1.0f32, 0.0];
+        let keys = [0.0f32, 1.0, 2.0, 0.0];
+        let values = [10.0f32, 0.0, 0.0, 20.0];
+        let mut scores = [0f32; 4];
+        let mut out = [0f32; 2];
+        attention_head(&q, &keys, &values, 2, 0.5, &mut scores, &mut out);
+        let (p0, p1) = (1.0 / (1.0 + 1f32.exp()), 1f32.exp() / (1.0 + 1f32.exp()));
+        assert!(close(out[0], 10.0 * p0, 1e-6) && close(out[1], 20.0 * p1, 1e-6), "{out:?}");
+        // n = 1 attends to position 0 only.
+        attention_head(&q, &keys, &values, 1, 0.5, &mut scores, &mut out);
+        assert_eq!(out, [10.0, 0.0]);
+    }
+
+    #[test]
+    fn attention_head_is_bit_identical_to_the_portable_loops() {
+        // On an AVX2 tier `attention_head` runs the SIMD loops; they must give the bits of
+        // `dot` / `softmax` / `axpy` (on other machines this compares the portable path with
+        // itself).
+        for d in [1usize, 7, 8, 13, 32, 64, 80, 128] {
+            for n in [1usize, 3, 4, 5, 17, 64] {
+                let f = |i: usize, s: f32| (i as f32 * 0.731 + s).sin() * 2.5;
+                let q: alloc::vec::Vec<f32> = (0..d).map(|i| f(i, 0.3)).collect();
+                let keys: alloc::vec::Vec<f32> = (0..n * d).map(|i| f(i, 1.1)).collect();
+                let values: alloc::vec::Vec<f32> = (0..n * d).map(|i| f(i, 2.7)).collect();
+                let mut scores = alloc::vec![0f32; n];
+                let mut out = alloc::vec![0f32; d];
+                attention_head(&q, &keys, &values, n, 0.125, &mut scores, &mut out);
+                let mut want_s: alloc::vec::Vec<f32> =
+                    (0..n).map(|t| dot(&q, &keys[t * d..(t + 1) * d]) * 0.125).collect();
+                softmax(&mut want_s);
+                let mut want = alloc::vec![0f32; d];
+                for (t, &p) in want_s.iter().enumerate() {
+                    axpy(p, &values[t * d..(t + 1) * d], &mut want);
+                }
+                let bits =
+                    |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<alloc::vec::Vec<_>>();
+                assert_eq!(bits(&scores), bits(&want_s), "scores d={d} n={n}");
+                assert_eq!(bits(&out), bits(&want), "output d={d} n={n}");
+            }
+        }
     }
 }

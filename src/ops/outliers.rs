@@ -18,9 +18,8 @@
 //! block of `nb` per outlier block and weight row, as a column of strided blocks that the
 //! kernels decode and transpose 16 rows at a time: about 2-3 blocks' worth of the plain
 //! product's time each. Over the agreement prompts SmolLM2's normalized inputs have 1.27
-//! outlier blocks per 576-wide row (mostly at a few fixed column blocks), so the corrected
-//! products (q/k/v, gate/up, the head) run 15-20% slower than plain int8; decode as a whole
-//! 8-15% (interleaved `rml bench` runs, SmolLM2 Q4_K_M and Gemma 3 270M, 2026-12-03).
+//! outlier blocks per 576-wide row (mostly at a few fixed column blocks); what the correction
+//! costs in speed is measured in `docs/perf/notes-ops-decoder.md`.
 //! The worst case is bounded by the rule: with blocks of 32 fewer than half a row's blocks can
 //! be outliers; with super-blocks of 256 (K-quants) every block can be (one large value in a
 //! row of 256 flags it), which runs the product about twice.
