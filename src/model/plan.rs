@@ -1,5 +1,5 @@
 //! [`MemoryPlan`]: every byte a [`DecoderLM`](crate::model::DecoderLM) keeps, known before it
-//! is built (design.md §3 "Memory plan").
+//! is built (`docs/architecture.md`, "Contracts" → "Memory plan").
 //!
 //! A decoder owns, besides the weights it borrows in place: the KV cache (keys and values),
 //! the per-step scratch arena, the logits, the RoPE inverse-frequency table, f32 copies of the
