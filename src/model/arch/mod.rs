@@ -265,9 +265,12 @@ pub struct HfDefaults {
 pub struct ArchSpec {
     /// The family's name in messages.
     pub name: &'static str,
-    /// `model_type` values of its `config.json`.
+    /// `model_type` values of its `config.json` (the first is the one rml writes).
     pub hf_model_types: &'static [&'static str],
-    /// `general.architecture` values of its GGUF files (and the prefix of their keys).
+    /// The `architectures` entry of its `config.json` (transformers' model class).
+    pub hf_architecture: &'static str,
+    /// `general.architecture` values of its GGUF files (and the prefix of their keys); the
+    /// first is the one rml writes (see [`ArchSpec::gguf_architecture`]).
     pub gguf_architectures: &'static [&'static str],
     /// The key of the activation in `config.json` and the activation the family uses.
     pub hf_activation_key: &'static str,
@@ -331,6 +334,12 @@ impl ArchSpec {
         }
     }
 
+    /// The `general.architecture` rml writes for this family: its own, or `llama` for a family
+    /// llama.cpp writes as Llama (Mistral).
+    pub fn gguf_architecture(&self) -> &'static str {
+        self.gguf_architectures.first().copied().unwrap_or("llama")
+    }
+
     /// The family whose `config.json` says `model_type`.
     ///
     /// # Errors
@@ -383,6 +392,7 @@ impl<F: Fn(&ArchSpec) -> &'static [&'static str]> core::fmt::Display for Support
 pub const LLAMA_LIKE: ArchSpec = ArchSpec {
     name: "Llama",
     hf_model_types: &["llama"],
+    hf_architecture: "LlamaForCausalLM",
     gguf_architectures: &["llama"],
     hf_activation_key: "hidden_act",
     activation: Activation::Silu,
