@@ -55,7 +55,7 @@ use rml::format::TensorSource;
 use rml::load::{Container, ModelFormat};
 use rml::mem::BufferPool;
 use rml::model::arch::llama::{self, qk_gguf_row, unpermute_qk_rows};
-use rml::model::arch::{self as arch, ArchSpec, Part, TensorNames};
+use rml::model::arch::{ArchSpec, Part, TensorNames};
 use rml::model::config::{ModelConfig, RopeScaling};
 use rml::model::packed::{self, PackedSource};
 use rml::{DType, Error, Result};
@@ -267,7 +267,7 @@ fn carried_config_json(model: &Container, dtype: OutDType) -> Result<serde_json:
     Ok(v)
 }
 
-/// Every layer tensor a family may have ([`arch::TensorNames::layer`]).
+/// Every layer tensor a family may have ([`TensorNames::layer`]).
 const PARTS: [Part; 16] = [
     Part::AttnNorm,
     Part::Q,
@@ -300,7 +300,7 @@ enum Named {
 
 /// `name` (a tensor of `spec` in container `from`) in container `to`: the family's tables
 /// ([`ArchSpec::names`]) both ways, so every tensor the loader may ask for is recognized.
-fn map_name(spec: &ArchSpec, from: arch::Container, to: arch::Container, name: &str) -> Named {
+fn map_name(spec: &ArchSpec, from: ModelFormat, to: ModelFormat, name: &str) -> Named {
     let (src, dst): (&TensorNames, &TensorNames) = (spec.names(from), spec.names(to));
     let known = |out: Option<&str>, head: bool| Named::Known {
         out: out.map(str::to_string),
@@ -719,7 +719,7 @@ fn plan(
 ) -> Result<(Vec<Job>, Vec<String>)> {
     let mut jobs = Vec::new();
     let mut skipped = Vec::new();
-    let side = |gguf: bool| if gguf { arch::Container::Gguf } else { arch::Container::HuggingFace };
+    let side = |gguf: bool| if gguf { ModelFormat::Gguf } else { ModelFormat::Safetensors };
     let (from, to) = (side(from_gguf), side(to_gguf));
     for info in model.tensor_infos() {
         let (name, head, qk) = match map_name(c.arch, from, to, &info.name) {
@@ -871,10 +871,11 @@ fn write_tensor(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rml::model::arch;
 
     #[test]
     fn names_map_both_ways_for_every_family() {
-        use arch::Container::{Gguf, HuggingFace as Hf};
+        use ModelFormat::{Gguf, Safetensors as Hf};
         let known = |n: &str| Named::Known { out: Some(n.to_string()), head: false, qk: false };
         for spec in arch::FAMILIES {
             for from in [Gguf, Hf] {

@@ -46,12 +46,14 @@ impl Activation {
     }
 }
 
-/// The two containers a model comes in.
+/// The container a model's files come in: the one name for it in rml ([`crate::load`]
+/// re-exports it; [`crate::load::Container`] is the opened files themselves).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Container {
-    /// A Hugging Face folder (`config.json` + safetensors).
-    HuggingFace,
-    /// A GGUF file (llama.cpp's names and conventions).
+pub enum ModelFormat {
+    /// A Hugging Face folder (`config.json` + safetensors, one file or shards) or one
+    /// safetensors file: Hugging Face tensor names and conventions.
+    Safetensors,
+    /// A GGUF file: llama.cpp's tensor names, metadata keys and conventions.
     Gguf,
 }
 
@@ -305,26 +307,26 @@ pub struct ArchSpec {
 }
 
 impl ArchSpec {
-    /// Tensor names in `container`.
-    pub fn names(&self, container: Container) -> &TensorNames {
-        match container {
-            Container::HuggingFace => &self.hf_names,
-            Container::Gguf => &self.gguf_names,
+    /// Tensor names in `format`.
+    pub fn names(&self, format: ModelFormat) -> &TensorNames {
+        match format {
+            ModelFormat::Safetensors => &self.hf_names,
+            ModelFormat::Gguf => &self.gguf_names,
         }
     }
 
-    /// The offset added to norm weights read from `container`.
-    pub fn norm_offset(&self, container: Container) -> f32 {
-        match container {
-            Container::HuggingFace => self.hf_norm_offset,
-            Container::Gguf => self.gguf_norm_offset,
+    /// The offset added to norm weights read from `format`.
+    pub fn norm_offset(&self, format: ModelFormat) -> f32 {
+        match format {
+            ModelFormat::Safetensors => self.hf_norm_offset,
+            ModelFormat::Gguf => self.gguf_norm_offset,
         }
     }
 
-    /// How RoPE pairs dimensions for q/k weights read from `container`.
-    pub fn rope_layout(&self, container: Container) -> RopeLayout {
-        match container {
-            Container::Gguf if self.gguf_qk_permuted => RopeLayout::Interleaved,
+    /// How RoPE pairs dimensions for q/k weights read from `format`.
+    pub fn rope_layout(&self, format: ModelFormat) -> RopeLayout {
+        match format {
+            ModelFormat::Gguf if self.gguf_qk_permuted => RopeLayout::Interleaved,
             _ => RopeLayout::RotateHalf,
         }
     }
