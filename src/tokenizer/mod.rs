@@ -118,7 +118,12 @@ fn config_token(cfg: &serde_json::Value, key: &str) -> Option<String> {
 }
 
 impl Tokenizer {
-    fn from_hf(inner: tokenizers::Tokenizer) -> Self {
+    fn from_hf(mut inner: tokenizers::Tokenizer) -> Self {
+        // A tokenizer.json may carry truncation and fixed padding (all-MiniLM-L6-v2's: 128
+        // tokens); transformers' `tokenizer(text)` applies neither unless asked, nor does rml
+        // (see `encode_truncated`). Setting `None` cannot fail.
+        let _ = inner.with_truncation(None);
+        inner.with_padding(None);
         Self::from_backend(Backend::Hf(alloc::boxed::Box::new(inner)))
     }
 
@@ -479,6 +484,69 @@ impl Tokenizer {
                 Ok(out)
             },
             spm => spm.encode(text, add_special)
+        )
+    }
+
+    /// Encodes `text` with the special tokens the model adds (as
+    /// [`Tokenizer::encode_with_special`] with `add_special`), keeping at most `max_tokens` ids
+    /// in all: the text's own tokens are cut at the end and the special tokens kept, as
+    /// transformers' `tokenizer(text, truncation=True, max_length=max_tokens)` does (and
+    /// sentence-transformers at `max_seq_length`). Returns the ids and the length before
+    /// truncation (special tokens included), so a caller can say that it cut.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::InvalidArgument`] if `max_tokens` leaves no room beside the special
+    /// tokens, or as [`Tokenizer::encode_with_special`].
+    pub fn encode_truncated(&self, text: &str, max_tokens: usize) -> Result<(Vec<u32>, usize)> {
+        // BOS/EOS that rml adds itself (GGUF vocabularies)
+        let manual = usize::from(self.add_bos && self.bos.is_some())
+            + usize::from(self.add_eos && self.eos.is_some());
+        let room = |added: usize| {
+            max_tokens.checked_sub(added).filter(|r| *r > 0).ok_or_else(|| {
+                Error::invalid_argument(format_args!(
+                    "a limit of {max_tokens} tokens leaves no room beside the model's {added} \
+                     special tokens"
+                ))
+            })
+        };
+        let with_manual = |body: &[u32]| {
+            let mut out = Vec::with_capacity(body.len() + 2);
+            if self.add_bos {
+                out.extend(self.bos);
+            }
+            out.extend_from_slice(body);
+            if self.add_eos {
+                out.extend(self.eos);
+            }
+            out
+        };
+        on_backend!(&self.backend,
+            inner => {
+                use tokenizers::PostProcessor as _;
+                let mut enc = inner.encode_fast(text, false).map_err(tk_err("encode"))?;
+                let added = if self.manual_special {
+                    manual
+                } else {
+                    inner.get_post_processor().map_or(0, |p| p.added_tokens(false))
+                };
+                let full = enc.len() + added;
+                let keep = room(added)?;
+                if enc.len() > keep {
+                    enc.truncate(keep, 0, tokenizers::TruncationDirection::Right);
+                }
+                if self.manual_special {
+                    return Ok((with_manual(enc.get_ids()), full));
+                }
+                let enc = inner.post_process(enc, None, true).map_err(tk_err("encode"))?;
+                Ok((enc.get_ids().to_vec(), full))
+            },
+            spm => {
+                let mut ids = spm.encode(text, false)?;
+                let full = ids.len() + manual;
+                ids.truncate(room(manual)?);
+                Ok((with_manual(&ids), full))
+            }
         )
     }
 

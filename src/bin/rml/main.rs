@@ -14,6 +14,7 @@
 //!           [--attention tiled|per-head] [--no-repack]
 //! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [--format safetensors|gguf]
 //! rml fetch [smollm2|gemma3]
+//! rml embed --model FOLDER [TEXT... | -f FILE | stdin] [-t N] [--batch N]
 //! ```
 //!
 //! `--model` takes a Hugging Face folder (`config.json`, `model.safetensors`,
@@ -26,6 +27,7 @@
 mod bench;
 mod chat;
 mod convert;
+mod embed;
 mod env;
 mod fetch;
 mod interrupt;
@@ -97,6 +99,9 @@ enum Command {
         #[arg(value_enum, default_value_t = FetchModel::Smollm2)]
         model: FetchModel,
     },
+    /// Sentence embeddings from a sentence-transformers folder (BERT family): one JSON array
+    /// per text, one per line.
+    Embed(embed::EmbedArgs),
 }
 
 /// `rml fetch`'s argument: a model rml knows how to fetch.
@@ -416,6 +421,7 @@ fn main() -> ExitCode {
             writeln!(out::stdout(), "{}", p.display())?;
             Ok(())
         }),
+        Command::Embed(args) => embed::run(&args),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

