@@ -272,11 +272,6 @@ typedef uint32_t RmlRepack;
 typedef struct ArchSpec ArchSpec;
 
 /**
- * An instruction-set choice for the kernels.
- */
-typedef struct Isa Isa;
-
-/**
  * A decoder (opaque): a model's forward pass with a KV cache and a thread pool. Made by
  * `rml_decoder_new`, released by `rml_decoder_free`.
  */

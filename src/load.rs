@@ -35,15 +35,7 @@ use crate::format::{TensorInfo, TensorSource, TensorView};
 use crate::model::config::{from_gguf, parse_config, ModelConfig, MAX_CONFIG_BYTES};
 use crate::model::packed::PackedSource;
 
-/// Which on-disk format a [`Model`] or [`Container`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ModelFormat {
-    /// A Hugging Face folder with safetensors weights (one file or shards), or one
-    /// safetensors file ([`Container::is_bare_file`]).
-    Safetensors,
-    /// A GGUF file.
-    Gguf,
-}
+pub use crate::model::arch::ModelFormat;
 
 /// What the first bytes of a file say it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

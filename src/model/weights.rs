@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::format::{TensorSource, TensorView};
 use crate::mem::place::Place;
 use crate::mem::AlignedBlock;
-use crate::model::arch::{ArchSpec, Container, Part, TensorNames};
+use crate::model::arch::{ArchSpec, ModelFormat, Part, TensorNames};
 use crate::model::config::ModelConfig;
 use crate::ops::{Matrix, RopeLayout};
 use crate::quant::quantize_row_q8_0;
@@ -240,20 +240,17 @@ pub struct LayerWeights<'a> {
     pub down: Linear<'a>,
 }
 
-/// Which container's tensor names a file uses.
-pub type Naming = Container;
-
 /// Detects the container from the embedding's name under `arch`'s naming.
 ///
 /// # Errors
 ///
 /// [`crate::Code::NotFound`] if neither container's embedding name exists.
-pub fn detect_container<'a>(arch: &ArchSpec, src: &dyn TensorSource<'a>) -> Result<Container> {
+pub fn detect_container<'a>(arch: &ArchSpec, src: &dyn TensorSource<'a>) -> Result<ModelFormat> {
     let (hf, gguf) = (arch.hf_names.embedding, arch.gguf_names.embedding);
     if src.tensor(hf).is_ok() {
-        Ok(Container::HuggingFace)
+        Ok(ModelFormat::Safetensors)
     } else if src.tensor(gguf).is_ok() {
-        Ok(Container::Gguf)
+        Ok(ModelFormat::Gguf)
     } else {
         Err(Error::not_found(format_args!(
             "no token embedding: neither {hf:?} (Hugging Face) nor {gguf:?} (GGUF) is in the file"
@@ -263,14 +260,11 @@ pub fn detect_container<'a>(arch: &ArchSpec, src: &dyn TensorSource<'a>) -> Resu
 
 /// The f32 vectors of layer `l` beyond its two norms, in load order: (part, length, norm
 /// offset). [`Weights::load_placed`] and [`plan_weights`] both walk this list.
-fn layer_vectors(
-    c: &ModelConfig,
-    container: Container,
-) -> impl Iterator<Item = (Part, usize, f32)> {
+fn layer_vectors(c: &ModelConfig, format: ModelFormat) -> impl Iterator<Item = (Part, usize, f32)> {
     let arch = c.arch;
     let (h, hd) = (c.hidden_size, c.head_dim);
     let (q_rows, kv_rows) = (c.num_attention_heads * hd, c.num_key_value_heads * hd);
-    let off = arch.norm_offset(container);
+    let off = arch.norm_offset(format);
     let bias =
         [(Part::QBias, q_rows, 0.0), (Part::KBias, kv_rows, 0.0), (Part::VBias, kv_rows, 0.0)];
     let qk = [(Part::QNorm, hd, off), (Part::KNorm, hd, off)];
@@ -294,7 +288,7 @@ pub struct Weights<'a> {
     /// The output head `[vocab, hidden]`; `None` when tied to the embedding.
     pub lm_head: Option<Linear<'a>>,
     /// The container whose names the file uses.
-    pub naming: Naming,
+    pub format: ModelFormat,
     /// How RoPE pairs dimensions for these q/k weights.
     pub rope_layout: RopeLayout,
     /// Divisors of the RoPE inverse frequencies, `[head_dim / 2]` (a Llama 3.x GGUF's
@@ -501,7 +495,15 @@ impl<'a> Weights<'a> {
             None => None,
         };
         let rope_layout = arch.rope_layout(naming);
-        Ok(Weights { embedding, layers, final_norm, lm_head, naming, rope_layout, rope_freqs })
+        Ok(Weights {
+            embedding,
+            layers,
+            final_norm,
+            lm_head,
+            format: naming,
+            rope_layout,
+            rope_freqs,
+        })
     }
 
     /// The output head: `lm_head`, or the embedding when tied.
@@ -626,7 +628,7 @@ pub(crate) fn plan_weights<'a>(
     let c = config;
     let naming = match src {
         Some(s) => detect_container(c.arch, s)?,
-        None => Naming::HuggingFace,
+        None => ModelFormat::Safetensors,
     };
     let names = c.arch.names(naming);
     let (h, q_rows, kv_rows, i) = (

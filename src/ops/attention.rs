@@ -1,7 +1,14 @@
 //! Attention over a KV cache: grouped, tiled, online-softmax ([`attention_group`]; the
 //! arithmetic is `kernels::flash`'s, with AVX2 and AVX-512 bodies picked with the kernel tier,
-//! bit-identical to the portable code), and the per-head reference ([`attention_head`]: all
-//! scores, softmax, weighted sum).
+//! bit-identical to the portable code), the per-head reference ([`attention_head`]: all
+//! scores, softmax, weighted sum), and a decoder layer's attention scheduled over an executor
+//! ([`attention_layer`], in `attention/layer.rs`).
+
+mod layer;
+
+pub use layer::{
+    attention_layer, layer_attention_floats, LayerAttention, ATT_PARTS, KV_SEGMENT, ROW_TILE,
+};
 
 use super::activation::softmax;
 use super::vector::{axpy, dot};
@@ -17,7 +24,19 @@ pub enum KvRows<'a> {
     F16(&'a [u16]),
 }
 
-impl KvRows<'_> {
+impl<'a> KvRows<'a> {
+    /// Elements `range` (e.g. one KV head's rows out of a layer's).
+    ///
+    /// # Panics
+    ///
+    /// If `range` is out of bounds.
+    pub fn slice(&self, range: core::ops::Range<usize>) -> KvRows<'a> {
+        match *self {
+            KvRows::F32(s) => KvRows::F32(&s[range]),
+            KvRows::F16(s) => KvRows::F16(&s[range]),
+        }
+    }
+
     /// Elements held.
     pub fn len(&self) -> usize {
         match self {

@@ -14,17 +14,20 @@
 //! ([`gemm_fused`], and the decoder's gate/up loop) count the rows of all their matrices
 //! together and use [`PAR_ROWS_QUANT`] only when every matrix is quantized.
 //!
-//! The element-wise layer math (RMSNorm, LayerNorm, RoPE, softmax, SiLU / SwiGLU, GELU / GeGLU) and
-//! [`attention_head`] work on plain f32 slices on the calling thread; the decoder
-//! parallelises across heads. Everything here reduces in a fixed order, so results do not
+//! The element-wise layer math (RMSNorm, LayerNorm, RoPE, softmax, SiLU / SwiGLU, GELU /
+//! GeGLU) and [`attention_head`] work on plain f32 slices on the calling thread;
+//! [`attention_layer`] parallelises a layer's attention across heads (and query tiles or cache
+//! segments), running inline below 2^15 multiply-adds. Everything here reduces in a fixed
+//! order, so results do not
 //! depend on how the caller splits the work.
 //!
 //! Files: `matmul.rs` ([`Matrix`], [`Activations`], [`gemv`], [`gemm`]), `fused.rs`
 //! ([`gemm_fused`] and the decoder's gate/up and pre-quantized products), `outliers.rs` (the
 //! int8 outlier correction), `vector.rs` ([`dot`], [`axpy`], [`add_assign`]), `norm.rs`
 //! (RMSNorm), `rope.rs` (RoPE), `activation.rs` (softmax and the GLUs), `attention.rs`
-//! ([`attention_group`], [`attention_head`]); for the encoders (`crate::model::encoder`):
-//! `layer_norm.rs` ([`layer_norm`], LayerNorm with bias) and `gelu.rs` ([`gelu_erf`]).
+//! ([`attention_group`], [`attention_head`]; a decoder layer's schedules, [`attention_layer`],
+//! in `attention/layer.rs`); for the encoders (`crate::model::encoder`): `layer_norm.rs`
+//! ([`layer_norm`], LayerNorm with bias) and `gelu.rs` ([`gelu_erf`]).
 
 mod activation;
 mod attention;
@@ -41,8 +44,10 @@ pub use activation::{
     expf, geglu_tanh, geglu_tanh_on, gelu_tanh, silu, softcap, softmax, swiglu, swiglu_on,
 };
 pub(crate) use activation::{geglu_tanh_body, swiglu_body};
-pub(crate) use attention::run_block as attention_block;
-pub use attention::{attention_group, attention_group_on, attention_head, GroupShape, KvRows};
+pub use attention::{
+    attention_group, attention_group_on, attention_head, attention_layer, layer_attention_floats,
+    GroupShape, KvRows, LayerAttention, ATT_PARTS, KV_SEGMENT, ROW_TILE,
+};
 pub use fused::gemm_fused;
 pub(crate) use fused::{gemm_glu, gemm_q8, GluQuant};
 pub use gelu::{gelu_erf, gelu_erf_in_place};

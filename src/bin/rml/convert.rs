@@ -18,21 +18,27 @@
 //! ([`rml::model::packed`]: a `U8` tensor `[rows, row_bytes]` marked in `__metadata__`). In
 //! GGUF every tensor has its ggml type; a GGUF input's metadata (architecture, tokenizer,
 //! chat template, ...) is carried over with `general.file_type` set to the new type, and a
-//! Hugging Face input gets the `llama.*` keys of its config and no tokenizer (rml finds a
-//! `tokenizer.json` beside a .gguf: a folder with one converts to a GGUF written inside that
-//! folder, and is refused elsewhere).
+//! Hugging Face input gets the `{arch}.*` keys of its config
+//! ([`rml::model::config::gguf_metadata`]) and no tokenizer (rml finds a `tokenizer.json`
+//! beside a .gguf: a folder with one converts to a GGUF written inside that folder, and is
+//! refused elsewhere). A folder output from a folder keeps the input's `config.json` (with
+//! `torch_dtype` set); from a GGUF it gets one written from the GGUF's config
+//! ([`rml::model::config::config_json`]).
 //!
-//! Tensor names and q/k row order follow the container: Hugging Face names and rotate-half
-//! rows in safetensors, llama.cpp names and interleaved rows in GGUF
-//! ([`rml::model::arch::llama::unpermute_qk_rows`] and its inverse).
+//! Tensor names, q/k row order and norm weights follow the container, as the family's
+//! [`ArchSpec`] says: Hugging Face names and rotate-half rows in safetensors, llama.cpp names
+//! and (for Llama and Mistral) interleaved rows in GGUF
+//! ([`rml::model::arch::llama::unpermute_qk_rows`] and its inverse); Gemma's RMSNorm weights
+//! are `w` in safetensors and `1 + w` in GGUF ([`ArchSpec::norm_offset`]).
 //!
 //! Every tensor the family's loader may ask for is carried (the names of
 //! [`rml::model::arch::ArchSpec::names`]: q/k norms, biases, Gemma's norms after attention and
 //! after the MLP, `rope_freqs`); tensors no loader reads are left out and listed on stderr.
-//! Within one container every family converts (a folder keeps its own `config.json`, with
-//! `torch_dtype` set; Llama's is rewritten); across containers only Llama does. What cannot be
-//! written is refused before any tensor is converted, with exit 1: another family across
-//! containers, a tensor the output container has no name for, a folder with a
+//! Every family converts both ways. What cannot be written is refused before any tensor is
+//! converted, with exit 1: a config GGUF metadata cannot express (Llama 3's rope scaling,
+//! a Gemma layer pattern or `query_pre_attn_scalar` other than llama.cpp's rule; Mistral's
+//! sliding window is dropped, as llama.cpp does), a tensor the output container has no name
+//! for, a folder with a
 //! `tokenizer.json` into a GGUF elsewhere (which would have no tokenizer), a SentencePiece vocabulary
 //! from GGUF into a folder (no tokenizer.json form), an output whose folder does not exist.
 //! Errors name OUT, never the temporary.
@@ -54,9 +60,9 @@ use rml::format::write::{safetensors_header, GgufWriter, SafetensorsEntry, Value
 use rml::format::TensorSource;
 use rml::load::{Container, ModelFormat};
 use rml::mem::BufferPool;
-use rml::model::arch::llama::{self, qk_gguf_row, unpermute_qk_rows};
-use rml::model::arch::{self as arch, ArchSpec, Part, TensorNames};
-use rml::model::config::{ModelConfig, RopeScaling};
+use rml::model::arch::llama::{qk_gguf_row, unpermute_qk_rows};
+use rml::model::arch::{ArchSpec, Part, TensorNames};
+use rml::model::config::{config_json, gguf_metadata, ModelConfig};
 use rml::model::packed::{self, PackedSource};
 use rml::{DType, Error, Result};
 
@@ -144,6 +150,9 @@ struct Job {
     out: DType,
     rows: Rows,
     bytes: usize,
+    /// Added to every value (an RMSNorm weight between containers that store it with
+    /// different offsets: Gemma's `w` in safetensors, `1 + w` in GGUF).
+    add: f32,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -190,55 +199,6 @@ fn temp_beside(output: &Path) -> Result<PathBuf> {
     Ok(dir.join(format!(".{}.rml-tmp-{}", name.to_string_lossy(), std::process::id())))
 }
 
-/// The Hugging Face `config.json` for `c` (transformers 4 dialect).
-fn config_json(c: &ModelConfig, dtype: OutDType) -> serde_json::Value {
-    let rope_scaling = match c.rope_scaling {
-        RopeScaling::None => serde_json::Value::Null,
-        RopeScaling::Linear { factor } => {
-            serde_json::json!({"rope_type": "linear", "factor": factor})
-        }
-        RopeScaling::Llama3 {
-            factor,
-            low_freq_factor,
-            high_freq_factor,
-            original_max_position_embeddings,
-        } => {
-            serde_json::json!({
-                "rope_type": "llama3",
-                "factor": factor,
-                "low_freq_factor": low_freq_factor,
-                "high_freq_factor": high_freq_factor,
-                "original_max_position_embeddings": original_max_position_embeddings,
-            })
-        }
-    };
-    serde_json::json!({
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_act": "silu",
-        "attention_bias": false,
-        "mlp_bias": false,
-        "vocab_size": c.vocab_size,
-        "hidden_size": c.hidden_size,
-        "intermediate_size": c.intermediate_size,
-        "num_hidden_layers": c.num_hidden_layers,
-        "num_attention_heads": c.num_attention_heads,
-        "num_key_value_heads": c.num_key_value_heads,
-        "head_dim": c.head_dim,
-        "max_position_embeddings": c.max_position_embeddings,
-        "rms_norm_eps": c.rms_norm_eps,
-        "rope_theta": c.rope_theta,
-        "rope_scaling": rope_scaling,
-        "tie_word_embeddings": c.tie_word_embeddings,
-        "bos_token_id": c.bos_token_id,
-        "eos_token_id": match c.eos_token_ids.as_slice() {
-            [one] => serde_json::json!(one),
-            many => serde_json::json!(many),
-        },
-        "torch_dtype": torch_dtype(dtype),
-    })
-}
-
 /// transformers' `torch_dtype` for the tensors `convert` writes in `dtype`.
 fn torch_dtype(dtype: OutDType) -> &'static str {
     match dtype {
@@ -249,8 +209,7 @@ fn torch_dtype(dtype: OutDType) -> &'static str {
 }
 
 /// The input folder's own `config.json` with `torch_dtype` (and `dtype`, transformers 5's
-/// name, if present) set for `dtype`: how a family other than Llama keeps every key its
-/// config class reads.
+/// name, if present) set for `dtype`: a folder keeps every key its config class reads.
 fn carried_config_json(model: &Container, dtype: OutDType) -> Result<serde_json::Value> {
     let p = model.path().join("config.json");
     let text = fs::read_to_string(&p).map_err(io(&p))?;
@@ -267,7 +226,7 @@ fn carried_config_json(model: &Container, dtype: OutDType) -> Result<serde_json:
     Ok(v)
 }
 
-/// Every layer tensor a family may have ([`arch::TensorNames::layer`]).
+/// Every layer tensor a family may have ([`TensorNames::layer`]).
 const PARTS: [Part; 16] = [
     Part::AttnNorm,
     Part::Q,
@@ -300,7 +259,7 @@ enum Named {
 
 /// `name` (a tensor of `spec` in container `from`) in container `to`: the family's tables
 /// ([`ArchSpec::names`]) both ways, so every tensor the loader may ask for is recognized.
-fn map_name(spec: &ArchSpec, from: arch::Container, to: arch::Container, name: &str) -> Named {
+fn map_name(spec: &ArchSpec, from: ModelFormat, to: ModelFormat, name: &str) -> Named {
     let (src, dst): (&TensorNames, &TensorNames) = (spec.names(from), spec.names(to));
     let known = |out: Option<&str>, head: bool| Named::Known {
         out: out.map(str::to_string),
@@ -336,44 +295,25 @@ fn map_name(spec: &ArchSpec, from: arch::Container, to: arch::Container, name: &
     Named::Unknown
 }
 
-/// The `llama.*` and `general.*` keys for a model converted from a Hugging Face folder.
-fn gguf_arch_metadata(w: &mut GgufWriter, c: &ModelConfig) -> Result<()> {
-    if !matches!(c.rope_scaling, RopeScaling::None | RopeScaling::Linear { .. }) {
-        return Err(Error::unimplemented(format_args!(
-            "GGUF output: rope_scaling {:?} has no llama.* key (llama.cpp stores it as a \
-             rope_freqs tensor)",
-            c.rope_scaling
-        )));
+/// Whether `name` (in `names`) is an RMSNorm weight: the final norm or a layer's norm.
+fn is_norm(names: &TensorNames, name: &str) -> bool {
+    const NORMS: [Part; 6] = [
+        Part::AttnNorm,
+        Part::FfnNorm,
+        Part::PostAttnNorm,
+        Part::PostFfnNorm,
+        Part::QNorm,
+        Part::KNorm,
+    ];
+    if name == names.final_norm {
+        return true;
     }
-    let u32v = |v: usize, k: &str| {
-        u32::try_from(v).map(Value::U32).map_err(|_| {
-            Error::invalid_argument(format_args!("GGUF output: {k} {v} does not fit a u32"))
-        })
+    let Some((layer, _)) = name.strip_prefix(names.layer_prefix).and_then(|r| r.split_once('.'))
+    else {
+        return false;
     };
-    w.set("general.architecture", Value::Str("llama".into()))?;
-    w.set("llama.vocab_size", u32v(c.vocab_size, "vocab_size")?)?;
-    w.set("llama.context_length", u32v(c.max_position_embeddings, "context_length")?)?;
-    w.set("llama.embedding_length", u32v(c.hidden_size, "hidden_size")?)?;
-    w.set("llama.block_count", u32v(c.num_hidden_layers, "num_hidden_layers")?)?;
-    w.set("llama.feed_forward_length", u32v(c.intermediate_size, "intermediate_size")?)?;
-    w.set("llama.attention.head_count", u32v(c.num_attention_heads, "heads")?)?;
-    w.set("llama.attention.head_count_kv", u32v(c.num_key_value_heads, "kv heads")?)?;
-    w.set("llama.attention.key_length", u32v(c.head_dim, "head_dim")?)?;
-    w.set("llama.attention.value_length", u32v(c.head_dim, "head_dim")?)?;
-    w.set("llama.rope.dimension_count", u32v(c.head_dim, "head_dim")?)?;
-    w.set("llama.rope.freq_base", Value::F32(c.rope_theta as f32))?;
-    w.set("llama.attention.layer_norm_rms_epsilon", Value::F32(c.rms_norm_eps as f32))?;
-    if let RopeScaling::Linear { factor } = c.rope_scaling {
-        w.set("llama.rope.scaling.type", Value::Str("linear".into()))?;
-        w.set("llama.rope.scaling.factor", Value::F32(factor as f32))?;
-    }
-    if let Some(b) = c.bos_token_id {
-        w.set("tokenizer.ggml.bos_token_id", Value::U32(b))?;
-    }
-    if let Some(&e) = c.eos_token_ids.first() {
-        w.set("tokenizer.ggml.eos_token_id", Value::U32(e))?;
-    }
-    Ok(())
+    let Ok(l) = layer.parse::<usize>() else { return false };
+    NORMS.iter().any(|&p| names.layer(l, p).as_str() == name)
 }
 
 /// Converts `input` into `output` (see the module docs).
@@ -416,20 +356,6 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType, format: Option<OutForma
     }
     let from_gguf = model.format() == ModelFormat::Gguf;
     let to_gguf = format == OutFormat::Gguf;
-    let what = |gguf: bool| if gguf { "a GGUF file" } else { "a Hugging Face folder" };
-    if from_gguf != to_gguf && *config.arch != llama::SPEC {
-        return Err(Error::unimplemented(format_args!(
-            "{} -> {}: rml converts {} models only within one container ({} -> {} is written \
-             for Llama only: config.json / GGUF keys, names and norms of other families are \
-             not); write {} instead",
-            input.display(),
-            output.display(),
-            config.arch.name,
-            what(from_gguf),
-            what(to_gguf),
-            what(from_gguf),
-        )));
-    }
     // rml finds a tokenizer.json beside a GGUF: only a GGUF written into the folder itself
     // keeps it.
     let beside_input = || {
@@ -453,7 +379,7 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType, format: Option<OutForma
     let (jobs, skipped) =
         plan(&model, &source, &config, dtype, from_gguf, to_gguf).map_err(paths)?;
     if to_gguf && !from_gguf {
-        gguf_arch_metadata(&mut GgufWriter::new(), &config).map_err(paths)?;
+        gguf_metadata(&config).map_err(paths)?;
     }
     let tokenizer = if to_gguf {
         if !from_gguf && !model.path().join("tokenizer.json").is_file() {
@@ -554,7 +480,11 @@ fn write_gguf(
                 w.set(k, Value::from_meta(v))?;
             }
         }
-        None => gguf_arch_metadata(&mut w, config)?,
+        None => {
+            for (k, v) in gguf_metadata(config)? {
+                w.set(&k, v)?;
+            }
+        }
     }
     w.set("general.file_type", Value::U32(dtype.gguf_file_type()))?;
     if dtype.dtype().block_size() > 1 {
@@ -635,8 +565,8 @@ fn write_folder(
     }
     finish(f, &weights)?;
     let cfg_path = tmp.join("config.json");
-    let cfg = if *config.arch == llama::SPEC {
-        config_json(config, dtype)
+    let cfg = if model.format() == ModelFormat::Gguf {
+        config_json(config, torch_dtype(dtype))
     } else {
         carried_config_json(model, dtype)?
     };
@@ -719,7 +649,7 @@ fn plan(
 ) -> Result<(Vec<Job>, Vec<String>)> {
     let mut jobs = Vec::new();
     let mut skipped = Vec::new();
-    let side = |gguf: bool| if gguf { arch::Container::Gguf } else { arch::Container::HuggingFace };
+    let side = |gguf: bool| if gguf { ModelFormat::Gguf } else { ModelFormat::Safetensors };
     let (from, to) = (side(from_gguf), side(to_gguf));
     for info in model.tensor_infos() {
         let (name, head, qk) = match map_name(c.arch, from, to, &info.name) {
@@ -742,6 +672,11 @@ fn plan(
         if c.tie_word_embeddings && head {
             continue;
         }
+        let add = if is_norm(c.arch.names(from), &info.name) {
+            c.arch.norm_offset(from) - c.arch.norm_offset(to)
+        } else {
+            0.0
+        };
         let rows = match (qk && c.arch.gguf_qk_permuted, from_gguf, to_gguf) {
             (true, true, false) => Rows::ToHf(c.head_dim),
             (true, false, true) => Rows::ToGguf(c.head_dim),
@@ -768,7 +703,7 @@ fn plan(
             ([rows, k], b) if b > 1 => rows * out.row_bytes(*k)?,
             _ => numel * out.block_bytes(),
         };
-        jobs.push(Job { source: info.name.clone(), name, shape, out, rows, bytes });
+        jobs.push(Job { source: info.name.clone(), name, shape, out, rows, bytes, add });
     }
     // safetensors: sorted by name (the order does not depend on the input's); GGUF: the
     // input's order (llama.cpp keeps it).
@@ -828,14 +763,18 @@ fn write_tensor(
     let view = source.tensor(&j.source).map_err(ctx)?;
     let n_rows = j.shape.first().copied().unwrap_or(1);
     let mut out = pool.take(j.bytes).map_err(ctx)?;
-    if view.dtype == j.out {
+    if view.dtype == j.out && j.add == 0.0 {
         move_rows(j.rows, view.data, out.block_mut().as_mut_slice(), n_rows).map_err(ctx)?;
     } else {
         let n = view.shape.numel();
         let mut wide = pool.take(n * 4).map_err(ctx)?;
         let mut moved = pool.take(n * 4).map_err(ctx)?;
         {
-            view.dequantize_into(f32s_mut(wide.block_mut().as_mut_slice())).map_err(ctx)?;
+            let w = f32s_mut(wide.block_mut().as_mut_slice());
+            view.dequantize_into(w).map_err(ctx)?;
+            if j.add != 0.0 {
+                w.iter_mut().for_each(|v| *v += j.add);
+            }
         }
         move_rows(j.rows, wide.block().as_slice(), moved.block_mut().as_mut_slice(), n_rows)
             .map_err(ctx)?;
@@ -871,10 +810,11 @@ fn write_tensor(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rml::model::arch::{self, llama};
 
     #[test]
     fn names_map_both_ways_for_every_family() {
-        use arch::Container::{Gguf, HuggingFace as Hf};
+        use ModelFormat::{Gguf, Safetensors as Hf};
         let known = |n: &str| Named::Known { out: Some(n.to_string()), head: false, qk: false };
         for spec in arch::FAMILIES {
             for from in [Gguf, Hf] {

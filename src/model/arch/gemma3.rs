@@ -26,6 +26,7 @@ use super::{
 pub const SPEC: ArchSpec = ArchSpec {
     name: "Gemma 3",
     hf_model_types: &["gemma3_text"],
+    hf_architecture: "Gemma3ForCausalLM",
     gguf_architectures: &["gemma3"],
     hf_activation_key: "hidden_activation",
     activation: Activation::GeluTanh,

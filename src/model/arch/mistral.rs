@@ -11,7 +11,10 @@ use super::{ArchSpec, HfDefaults, SlidingRule, LLAMA_LIKE};
 pub const SPEC: ArchSpec = ArchSpec {
     name: "Mistral",
     hf_model_types: &["mistral"],
+    hf_architecture: "MistralForCausalLM",
     gguf_architectures: &[],
+    // Written to GGUF as Llama, with Llama's q/k row permutation.
+    gguf_qk_permuted: true,
     sliding_rule: SlidingRule::AllLayers,
     hf_defaults: HfDefaults {
         max_position_embeddings: 4096 * 32,

@@ -46,12 +46,14 @@ impl Activation {
     }
 }
 
-/// The two containers a model comes in.
+/// The container a model's files come in: the one name for it in rml ([`crate::load`]
+/// re-exports it; [`crate::load::Container`] is the opened files themselves).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Container {
-    /// A Hugging Face folder (`config.json` + safetensors).
-    HuggingFace,
-    /// A GGUF file (llama.cpp's names and conventions).
+pub enum ModelFormat {
+    /// A Hugging Face folder (`config.json` + safetensors, one file or shards) or one
+    /// safetensors file: Hugging Face tensor names and conventions.
+    Safetensors,
+    /// A GGUF file: llama.cpp's tensor names, metadata keys and conventions.
     Gguf,
 }
 
@@ -263,9 +265,12 @@ pub struct HfDefaults {
 pub struct ArchSpec {
     /// The family's name in messages.
     pub name: &'static str,
-    /// `model_type` values of its `config.json`.
+    /// `model_type` values of its `config.json` (the first is the one rml writes).
     pub hf_model_types: &'static [&'static str],
-    /// `general.architecture` values of its GGUF files (and the prefix of their keys).
+    /// The `architectures` entry of its `config.json` (transformers' model class).
+    pub hf_architecture: &'static str,
+    /// `general.architecture` values of its GGUF files (and the prefix of their keys); the
+    /// first is the one rml writes (see [`ArchSpec::gguf_architecture`]).
     pub gguf_architectures: &'static [&'static str],
     /// The key of the activation in `config.json` and the activation the family uses.
     pub hf_activation_key: &'static str,
@@ -305,28 +310,34 @@ pub struct ArchSpec {
 }
 
 impl ArchSpec {
-    /// Tensor names in `container`.
-    pub fn names(&self, container: Container) -> &TensorNames {
-        match container {
-            Container::HuggingFace => &self.hf_names,
-            Container::Gguf => &self.gguf_names,
+    /// Tensor names in `format`.
+    pub fn names(&self, format: ModelFormat) -> &TensorNames {
+        match format {
+            ModelFormat::Safetensors => &self.hf_names,
+            ModelFormat::Gguf => &self.gguf_names,
         }
     }
 
-    /// The offset added to norm weights read from `container`.
-    pub fn norm_offset(&self, container: Container) -> f32 {
-        match container {
-            Container::HuggingFace => self.hf_norm_offset,
-            Container::Gguf => self.gguf_norm_offset,
+    /// The offset added to norm weights read from `format`.
+    pub fn norm_offset(&self, format: ModelFormat) -> f32 {
+        match format {
+            ModelFormat::Safetensors => self.hf_norm_offset,
+            ModelFormat::Gguf => self.gguf_norm_offset,
         }
     }
 
-    /// How RoPE pairs dimensions for q/k weights read from `container`.
-    pub fn rope_layout(&self, container: Container) -> RopeLayout {
-        match container {
-            Container::Gguf if self.gguf_qk_permuted => RopeLayout::Interleaved,
+    /// How RoPE pairs dimensions for q/k weights read from `format`.
+    pub fn rope_layout(&self, format: ModelFormat) -> RopeLayout {
+        match format {
+            ModelFormat::Gguf if self.gguf_qk_permuted => RopeLayout::Interleaved,
             _ => RopeLayout::RotateHalf,
         }
+    }
+
+    /// The `general.architecture` rml writes for this family: its own, or `llama` for a family
+    /// llama.cpp writes as Llama (Mistral).
+    pub fn gguf_architecture(&self) -> &'static str {
+        self.gguf_architectures.first().copied().unwrap_or("llama")
     }
 
     /// The family whose `config.json` says `model_type`.
@@ -381,6 +392,7 @@ impl<F: Fn(&ArchSpec) -> &'static [&'static str]> core::fmt::Display for Support
 pub const LLAMA_LIKE: ArchSpec = ArchSpec {
     name: "Llama",
     hf_model_types: &["llama"],
+    hf_architecture: "LlamaForCausalLM",
     gguf_architectures: &["llama"],
     hf_activation_key: "hidden_act",
     activation: Activation::Silu,

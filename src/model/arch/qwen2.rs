@@ -11,6 +11,7 @@ use super::{ArchSpec, HfDefaults, SlidingRule, LLAMA_LIKE};
 pub const SPEC: ArchSpec = ArchSpec {
     name: "Qwen2",
     hf_model_types: &["qwen2"],
+    hf_architecture: "Qwen2ForCausalLM",
     gguf_architectures: &["qwen2"],
     qkv_bias: true,
     sliding_rule: SlidingRule::FromMaxWindowLayers,

@@ -11,6 +11,7 @@ use super::{ArchSpec, HfDefaults, SlidingRule, LLAMA_LIKE};
 pub const SPEC: ArchSpec = ArchSpec {
     name: "Qwen3",
     hf_model_types: &["qwen3"],
+    hf_architecture: "Qwen3ForCausalLM",
     gguf_architectures: &["qwen3"],
     qk_norm: true,
     sliding_rule: SlidingRule::FromMaxWindowLayers,

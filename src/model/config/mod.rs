@@ -1,6 +1,7 @@
 //! [`ModelConfig`]: the hyper-parameters of a decoder, whichever file they came from:
 //! Hugging Face `config.json` ([`parse_config`], module [`hf`]) or GGUF metadata under the
-//! architecture's key prefix ([`from_gguf`], module [`gguf`]). The family
+//! architecture's key prefix ([`from_gguf`], module [`gguf`]), and written back to both
+//! ([`config_json`], [`gguf_metadata`], module [`write`](mod@write)). The family
 //! ([`ModelConfig::arch`]) says what the numbers mean.
 
 use alloc::string::String;
@@ -11,9 +12,11 @@ use crate::model::arch::ArchSpec;
 
 pub mod gguf;
 pub mod hf;
+pub mod write;
 
 pub use gguf::from_gguf;
 pub use hf::{parse_config, MAX_CONFIG_BYTES};
+pub use write::{config_json, gguf_metadata};
 
 /// How a layer attends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -106,14 +106,26 @@ impl KvCache {
     }
 
     fn rows<'s>(&self, block: &'s AlignedBlock, layer: usize, head: usize) -> KvRows<'s> {
+        self.elements(block, self.span(layer, head))
+    }
+
+    fn elements<'s>(&self, block: &'s AlignedBlock, range: Range<usize>) -> KvRows<'s> {
         match self.dtype {
-            KvDtype::F32 => {
-                KvRows::F32(&cast_slice::<f32>(block.as_slice())[self.span(layer, head)])
-            }
-            KvDtype::F16 => {
-                KvRows::F16(&cast_slice::<u16>(block.as_slice())[self.span(layer, head)])
-            }
+            KvDtype::F32 => KvRows::F32(&cast_slice::<f32>(block.as_slice())[range]),
+            KvDtype::F16 => KvRows::F16(&cast_slice::<u16>(block.as_slice())[range]),
         }
+    }
+
+    /// Keys and values of every KV head of `layer` (`kv_heads × capacity × head_dim` values
+    /// each, head-major), as [`crate::ops::attention_layer`] reads them.
+    ///
+    /// # Panics
+    ///
+    /// If `layer` is out of range.
+    pub(super) fn layer(&self, layer: usize) -> (KvRows<'_>, KvRows<'_>) {
+        let len = self.kv_heads * self.capacity * self.head_dim;
+        let r = layer * len..(layer + 1) * len;
+        (self.elements(&self.k, r.clone()), self.elements(&self.v, r))
     }
 
     /// Keys of `layer`, KV head `head`: `capacity × head_dim` values, position-major.

@@ -59,7 +59,7 @@ use crate::model::plan::MemoryPlan;
 use crate::model::weights::Weights;
 use crate::tensor::cast_slice;
 
-pub use forward::{KV_SEGMENT, ROW_TILE};
+pub use crate::ops::{KV_SEGMENT, ROW_TILE};
 pub use kv_cache::KvCache;
 pub use options::{AttentionPath, DecoderOptions, KvDtype, DEFAULT_MAX_CONTEXT};
 pub use rope::{rope_frequencies, rope_frequencies_for};
