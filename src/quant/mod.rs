@@ -10,7 +10,7 @@
 //! and int8 activations, and the activation format its int8 path pairs with ([`ActFormat`]).
 //! [`q8`] is the int8 activation format itself ([`Q8Acts`]).
 //!
-//! [`reference`] holds the arithmetic the scalar oracle and every SIMD tier reproduce (the
+//! [`reference`](mod@reference) holds the arithmetic the scalar oracle and every SIMD tier reproduce (the
 //! int8 accumulation order, the Q8 rounding rule). This module depends on no kernel:
 //! `crate::kernels` builds its scalar table from the reference row dots of [`TYPES`] and
 //! fills [`Q8Acts`] through [`BlockQuantizer`].
