@@ -120,6 +120,41 @@ pub(crate) const E3: f32 = 4.166_579_6e-2;
 /// See [`E0`].
 pub(crate) const E4: f32 = 1.666_666_5e-1;
 
+/// SiLU (swish): `x / (1 + e^(−x))` with [`expf`]; `crate::ops::silu` is this function.
+#[inline(always)]
+pub(crate) fn silu(x: f32) -> f32 {
+    x / (1.0 + expf(-x))
+}
+
+/// The loop of `crate::ops::swiglu`: `gate[i] = silu(gate[i]) * up[i]` (the lengths are
+/// checked by the callers; a longer `gate` keeps its tail). It lives here, below `kernels`,
+/// because the kernel tables compile it under their target features (the same bits on every
+/// ISA: each lane runs [`silu`]'s operations unchanged).
+#[inline(always)]
+pub(crate) fn swiglu_body(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = silu(*g) * u;
+    }
+}
+
+/// The loop of `crate::ops::geglu_tanh`, as [`swiglu_body`].
+#[inline(always)]
+pub(crate) fn geglu_tanh_body(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = gelu_tanh_fast(*g) * u;
+    }
+}
+
+/// `crate::ops::gelu_tanh` as `x / (1 + e^(-2 z))` (the same function: `0.5 (1 + tanh z) =
+/// 1 / (1 + e^(-2 z))`) with the branch-free [`exp_cephes`] the compiler vectorises; within a
+/// few f32 ulps of the libm `tanhf` form.
+#[inline(always)]
+fn gelu_tanh_fast(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let z = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+    x / (1.0 + exp_cephes(-2.0 * z))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -257,12 +257,12 @@ pub(crate) type GluFn = unsafe fn(gate: &mut [f32], up: &[f32]);
 
 /// The portable [`GluFn`]s.
 fn swiglu_portable(gate: &mut [f32], up: &[f32]) {
-    crate::ops::swiglu_body(gate, up)
+    crate::math::swiglu_body(gate, up)
 }
 
 /// See [`swiglu_portable`].
 fn geglu_tanh_portable(gate: &mut [f32], up: &[f32]) {
-    crate::ops::geglu_tanh_body(gate, up)
+    crate::math::geglu_tanh_body(gate, up)
 }
 
 /// The grouped, tiled attention body of a table (see `flash.rs`).

@@ -6,8 +6,8 @@
 //! went through is part of its bits: the two are not interchangeable.
 
 use crate::kernels::{self, Kernels};
-use crate::math::exp_cephes;
 pub use crate::math::expf;
+use crate::math::{geglu_tanh_body, swiglu_body};
 
 /// Softmax in place: `x[i] = exp(x[i] − max) / Σ exp(x[j] − max)`. An empty slice is left
 /// alone. `-inf` entries get probability 0.
@@ -32,7 +32,7 @@ pub fn softmax(x: &mut [f32]) {
 /// SiLU (swish): `x · sigmoid(x) = x / (1 + e^(−x))`.
 #[inline]
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + expf(-x))
+    crate::math::silu(x)
 }
 
 /// The SwiGLU gate in place: `gate[i] = silu(gate[i]) * up[i]` (Llama's MLP before
@@ -57,15 +57,6 @@ pub fn swiglu_on(k: &Kernels, gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "swiglu: length mismatch");
     // SAFETY: a `Kernels` table is only handed out for an ISA this CPU runs.
     unsafe { (k.swiglu)(gate, up) }
-}
-
-/// The loop of [`swiglu`] (the lengths are checked by the callers; a longer `gate` keeps its
-/// tail). Kernel tables compile it under their target features.
-#[inline(always)]
-pub(crate) fn swiglu_body(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = silu(*g) * u;
-    }
 }
 
 /// The gated activation of a decoder's MLP (`gelu`: GeGLU with tanh, else SwiGLU) with the
@@ -107,24 +98,6 @@ pub fn geglu_tanh_on(k: &Kernels, gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "geglu_tanh: length mismatch");
     // SAFETY: a `Kernels` table is only handed out for an ISA this CPU runs.
     unsafe { (k.geglu_tanh)(gate, up) }
-}
-
-/// The loop of [`geglu_tanh`], as [`swiglu_body`].
-#[inline(always)]
-pub(crate) fn geglu_tanh_body(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = gelu_tanh_fast(*g) * u;
-    }
-}
-
-/// [`gelu_tanh`] as `x / (1 + e^(-2 z))` (the same function: `0.5 (1 + tanh z) = 1 / (1 +
-/// e^(-2 z))`) with a branch-free `e^y` ([`exp_cephes`]) the compiler vectorises; within a few
-/// f32 ulps of [`gelu_tanh`] (libm's `tanhf`).
-#[inline(always)]
-fn gelu_tanh_fast(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    let z = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
-    x / (1.0 + exp_cephes(-2.0 * z))
 }
 
 /// Soft-capping in place: `x[i] = cap * tanh(x[i] / cap)` (Gemma's

@@ -43,7 +43,6 @@ mod vector;
 pub use activation::{
     expf, geglu_tanh, geglu_tanh_on, gelu_tanh, silu, softcap, softmax, swiglu, swiglu_on,
 };
-pub(crate) use activation::{geglu_tanh_body, swiglu_body};
 pub use attention::{
     attention_group, attention_group_on, attention_head, attention_layer, layer_attention_floats,
     GroupShape, KvRows, LayerAttention, ATT_PARTS, KV_SEGMENT, ROW_TILE,

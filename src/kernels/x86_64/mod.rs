@@ -136,10 +136,10 @@ macro_rules! glu {
         }
     };
 }
-glu!(swiglu_avx2, crate::ops::swiglu_body, Avx2, "SwiGLU, 8 lanes.");
-glu!(geglu_tanh_avx2, crate::ops::geglu_tanh_body, Avx2, "GeGLU (tanh), 8 lanes.");
-glu!(swiglu_avx512, crate::ops::swiglu_body, Avx512, "SwiGLU, 16 lanes.");
-glu!(geglu_tanh_avx512, crate::ops::geglu_tanh_body, Avx512, "GeGLU (tanh), 16 lanes.");
+glu!(swiglu_avx2, crate::math::swiglu_body, Avx2, "SwiGLU, 8 lanes.");
+glu!(geglu_tanh_avx2, crate::math::geglu_tanh_body, Avx2, "GeGLU (tanh), 8 lanes.");
+glu!(swiglu_avx512, crate::math::swiglu_body, Avx512, "SwiGLU, 16 lanes.");
+glu!(geglu_tanh_avx512, crate::math::geglu_tanh_body, Avx512, "GeGLU (tanh), 16 lanes.");
 
 use core::arch::x86_64::*;
 
