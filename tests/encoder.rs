@@ -111,7 +111,9 @@ fn check_tiny(name: &str, pooling: Pooling, max_seq_length: usize) {
     let pool = ThreadPool::builder().threads(2).build().unwrap();
     let two = Encoder::new(&files, &pool, EncoderOptions::default()).unwrap();
     assert_eq!(two.embed(&texts).unwrap(), got.vectors, "{name}: 2 threads");
-    let ones = Encoder::new(&files, &pool, EncoderOptions { batch_size: 1 }).unwrap();
+    let ones =
+        Encoder::new(&files, &pool, EncoderOptions { batch_size: 1, ..EncoderOptions::default() })
+            .unwrap();
     let single = ones.embed(&texts).unwrap();
     for (a, b) in single.iter().zip(&got.vectors) {
         assert!(max_abs(a, b) <= 1e-6, "{name}: batch of 1 vs 8");
@@ -129,10 +131,8 @@ fn tiny_bge_matches_transformers() {
 }
 
 #[test]
-fn nomic_bert_is_refused_by_name() {
-    let e = EncoderFiles::open(data("tiny-nomic-bert")).unwrap_err();
-    assert_eq!(e.code(), Code::Unimplemented);
-    assert!(e.message().contains("nomic_bert"), "{e}");
+fn tiny_nomic_bert_matches_transformers() {
+    check_tiny("tiny-nomic-bert", Pooling::Mean, 24);
 }
 
 #[test]
@@ -213,7 +213,13 @@ fn bad_ids_are_errors() {
     assert_eq!(codes(&[&[2; 65]]), Code::InvalidArgument);
     assert!(enc.embed(&[]).unwrap().is_empty());
     assert_eq!(
-        Encoder::new(&files, &InlineExecutor, EncoderOptions { batch_size: 0 }).unwrap_err().code(),
+        Encoder::new(
+            &files,
+            &InlineExecutor,
+            EncoderOptions { batch_size: 0, ..EncoderOptions::default() }
+        )
+        .unwrap_err()
+        .code(),
         Code::InvalidArgument
     );
 }
@@ -304,6 +310,32 @@ fn minilm_matches_sentence_transformers() {
     // one thread gives the same bits
     let one = Encoder::new(&files, &InlineExecutor, EncoderOptions::default()).unwrap();
     assert_eq!(one.embed(&texts[..20]).unwrap(), got.vectors[..20].to_vec());
+}
+
+#[test]
+fn minilm_int8_stays_within_0_999() {
+    let files = EncoderFiles::open(minilm_dir()).unwrap();
+    let refs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data("minilm-ref/sentences.json")).unwrap())
+            .unwrap();
+    let items = refs["items"].as_array().unwrap();
+    let raw = std::fs::read(data("minilm-ref/embeddings.f32")).unwrap();
+    let want: Vec<f32> =
+        raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let texts: Vec<&str> = items.iter().map(|i| i["text"].as_str().unwrap()).collect();
+    let pool = ThreadPool::builder().threads(2).build().unwrap();
+    let enc = Encoder::new(&files, &pool, EncoderOptions::int8()).unwrap();
+    let got = enc.embed(&texts).unwrap();
+    let mut worst = 1f64;
+    for (i, v) in got.iter().enumerate() {
+        let c = cosine(v, &want[i * 384..(i + 1) * 384]);
+        assert!(c >= 0.999, "int8: text {i} {:?}: cosine {c}", texts[i]);
+        worst = worst.min(c);
+    }
+    eprintln!("all-MiniLM-L6-v2 int8 (Q8_0 weights, int8 activations): min cosine {worst}");
+    // the same bits on one thread
+    let one = Encoder::new(&files, &InlineExecutor, EncoderOptions::int8()).unwrap();
+    assert_eq!(one.embed(&texts[..8]).unwrap(), got[..8].to_vec());
 }
 
 #[cfg(feature = "cli")]

@@ -33,6 +33,10 @@ pub struct EmbedArgs {
     /// Texts per batch (each batch is one matrix product per weight).
     #[arg(long, default_value_t = 32)]
     batch: usize,
+    /// int8: matrices quantized to Q8_0 at load, activations to int8 (faster, a quarter of the
+    /// weight memory; cosine ≥ 0.999 to the f32 vectors on all-MiniLM-L6-v2).
+    #[arg(long)]
+    int8: bool,
 }
 
 fn lines(r: impl BufRead, what: &str) -> Result<Vec<String>> {
@@ -64,7 +68,8 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         eprintln!("rml: {note}");
     }
     let pool = make_pool(args.threads, Schedule::default())?;
-    let enc = Encoder::new(&files, &pool, EncoderOptions { batch_size: args.batch })?;
+    let base = if args.int8 { EncoderOptions::int8() } else { EncoderOptions::default() };
+    let enc = Encoder::new(&files, &pool, EncoderOptions { batch_size: args.batch, ..base })?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let done = enc.embed_detailed(&refs)?;
     for &(i, full) in &done.truncated {

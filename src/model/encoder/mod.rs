@@ -37,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::format::{TensorSource, TensorView};
 use crate::mem::AlignedBlock;
+use crate::model::WeightFormat;
 use crate::ops::{self, Activations, Matrix};
 use crate::tensor::DType;
 
@@ -59,6 +60,14 @@ struct Mat<'a> {
 }
 
 impl Mat<'_> {
+    /// Bytes this matrix owns (converted or copied at load); 0 when it borrows the file.
+    fn owned_bytes(&self) -> usize {
+        match &self.bytes {
+            MatBytes::Borrowed(_) => 0,
+            MatBytes::Owned(b) => b.len(),
+        }
+    }
+
     fn matrix(&self) -> Result<Matrix<'_>> {
         let data = match &self.bytes {
             MatBytes::Borrowed(b) => b,
@@ -68,7 +77,7 @@ impl Mat<'_> {
     }
 }
 
-/// One BERT layer.
+/// One encoder layer. Absent biases are empty vectors.
 #[derive(Debug)]
 struct Layer<'a> {
     q: Mat<'a>,
@@ -76,6 +85,8 @@ struct Layer<'a> {
     v: Mat<'a>,
     o: Mat<'a>,
     up: Mat<'a>,
+    /// The SwiGLU gate (nomic-bert), `None` for BERT's plain MLP.
+    gate: Option<Mat<'a>>,
     down: Mat<'a>,
     q_b: Vec<f32>,
     k_b: Vec<f32>,
@@ -92,17 +103,24 @@ struct Layer<'a> {
 /// An encoder's weights, checked against its [`EncoderConfig`], and its forward pass.
 ///
 /// Matrices stay where the file put them (f32, f16, bf16 or a quantized type the kernels
-/// take); the token embedding is read one row at a time; biases, norms and the position and
-/// token-type tables are widened to f32.
+/// take) unless [`WeightFormat::Q8_0`] asks for them quantized at load; the token embedding
+/// is read one row at a time; biases, norms and the position and token-type tables are
+/// widened to f32.
 #[derive(Debug)]
 pub struct EncoderWeights<'a> {
     config: EncoderConfig,
     word: Mat<'a>,
+    /// Learned absolute positions (`max_position_embeddings × hidden`); empty with RoPE.
     position: Vec<f32>,
     token_type: Vec<f32>,
     ln_w: Vec<f32>,
     ln_b: Vec<f32>,
     layers: Vec<Layer<'a>>,
+    /// RoPE inverse frequencies (`head_dim / 2`); empty without RoPE.
+    inv_freq: Vec<f32>,
+    activations: Activations,
+    /// Bytes of the matrices converted or copied at load.
+    converted: usize,
 }
 
 fn check_shape(name: &str, t: &TensorView<'_>, want: &[usize]) -> Result<()> {
@@ -115,17 +133,77 @@ fn check_shape(name: &str, t: &TensorView<'_>, want: &[usize]) -> Result<()> {
     Ok(())
 }
 
-fn matrix<'a>(src: &dyn TensorSource<'a>, name: &str, rows: usize, k: usize) -> Result<Mat<'a>> {
+/// Bytes of a matrix `rows × k` kept under `format` when the file stores it as `dtype`:
+/// `Some(bytes)` when loading copies it into a buffer of its own (Q8_0 conversion of an
+/// f32 / f16 / bf16 matrix whose rows are a multiple of 32 long, or an f32 matrix whose
+/// data is not 4-byte aligned), `None` when it is used in place.
+fn converted_bytes(
+    dtype: DType,
+    rows: usize,
+    k: usize,
+    aligned: bool,
+    format: WeightFormat,
+) -> Result<Option<(DType, usize)>> {
+    let float = matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
+    if format == WeightFormat::Q8_0 && float && k % 32 == 0 {
+        return Ok(Some((DType::Q8_0, DType::Q8_0.row_bytes(k)? * rows)));
+    }
+    if dtype == DType::F32 && !aligned {
+        return Ok(Some((DType::F32, rows * k * 4)));
+    }
+    Ok(None)
+}
+
+/// Rows `part` of the `rows × k` matrix `name`, kept under `format`.
+fn matrix_part<'a>(
+    src: &dyn TensorSource<'a>,
+    name: &str,
+    (rows, k): (usize, usize),
+    part: Range<usize>,
+    format: WeightFormat,
+) -> Result<Mat<'a>> {
     let t = src.tensor(name)?;
     check_shape(name, &t, &[rows, k])?;
-    let bytes = if t.dtype == DType::F32 && t.data.as_ptr() as usize % 4 != 0 {
-        MatBytes::Owned(AlignedBlock::try_from_slice(t.data).map_err(|e| e.context(name))?)
-    } else {
-        MatBytes::Borrowed(t.data)
+    let row_bytes = t.dtype.row_bytes(k).map_err(|e| e.context(name))?;
+    let data = &t.data[part.start * row_bytes..part.end * row_bytes];
+    let n = part.len();
+    let aligned = data.as_ptr() as usize % 4 == 0;
+    let (dtype, bytes) = match converted_bytes(t.dtype, n, k, aligned, format)? {
+        None => (t.dtype, MatBytes::Borrowed(data)),
+        Some((DType::Q8_0, total)) => {
+            let mut block = AlignedBlock::try_new(total).map_err(|e| e.context(name))?;
+            let mut src_block = None;
+            let src_data = if aligned {
+                data
+            } else {
+                src_block.insert(AlignedBlock::try_from_slice(data)?).as_slice()
+            };
+            let m = Matrix::new(t.dtype, n, k, src_data).map_err(|e| e.context(name))?;
+            let mut row = vec![0f32; k];
+            let out_row = DType::Q8_0.row_bytes(k)?;
+            for (r, out) in block.as_mut_slice().chunks_exact_mut(out_row).enumerate() {
+                ops::dequantize_row(&m, r, &mut row);
+                crate::quant::quantize_row_q8_0(&row, out).map_err(|e| e.context(name))?;
+            }
+            (DType::Q8_0, MatBytes::Owned(block))
+        }
+        Some((dt, _)) => {
+            (dt, MatBytes::Owned(AlignedBlock::try_from_slice(data).map_err(|e| e.context(name))?))
+        }
     };
-    let m = Mat { name: name.into(), dtype: t.dtype, rows, k, bytes };
+    let m = Mat { name: name.into(), dtype, rows: n, k, bytes };
     m.matrix()?;
     Ok(m)
+}
+
+fn matrix<'a>(
+    src: &dyn TensorSource<'a>,
+    name: &str,
+    rows: usize,
+    k: usize,
+    format: WeightFormat,
+) -> Result<Mat<'a>> {
+    matrix_part(src, name, (rows, k), 0..rows, format)
 }
 
 fn vector(src: &dyn TensorSource<'_>, name: &str, dims: &[usize]) -> Result<Vec<f32>> {
@@ -159,60 +237,140 @@ impl SharedOut {
 }
 
 fn add_bias(y: &mut [f32], bias: &[f32]) {
+    if bias.is_empty() {
+        return;
+    }
     for row in y.chunks_exact_mut(bias.len()) {
         ops::add_assign(row, bias);
     }
 }
 
+/// Where a family's tensors are, by name.
+#[derive(Clone, Copy)]
+enum Names {
+    /// transformers' `BertModel` (`prefix` `""` or `"bert."`).
+    Bert(&'static str),
+    /// Nomic's `NomicBertModel` as saved (`encoder.layers.N.attn.Wqkv`, ...).
+    Nomic,
+}
+
 impl<'a> EncoderWeights<'a> {
-    /// Looks the tensors up in `src` by transformers' names (`embeddings.word_embeddings.weight`,
+    /// Looks the tensors up in `src` and checks their shapes, with matrices as stored
+    /// ([`EncoderWeights::load_with`] with [`WeightFormat::AsStored`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`EncoderWeights::load_with`].
+    pub fn load(config: EncoderConfig, src: &dyn TensorSource<'a>) -> Result<Self> {
+        Self::load_with(config, src, WeightFormat::AsStored)
+    }
+
+    /// Looks the tensors up in `src` and checks their shapes; `format` says whether float
+    /// matrices are kept as stored or quantized to Q8_0 here (then the products run with
+    /// int8 activations, see [`EncoderWeights::with_activations`]).
+    ///
+    /// Names: BERT by transformers' names (`embeddings.word_embeddings.weight`,
     /// `encoder.layer.N.attention.self.query.weight`, ...; with a `bert.` prefix when the file
-    /// was saved from a task model such as `BertForMaskedLM`) and checks their shapes.
-    /// The pooler (`pooler.dense`) and task heads are not read.
+    /// was saved from a task model such as `BertForMaskedLM`); nomic-bert by the names its
+    /// checkpoints use (`embeddings.word_embeddings.weight`, `emb_ln.*`,
+    /// `encoder.layers.N.attn.Wqkv.weight` (q, k, v stacked by rows), `attn.out_proj`,
+    /// `mlp.fc11` (up), `mlp.fc12` (gate), `mlp.fc2` (down), `norm1`, `norm2`). The pooler
+    /// and task heads are not read.
     ///
     /// # Errors
     ///
     /// [`crate::Code::NotFound`] naming a missing tensor; [`crate::Code::DataLoss`] for a shape
     /// that disagrees with the config; [`crate::Code::Unimplemented`] for a dtype the kernels
     /// do not take; the errors of [`EncoderConfig::validate`].
-    pub fn load(config: EncoderConfig, src: &dyn TensorSource<'a>) -> Result<Self> {
+    pub fn load_with(
+        config: EncoderConfig,
+        src: &dyn TensorSource<'a>,
+        format: WeightFormat,
+    ) -> Result<Self> {
         config.validate()?;
-        let prefix = if src.tensor("embeddings.word_embeddings.weight").is_err()
-            && src.tensor("bert.embeddings.word_embeddings.weight").is_ok()
-        {
-            "bert."
-        } else {
-            ""
+        let names = match config.arch {
+            EncoderArch::NomicBert => Names::Nomic,
+            EncoderArch::Bert => {
+                if src.tensor("embeddings.word_embeddings.weight").is_err()
+                    && src.tensor("bert.embeddings.word_embeddings.weight").is_ok()
+                {
+                    Names::Bert("bert.")
+                } else {
+                    Names::Bert("")
+                }
+            }
         };
+        let mut w = match names {
+            Names::Bert(prefix) => Self::load_bert(&config, src, prefix, format)?,
+            Names::Nomic => Self::load_nomic(&config, src, format)?,
+        };
+        w.converted = w.matrices().map(|m| m.owned_bytes()).sum();
+        Ok(w)
+    }
+
+    fn empty(config: &EncoderConfig, word: Mat<'a>) -> Self {
+        let inv_freq = match config.rope_theta {
+            Some(theta) => {
+                let mut f = vec![0f32; config.head_dim() / 2];
+                ops::rope_inv_freq(theta, config.head_dim(), &mut f);
+                f
+            }
+            None => Vec::new(),
+        };
+        EncoderWeights {
+            config: config.clone(),
+            word,
+            position: Vec::new(),
+            token_type: Vec::new(),
+            ln_w: Vec::new(),
+            ln_b: Vec::new(),
+            layers: Vec::new(),
+            inv_freq,
+            activations: Activations::F32,
+            converted: 0,
+        }
+    }
+
+    fn load_bert(
+        config: &EncoderConfig,
+        src: &dyn TensorSource<'a>,
+        prefix: &str,
+        format: WeightFormat,
+    ) -> Result<Self> {
         let n = |s: &str| alloc::format!("{prefix}{s}");
         let (h, i) = (config.hidden_size, config.intermediate_size);
-        let word = matrix(src, &n("embeddings.word_embeddings.weight"), config.vocab_size, h)?;
-        let position = vector(
+        let word = matrix(
+            src,
+            &n("embeddings.word_embeddings.weight"),
+            config.vocab_size,
+            h,
+            WeightFormat::AsStored,
+        )?;
+        let mut w = Self::empty(config, word);
+        w.position = vector(
             src,
             &n("embeddings.position_embeddings.weight"),
             &[config.max_position_embeddings, h],
         )?;
-        let token_type = if config.type_vocab_size > 0 {
-            vector(
+        if config.type_vocab_size > 0 {
+            w.token_type = vector(
                 src,
                 &n("embeddings.token_type_embeddings.weight"),
                 &[config.type_vocab_size, h],
-            )?
-        } else {
-            Vec::new()
-        };
-        let ln_w = vector(src, &n("embeddings.LayerNorm.weight"), &[h])?;
-        let ln_b = vector(src, &n("embeddings.LayerNorm.bias"), &[h])?;
-        let mut layers = Vec::with_capacity(config.num_layers);
+            )?;
+        }
+        w.ln_w = vector(src, &n("embeddings.LayerNorm.weight"), &[h])?;
+        w.ln_b = vector(src, &n("embeddings.LayerNorm.bias"), &[h])?;
         for l in 0..config.num_layers {
             let p = |s: &str| n(&alloc::format!("encoder.layer.{l}.{s}"));
-            layers.push(Layer {
-                q: matrix(src, &p("attention.self.query.weight"), h, h)?,
-                k: matrix(src, &p("attention.self.key.weight"), h, h)?,
-                v: matrix(src, &p("attention.self.value.weight"), h, h)?,
-                o: matrix(src, &p("attention.output.dense.weight"), h, h)?,
-                up: matrix(src, &p("intermediate.dense.weight"), i, h)?,
-                down: matrix(src, &p("output.dense.weight"), h, i)?,
+            w.layers.push(Layer {
+                q: matrix(src, &p("attention.self.query.weight"), h, h, format)?,
+                k: matrix(src, &p("attention.self.key.weight"), h, h, format)?,
+                v: matrix(src, &p("attention.self.value.weight"), h, h, format)?,
+                o: matrix(src, &p("attention.output.dense.weight"), h, h, format)?,
+                up: matrix(src, &p("intermediate.dense.weight"), i, h, format)?,
+                gate: None,
+                down: matrix(src, &p("output.dense.weight"), h, i, format)?,
                 q_b: vector(src, &p("attention.self.query.bias"), &[h])?,
                 k_b: vector(src, &p("attention.self.key.bias"), &[h])?,
                 v_b: vector(src, &p("attention.self.value.bias"), &[h])?,
@@ -225,7 +383,70 @@ impl<'a> EncoderWeights<'a> {
                 ln2_b: vector(src, &p("output.LayerNorm.bias"), &[h])?,
             });
         }
-        Ok(EncoderWeights { config, word, position, token_type, ln_w, ln_b, layers })
+        Ok(w)
+    }
+
+    fn load_nomic(
+        config: &EncoderConfig,
+        src: &dyn TensorSource<'a>,
+        format: WeightFormat,
+    ) -> Result<Self> {
+        let (h, i) = (config.hidden_size, config.intermediate_size);
+        let word = matrix(
+            src,
+            "embeddings.word_embeddings.weight",
+            config.vocab_size,
+            h,
+            WeightFormat::AsStored,
+        )?;
+        let mut w = Self::empty(config, word);
+        if config.type_vocab_size > 0 {
+            w.token_type = vector(
+                src,
+                "embeddings.token_type_embeddings.weight",
+                &[config.type_vocab_size, h],
+            )?;
+        }
+        w.ln_w = vector(src, "emb_ln.weight", &[h])?;
+        w.ln_b = vector(src, "emb_ln.bias", &[h])?;
+        for l in 0..config.num_layers {
+            let p = |s: &str| alloc::format!("encoder.layers.{l}.{s}");
+            let qkv = p("attn.Wqkv.weight");
+            w.layers.push(Layer {
+                q: matrix_part(src, &qkv, (3 * h, h), 0..h, format)?,
+                k: matrix_part(src, &qkv, (3 * h, h), h..2 * h, format)?,
+                v: matrix_part(src, &qkv, (3 * h, h), 2 * h..3 * h, format)?,
+                o: matrix(src, &p("attn.out_proj.weight"), h, h, format)?,
+                up: matrix(src, &p("mlp.fc11.weight"), i, h, format)?,
+                gate: Some(matrix(src, &p("mlp.fc12.weight"), i, h, format)?),
+                down: matrix(src, &p("mlp.fc2.weight"), h, i, format)?,
+                q_b: Vec::new(),
+                k_b: Vec::new(),
+                v_b: Vec::new(),
+                o_b: Vec::new(),
+                up_b: Vec::new(),
+                down_b: Vec::new(),
+                ln1_w: vector(src, &p("norm1.weight"), &[h])?,
+                ln1_b: vector(src, &p("norm1.bias"), &[h])?,
+                ln2_w: vector(src, &p("norm2.weight"), &[h])?,
+                ln2_b: vector(src, &p("norm2.bias"), &[h])?,
+            });
+        }
+        Ok(w)
+    }
+
+    /// Every matrix, the token embedding first.
+    fn matrices(&self) -> impl Iterator<Item = &Mat<'a>> {
+        core::iter::once(&self.word).chain(self.layers.iter().flat_map(|l| {
+            [&l.q, &l.k, &l.v, &l.o, &l.up, &l.down].into_iter().chain(l.gate.as_ref())
+        }))
+    }
+
+    /// How activations meet quantized weights in the products ([`Activations::F32`] unless
+    /// set; f32 / f16 / bf16 weights always meet f32 activations).
+    pub fn with_activations(mut self, activations: Activations) -> Self {
+        self.activations = activations;
+        self
     }
 
     /// The configuration.
@@ -278,17 +499,36 @@ impl<'a> EncoderWeights<'a> {
         let rows = seqs.iter().flat_map(|s| s.iter().enumerate());
         for (row, (p, &id)) in x.chunks_exact_mut(h).zip(rows) {
             ops::dequantize_row(&word, id as usize, row);
-            ops::add_assign(row, &self.position[p * h..(p + 1) * h]);
+            if !self.position.is_empty() {
+                ops::add_assign(row, &self.position[p * h..(p + 1) * h]);
+            }
             if !self.token_type.is_empty() {
                 ops::add_assign(row, &self.token_type[..h]);
             }
             ops::layer_norm_in_place(row, &self.ln_w, &self.ln_b, c.layer_norm_eps);
         }
 
+        // RoPE: cosines and sines of positions 0 .. the longest sequence
+        let half = self.inv_freq.len();
+        let longest = seqs.iter().map(|s| s.len()).max().unwrap_or(0);
+        let (mut cos, mut sin) = (vec![0f32; longest * half], vec![0f32; longest * half]);
+        if half > 0 {
+            for p in 0..longest {
+                let r = p * half..(p + 1) * half;
+                ops::rope_cos_sin(p, &self.inv_freq, &mut cos[r.clone()], &mut sin[r]);
+            }
+        }
+
         let (mut q, mut k, mut v) = (vec![0f32; n * h], vec![0f32; n * h], vec![0f32; n * h]);
         let (mut ctx, mut tmp, mut up) =
             (vec![0f32; n * h], vec![0f32; n * h], vec![0f32; n * inter]);
-        let f32_acts = Activations::F32;
+        let mut gate = if self.layers.iter().any(|l| l.gate.is_some()) {
+            vec![0f32; n * inter]
+        } else {
+            Vec::new()
+        };
+        let act = self.activations;
+        let mut scratch = vec![0u8; ops::scratch_bytes(h.max(inter), n, act)];
         for layer in &self.layers {
             let (wq, wk, wv) = (layer.q.matrix()?, layer.k.matrix()?, layer.v.matrix()?);
             ops::gemm_fused(
@@ -298,22 +538,53 @@ impl<'a> EncoderWeights<'a> {
                 &x,
                 n,
                 [&mut q, &mut k, &mut v],
-                f32_acts,
-                &mut [],
+                act,
+                &mut scratch,
             )?;
             add_bias(&mut q, &layer.q_b);
             add_bias(&mut k, &layer.k_b);
             add_bias(&mut v, &layer.v_b);
+            if half > 0 {
+                let pos = seqs.iter().flat_map(|s| 0..s.len());
+                for ((qr, kr), p) in q.chunks_exact_mut(h).zip(k.chunks_exact_mut(h)).zip(pos) {
+                    let (cs, sn) = (&cos[p * half..][..half], &sin[p * half..][..half]);
+                    ops::rope(qr, cs, sn, ops::RopeLayout::RotateHalf);
+                    ops::rope(kr, cs, sn, ops::RopeLayout::RotateHalf);
+                }
+            }
             self.attention(exec, &spans, &q, &k, &v, &mut ctx);
-            ops::gemm(exec, None, &layer.o.matrix()?, &ctx, n, &mut tmp, f32_acts, &mut [])?;
+            let o_act = act.for_other_input();
+            ops::gemm(exec, None, &layer.o.matrix()?, &ctx, n, &mut tmp, o_act, &mut scratch)?;
             add_bias(&mut tmp, &layer.o_b);
             for (xr, tr) in x.chunks_exact_mut(h).zip(tmp.chunks_exact(h)) {
                 ops::add_assign(xr, tr);
                 ops::layer_norm_in_place(xr, &layer.ln1_w, &layer.ln1_b, c.layer_norm_eps);
             }
-            ops::gemm(exec, None, &layer.up.matrix()?, &x, n, &mut up, f32_acts, &mut [])?;
-            self.bias_act(exec, &mut up, &layer.up_b);
-            ops::gemm(exec, None, &layer.down.matrix()?, &up, n, &mut tmp, f32_acts, &mut [])?;
+            match &layer.gate {
+                None => {
+                    let w_up = layer.up.matrix()?;
+                    ops::gemm(exec, None, &w_up, &x, n, &mut up, act, &mut scratch)?;
+                    self.bias_act(exec, &mut up, &layer.up_b, &[]);
+                }
+                Some(g) => {
+                    let (w_up, w_gate) = (layer.up.matrix()?, g.matrix()?);
+                    ops::gemm_fused(
+                        exec,
+                        None,
+                        [&w_up, &w_gate],
+                        &x,
+                        n,
+                        [&mut up, &mut gate],
+                        act,
+                        &mut scratch,
+                    )?;
+                    // gate ← silu(gate) * up, then `up` names the product for `down`.
+                    self.bias_act(exec, &mut gate, &layer.up_b, &up);
+                    core::mem::swap(&mut up, &mut gate);
+                }
+            }
+            let down_act = act.for_other_input();
+            ops::gemm(exec, None, &layer.down.matrix()?, &up, n, &mut tmp, down_act, &mut scratch)?;
             add_bias(&mut tmp, &layer.down_b);
             for (xr, tr) in x.chunks_exact_mut(h).zip(tmp.chunks_exact(h)) {
                 ops::add_assign(xr, tr);
@@ -323,9 +594,10 @@ impl<'a> EncoderWeights<'a> {
         Ok(x)
     }
 
-    /// `y = act(y + bias)` row by row, the rows split across `exec`.
-    fn bias_act(&self, exec: &dyn Executor, y: &mut [f32], bias: &[f32]) {
-        let w = bias.len();
+    /// `y = act(y + bias)` row by row (`bias` may be empty), or for the gated MLP (`up`
+    /// not empty, `y` the gate) `y = silu(y) * up`; the rows split across `exec`.
+    fn bias_act(&self, exec: &dyn Executor, y: &mut [f32], bias: &[f32], up: &[f32]) {
+        let w = self.config.intermediate_size;
         let rows = y.len() / w;
         let out = SharedOut(y.as_mut_ptr());
         let act = self.config.hidden_act;
@@ -333,7 +605,9 @@ impl<'a> EncoderWeights<'a> {
             for r in range {
                 // SAFETY: row `r` of `y` (`rows * w` floats) belongs to this chunk alone.
                 let row = unsafe { out.slice(r * w, w) };
-                ops::add_assign(row, bias);
+                if !bias.is_empty() {
+                    ops::add_assign(row, bias);
+                }
                 match act {
                     HiddenAct::GeluErf => ops::gelu_erf_in_place(row),
                     HiddenAct::GeluTanh => {
@@ -341,6 +615,7 @@ impl<'a> EncoderWeights<'a> {
                             *e = ops::gelu_tanh(*e);
                         }
                     }
+                    HiddenAct::SwiGlu => ops::swiglu(row, &up[r * w..(r + 1) * w]),
                 }
             }
         };
