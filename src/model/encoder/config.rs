@@ -15,6 +15,14 @@
 //! `use_rms_norm`, `parallel_block`) are refused unless they are at the values nomic-embed-text
 //! uses.
 //!
+//! From a GGUF ([`EncoderConfig::from_gguf`], llama.cpp's converter's keys for
+//! `general.architecture` `bert` / `nomic-bert`): `{arch}.embedding_length`, `.block_count`,
+//! `.attention.head_count`, `.feed_forward_length`, `.attention.layer_norm_epsilon`,
+//! `.context_length`, `.rope.freq_base` (nomic-bert), `tokenizer.ggml.token_type_count`, the
+//! vocabulary's length, and `{arch}.pooling_type` ([`Pooling::from_gguf`]). The GGUF does not
+//! say the MLP's activation: BERT GGUFs are taken to use GELU with erf (transformers'
+//! `"gelu"`, what BERT, MiniLM, bge, gte and e5 name), nomic-bert SwiGLU.
+//!
 //! A config of a decoder (a family [`crate::model::arch`] runs, or any `*ForCausalLM`) is
 //! refused with a message naming its architecture; so are encoders rml does not run (RoBERTa,
 //! ...).
@@ -24,6 +32,7 @@ use alloc::string::{String, ToString};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::format::gguf::Gguf;
 
 /// The largest `config.json` read, in bytes.
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;
@@ -327,6 +336,91 @@ impl EncoderConfig {
         Ok(c)
     }
 
+    /// The config of a llama.cpp BERT GGUF (`general.architecture` `bert` or `nomic-bert`; see
+    /// the module docs for the keys).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::InvalidArgument`] for a decoder's architecture (naming it);
+    /// [`crate::Code::Unimplemented`] for another encoder (`jina-bert-v2`, ...), or a causal
+    /// one (`{arch}.attention.causal` true); [`crate::Code::DataLoss`] for a missing or
+    /// malformed key, or sizes [`EncoderConfig::validate`] refuses.
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<Self> {
+        let arch_name = g.architecture()?;
+        let arch = match arch_name {
+            "bert" => EncoderArch::Bert,
+            "nomic-bert" => EncoderArch::NomicBert,
+            other => {
+                return Err(
+                    if crate::model::arch::ArchSpec::from_gguf_architecture(other).is_ok() {
+                        Error::invalid_argument(format_args!(
+                            "general.architecture = {other} is a decoder (a text-generation \
+                         model); embeddings need an encoder such as BERT: run this one with \
+                         `rml generate`"
+                        ))
+                    } else {
+                        Error::unimplemented(format_args!(
+                            "general.architecture = {other} is not an encoder rml runs \
+                         (supported: bert, nomic-bert)"
+                        ))
+                    },
+                )
+            }
+        };
+        let key = |k: &str| alloc::format!("{arch_name}.{k}");
+        let need = |k: &str| -> Result<usize> {
+            let k = key(k);
+            g.get_usize(&k)?.ok_or_else(|| Error::data_loss(format_args!("GGUF: no {k:?}")))
+        };
+        if g.get_bool(&key("attention.causal"))? == Some(true) {
+            return Err(Error::unimplemented(format_args!(
+                "{} = true: a causal encoder is not supported",
+                key("attention.causal")
+            )));
+        }
+        let vocab_size = match g.get_array("tokenizer.ggml.tokens")? {
+            Some(a) => a.len(),
+            None => return Err(Error::data_loss("GGUF: no tokenizer.ggml.tokens")),
+        };
+        let eps = g.get_f64(&key("attention.layer_norm_epsilon"))?.unwrap_or(1e-12);
+        if !(eps.is_finite() && eps >= 0.0) {
+            return Err(Error::data_loss(format_args!("layer_norm_epsilon is {eps}")));
+        }
+        let c = EncoderConfig {
+            arch,
+            vocab_size,
+            hidden_size: need("embedding_length")?,
+            num_layers: need("block_count")?,
+            num_heads: need("attention.head_count")?,
+            intermediate_size: need("feed_forward_length")?,
+            hidden_act: match arch {
+                EncoderArch::Bert => HiddenAct::GeluErf,
+                EncoderArch::NomicBert => HiddenAct::SwiGlu,
+            },
+            layer_norm_eps: eps as f32,
+            max_position_embeddings: need("context_length")?,
+            type_vocab_size: g.get_usize("tokenizer.ggml.token_type_count")?.unwrap_or(0),
+            rope_theta: match arch {
+                EncoderArch::Bert => None,
+                EncoderArch::NomicBert => {
+                    let t = g.get_f64(&key("rope.freq_base"))?.unwrap_or(1000.0);
+                    if !(t.is_finite() && t > 0.0) {
+                        return Err(Error::data_loss(format_args!("rope.freq_base is {t}")));
+                    }
+                    Some(t as f32)
+                }
+            },
+        };
+        c.validate()?;
+        if c.rope_theta.is_some() && c.head_dim() % 2 != 0 {
+            return Err(Error::data_loss(format_args!(
+                "head_dim {} is odd: RoPE rotates pairs",
+                c.head_dim()
+            )));
+        }
+        Ok(c)
+    }
+
     /// Checks the sizes against each other.
     ///
     /// # Errors
@@ -367,6 +461,29 @@ impl EncoderConfig {
 }
 
 impl Pooling {
+    /// The pooling a llama.cpp GGUF asks for in `{general.architecture}.pooling_type`
+    /// (llama.cpp's `LLAMA_POOLING_TYPE_*`: 1 mean, 2 CLS, 3 last); `None` when the key is
+    /// absent.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Code::Unimplemented`] for 0 (none: per-token embeddings) and 4 (rank, a
+    /// reranker's head); [`crate::Code::DataLoss`] for another value.
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<Option<Self>> {
+        let key = alloc::format!("{}.pooling_type", g.architecture()?);
+        match g.get_u32(&key)? {
+            None => Ok(None),
+            Some(1) => Ok(Some(Pooling::Mean)),
+            Some(2) => Ok(Some(Pooling::Cls)),
+            Some(3) => Ok(Some(Pooling::Last)),
+            Some(v @ (0 | 4)) => Err(Error::unimplemented(format_args!(
+                "{key} = {v} ({}) is not supported (supported: 1 mean, 2 cls, 3 last)",
+                if v == 0 { "none: per-token embeddings" } else { "rank: a reranker" }
+            ))),
+            Some(v) => Err(Error::data_loss(format_args!("{key} = {v} is not a pooling type"))),
+        }
+    }
+
     /// The pooling a sentence-transformers `1_Pooling/config.json` asks for.
     ///
     /// # Errors
