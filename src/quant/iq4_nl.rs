@@ -27,7 +27,7 @@ pub struct BlockIq4Nl {
 pub const BYTES: usize = core::mem::size_of::<BlockIq4Nl>();
 const _: () = assert!(BYTES == 18);
 
-super::layout::block_layout!(BlockIq4Nl, IQ4_NL, m: -, qh: -);
+super::layout::block_layout!(BlockIq4Nl, IQ4_NL, QK; d: d, m: -, qh: -, qs: qs, scales: -);
 
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {

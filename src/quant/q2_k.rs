@@ -27,6 +27,8 @@ pub struct BlockQ2K {
 pub const BYTES: usize = core::mem::size_of::<BlockQ2K>();
 const _: () = assert!(BYTES == 84);
 
+super::layout::block_layout!(BlockQ2K, Q2_K, QK_K; d: d, m: dmin, qh: -, qs: qs, scales: scales);
+
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {
     dtype: DType::Q2_K,

@@ -29,6 +29,8 @@ pub struct BlockQ3K {
 pub const BYTES: usize = core::mem::size_of::<BlockQ3K>();
 const _: () = assert!(BYTES == 110);
 
+super::layout::block_layout!(BlockQ3K, Q3_K, QK_K; d: d, m: -, qh: hmask, qs: qs, scales: scales);
+
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {
     dtype: DType::Q3_K,

@@ -23,7 +23,7 @@ pub struct BlockQ4_0 {
 pub const BYTES: usize = core::mem::size_of::<BlockQ4_0>();
 const _: () = assert!(BYTES == 18);
 
-super::layout::block_layout!(BlockQ4_0, Q4_0, m: -, qh: -);
+super::layout::block_layout!(BlockQ4_0, Q4_0, QK; d: d, m: -, qh: -, qs: qs, scales: -);
 
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {

@@ -25,7 +25,7 @@ pub struct BlockQ4_1 {
 pub const BYTES: usize = core::mem::size_of::<BlockQ4_1>();
 const _: () = assert!(BYTES == 20);
 
-super::layout::block_layout!(BlockQ4_1, Q4_1, m: m, qh: -);
+super::layout::block_layout!(BlockQ4_1, Q4_1, QK; d: d, m: m, qh: -, qs: qs, scales: -);
 
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {

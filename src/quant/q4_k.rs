@@ -28,6 +28,8 @@ pub struct BlockQ4K {
 pub const BYTES: usize = core::mem::size_of::<BlockQ4K>();
 const _: () = assert!(BYTES == 144);
 
+super::layout::block_layout!(BlockQ4K, Q4_K, QK_K; d: d, m: dmin, qh: -, qs: qs, scales: scales);
+
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {
     dtype: DType::Q4_K,

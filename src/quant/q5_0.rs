@@ -26,7 +26,7 @@ pub struct BlockQ5_0 {
 pub const BYTES: usize = core::mem::size_of::<BlockQ5_0>();
 const _: () = assert!(BYTES == 22);
 
-super::layout::block_layout!(BlockQ5_0, Q5_0, m: -, qh: qh);
+super::layout::block_layout!(BlockQ5_0, Q5_0, QK; d: d, m: -, qh: qh, qs: qs, scales: -);
 
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {

@@ -27,7 +27,7 @@ pub struct BlockQ5_1 {
 pub const BYTES: usize = core::mem::size_of::<BlockQ5_1>();
 const _: () = assert!(BYTES == 24);
 
-super::layout::block_layout!(BlockQ5_1, Q5_1, m: m, qh: qh);
+super::layout::block_layout!(BlockQ5_1, Q5_1, QK; d: d, m: m, qh: qh, qs: qs, scales: -);
 
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {

@@ -30,6 +30,8 @@ pub struct BlockQ5K {
 pub const BYTES: usize = core::mem::size_of::<BlockQ5K>();
 const _: () = assert!(BYTES == 176);
 
+super::layout::block_layout!(BlockQ5K, Q5_K, QK_K; d: d, m: dmin, qh: qh, qs: qs, scales: scales);
+
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {
     dtype: DType::Q5_K,

@@ -28,6 +28,8 @@ pub struct BlockQ6K {
 pub const BYTES: usize = core::mem::size_of::<BlockQ6K>();
 const _: () = assert!(BYTES == 210);
 
+super::layout::block_layout!(BlockQ6K, Q6_K, QK_K; d: d, m: -, qh: qh, qs: ql, scales: scales);
+
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {
     dtype: DType::Q6_K,

@@ -15,6 +15,10 @@ use core::marker::PhantomData;
 use super::neon_k::{KQuant, Q2K, Q3K, Q4K, Q5K, Q6K};
 use super::neon_q8::{Iq4NlB, QBlock, Q5_0B, Q5_1B};
 use super::{cvt_f16x4, f16_scalar, f16_splat};
+use crate::quant::BlockLayout;
+use crate::quant::BlockQ4_0;
+use crate::quant::BlockQ4_1;
+use crate::quant::BlockQ8_0;
 
 /// 8 weights as two f32x4 (elements `i..i + 4`, `i + 4..i + 8`).
 type Pair = (float32x4_t, float32x4_t);
@@ -182,9 +186,9 @@ impl Weights for Q8_0W {
     unsafe fn chunk(row: *const u8, b: usize, c: usize) -> Pair {
         // SAFETY: block `b` in bounds (caller contract); `d * q` is exact in f32.
         unsafe {
-            let blk = row.add(b * 34);
-            let q = vmovl_s8(vld1_s8(blk.add(2 + 8 * c).cast()));
-            let d = f16_splat(blk);
+            let blk = row.add(b * BlockQ8_0::BYTES);
+            let q = vmovl_s8(vld1_s8(blk.add(BlockQ8_0::QS_OFFSET + 8 * c).cast()));
+            let d = f16_splat(blk.add(BlockQ8_0::D_OFFSET));
             (
                 vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(q))), d),
                 vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(q)), d),
@@ -201,9 +205,9 @@ impl Weights for Q4_0W {
     unsafe fn chunk(row: *const u8, b: usize, c: usize) -> Pair {
         // SAFETY: block `b` in bounds (caller contract); `(q - 8) * d` is exact.
         unsafe {
-            let blk = row.add(b * 18);
-            let (lo, hi) = nibbles(blk.add(2), c);
-            let (d, eight) = (f16_splat(blk), vdupq_n_f32(8.0));
+            let blk = row.add(b * BlockQ4_0::BYTES);
+            let (lo, hi) = nibbles(blk.add(BlockQ4_0::QS_OFFSET), c);
+            let (d, eight) = (f16_splat(blk.add(BlockQ4_0::D_OFFSET)), vdupq_n_f32(8.0));
             (vmulq_f32(vsubq_f32(lo, eight), d), vmulq_f32(vsubq_f32(hi, eight), d))
         }
     }
@@ -218,9 +222,10 @@ impl Weights for Q4_1W {
         // SAFETY: block `b` in bounds (caller contract); `d * q` is exact, so the fused
         // `m + q * d` rounds once, like the oracle's `d * q + m`.
         unsafe {
-            let blk = row.add(b * 20);
-            let (lo, hi) = nibbles(blk.add(4), c);
-            let (d, m) = (f16_splat(blk), f16_splat(blk.add(2)));
+            let blk = row.add(b * BlockQ4_1::BYTES);
+            let (lo, hi) = nibbles(blk.add(BlockQ4_1::QS_OFFSET), c);
+            let (d, m) =
+                (f16_splat(blk.add(BlockQ4_1::D_OFFSET)), f16_splat(blk.add(BlockQ4_1::M_OFFSET)));
             (vfmaq_f32(m, lo, d), vfmaq_f32(m, hi, d))
         }
     }

@@ -20,8 +20,14 @@ use core::arch::aarch64::*;
 use super::f16_scalar;
 use super::neon_q8::{Dot, Sdot, Widen};
 use crate::kernels::scalar::hsum8;
+use crate::quant::q2_k::BlockQ2K;
 use crate::quant::q3_k::scales_q3;
+use crate::quant::q3_k::BlockQ3K;
 use crate::quant::q4_k::scales_mins_k4;
+use crate::quant::q4_k::BlockQ4K;
+use crate::quant::q5_k::BlockQ5K;
+use crate::quant::q6_k::BlockQ6K;
+use crate::quant::BlockLayout;
 use crate::quant::{Q8Acts, QK_K};
 
 /// A K-quant super-block as the NEON kernels see it.
@@ -154,26 +160,26 @@ unsafe fn k4_scales(sp: *const u8) -> ([i32; 16], [i32; 16]) {
 
 impl KQuant for Q2K {
     const BYTES: usize = crate::quant::q2_k::BYTES;
-    const D_AT: usize = 80;
+    const D_AT: usize = BlockQ2K::D_OFFSET;
     const MINS: bool = true;
 
     #[inline(always)]
     unsafe fn unit(blk: *const u8, u: usize) -> (int8x16_t, int8x16_t) {
         // SAFETY: the 64 value bytes at 16..80 (caller contract: a whole super-block).
-        unsafe { signed(q2_unit(blk.add(16), u)) }
+        unsafe { signed(q2_unit(blk.add(BlockQ2K::QS_OFFSET), u)) }
     }
 
     #[inline(always)]
     unsafe fn scales(blk: *const u8) -> ([i32; 16], [i32; 16]) {
         // SAFETY: the 16 scale bytes at 0..16 (caller contract).
-        let s = |j: usize| unsafe { *blk.add(j) } as i32;
+        let s = |j: usize| unsafe { *blk.add(BlockQ2K::SCALES_OFFSET + j) } as i32;
         (core::array::from_fn(|j| s(j) & 0x0F), core::array::from_fn(|j| s(j) >> 4))
     }
 }
 
 impl KQuant for Q3K {
     const BYTES: usize = crate::quant::q3_k::BYTES;
-    const D_AT: usize = 108;
+    const D_AT: usize = BlockQ3K::D_OFFSET;
     const MINS: bool = false;
 
     #[inline(always)]
@@ -181,8 +187,11 @@ impl KQuant for Q3K {
         // SAFETY: high bits at 0..32, low pairs at 32..96 (caller contract). Element
         // `32 u + l` has its high bit in bit `u` of `hmask[l]`; `q = low + 4 high - 4`.
         unsafe {
-            let (l0, l1) = q2_unit(blk.add(32), u);
-            let (h0, h1) = (vld1q_u8(blk), vld1q_u8(blk.add(16)));
+            let (l0, l1) = q2_unit(blk.add(BlockQ3K::QS_OFFSET), u);
+            let (h0, h1) = (
+                vld1q_u8(blk.add(BlockQ3K::QH_OFFSET)),
+                vld1q_u8(blk.add(BlockQ3K::QH_OFFSET + 16)),
+            );
             minus((vorrq_u8(l0, bit_to(h0, u, 4)), vorrq_u8(l1, bit_to(h1, u, 4))), 4)
         }
     }
@@ -190,32 +199,33 @@ impl KQuant for Q3K {
     #[inline(always)]
     unsafe fn scales(blk: *const u8) -> ([i32; 16], [i32; 16]) {
         // SAFETY: the 12 packed scale bytes at 96..108 (caller contract).
-        let sc = scales_q3(unsafe { core::slice::from_raw_parts(blk.add(96), 12) });
+        let sc =
+            scales_q3(unsafe { core::slice::from_raw_parts(blk.add(BlockQ3K::SCALES_OFFSET), 12) });
         (sc.map(i32::from), [0; 16])
     }
 }
 
 impl KQuant for Q4K {
     const BYTES: usize = crate::quant::q4_k::BYTES;
-    const D_AT: usize = 0;
+    const D_AT: usize = BlockQ4K::D_OFFSET;
     const MINS: bool = true;
 
     #[inline(always)]
     unsafe fn unit(blk: *const u8, u: usize) -> (int8x16_t, int8x16_t) {
         // SAFETY: the nibbles at 16..144 (caller contract).
-        unsafe { signed(k4_unit(blk.add(16), u)) }
+        unsafe { signed(k4_unit(blk.add(BlockQ4K::QS_OFFSET), u)) }
     }
 
     #[inline(always)]
     unsafe fn scales(blk: *const u8) -> ([i32; 16], [i32; 16]) {
         // SAFETY: the packed scales at 4..16 (caller contract).
-        unsafe { k4_scales(blk.add(4)) }
+        unsafe { k4_scales(blk.add(BlockQ4K::SCALES_OFFSET)) }
     }
 }
 
 impl KQuant for Q5K {
     const BYTES: usize = crate::quant::q5_k::BYTES;
-    const D_AT: usize = 0;
+    const D_AT: usize = BlockQ5K::D_OFFSET;
     const MINS: bool = true;
 
     #[inline(always)]
@@ -223,8 +233,11 @@ impl KQuant for Q5K {
         // SAFETY: fifth bits at 16..48, nibbles at 48..176 (caller contract). Unit `u` takes
         // bit `u` of `qh[l]`.
         unsafe {
-            let (l0, l1) = k4_unit(blk.add(48), u);
-            let (h0, h1) = (vld1q_u8(blk.add(16)), vld1q_u8(blk.add(32)));
+            let (l0, l1) = k4_unit(blk.add(BlockQ5K::QS_OFFSET), u);
+            let (h0, h1) = (
+                vld1q_u8(blk.add(BlockQ5K::QH_OFFSET)),
+                vld1q_u8(blk.add(BlockQ5K::QH_OFFSET + 16)),
+            );
             signed((vorrq_u8(l0, bit_to(h0, u, 0x10)), vorrq_u8(l1, bit_to(h1, u, 0x10))))
         }
     }
@@ -232,13 +245,13 @@ impl KQuant for Q5K {
     #[inline(always)]
     unsafe fn scales(blk: *const u8) -> ([i32; 16], [i32; 16]) {
         // SAFETY: the packed scales at 4..16 (caller contract).
-        unsafe { k4_scales(blk.add(4)) }
+        unsafe { k4_scales(blk.add(BlockQ5K::SCALES_OFFSET)) }
     }
 }
 
 impl KQuant for Q6K {
     const BYTES: usize = crate::quant::q6_k::BYTES;
-    const D_AT: usize = 208;
+    const D_AT: usize = BlockQ6K::D_OFFSET;
     const MINS: bool = false;
 
     #[inline(always)]
@@ -248,8 +261,8 @@ impl KQuant for Q6K {
         // `qh[32 h ..]`; `q - 32`.
         unsafe {
             let (h, g) = (u / 4, u % 4);
-            let l = blk.add(64 * h + 32 * (g % 2));
-            let q = blk.add(128 + 32 * h);
+            let l = blk.add(BlockQ6K::QS_OFFSET + 64 * h + 32 * (g % 2));
+            let q = blk.add(BlockQ6K::QH_OFFSET + 32 * h);
             let v = |i: usize| {
                 let lo = bits(vld1q_u8(l.add(16 * i)), 4 * (g / 2), 0x0F);
                 let hi = bits(vld1q_u8(q.add(16 * i)), 2 * g, 3);
@@ -262,7 +275,10 @@ impl KQuant for Q6K {
     #[inline(always)]
     unsafe fn scales(blk: *const u8) -> ([i32; 16], [i32; 16]) {
         // SAFETY: the 16 i8 scales at 192..208 (caller contract).
-        (core::array::from_fn(|j| unsafe { *blk.add(192 + j) } as i8 as i32), [0; 16])
+        (
+            core::array::from_fn(|j| unsafe { *blk.add(BlockQ6K::SCALES_OFFSET + j) } as i8 as i32),
+            [0; 16],
+        )
     }
 }
 

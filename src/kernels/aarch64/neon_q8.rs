@@ -82,9 +82,9 @@ pub(super) trait QBlock {
     /// Byte offset of the f16 scale.
     const D: usize = <Self::L as BlockLayout>::D_OFFSET;
     /// Byte offset of the f16 minimum (with [`QBlock::MIN`]).
-    const M: usize = <Self::L as BlockLayout>::M;
+    const M: usize = <Self::L as BlockLayout>::M_OFFSET;
     /// Byte offset of the fifth bits (the Q5 types).
-    const QH: usize = <Self::L as BlockLayout>::QH;
+    const QH: usize = <Self::L as BlockLayout>::QH_OFFSET;
     /// Byte offset of the quants.
     const QS: usize = <Self::L as BlockLayout>::QS_OFFSET;
 

@@ -14,6 +14,18 @@
 use core::arch::x86_64::*;
 
 use super::mask;
+use crate::quant::iq4_nl::BlockIq4Nl;
+use crate::quant::q2_k::BlockQ2K;
+use crate::quant::q3_k::BlockQ3K;
+use crate::quant::q4_k::BlockQ4K;
+use crate::quant::q5_k::BlockQ5K;
+use crate::quant::q6_k::BlockQ6K;
+use crate::quant::BlockLayout;
+use crate::quant::BlockQ4_0;
+use crate::quant::BlockQ4_1;
+use crate::quant::BlockQ5_0;
+use crate::quant::BlockQ5_1;
+use crate::quant::BlockQ8_0;
 
 /// A weight encoding: how 8 consecutive elements of a row become 8 f32 lanes. Elements are
 /// addressed in units of 32 (a quantization block, or a run of 32 inside a K-quant
@@ -211,9 +223,10 @@ impl Weights for Q8_0W {
         // SAFETY: block `b` is in bounds (caller contract). `d * q` is exact in f32 (11 + 8
         // significant bits), as in the oracle's dequantization.
         unsafe {
-            let blk = row.add(b * 34);
-            let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(2 + 8 * c).cast()));
-            _mm256_mul_ps(_mm256_cvtepi32_ps(q), f16_splat(blk))
+            let blk = row.add(b * BlockQ8_0::BYTES);
+            let q =
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(BlockQ8_0::QS_OFFSET + 8 * c).cast()));
+            _mm256_mul_ps(_mm256_cvtepi32_ps(q), f16_splat(blk.add(BlockQ8_0::D_OFFSET)))
         }
     }
 }
@@ -223,9 +236,12 @@ impl Weights for Q4_0W {
     unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
         // SAFETY: block `b` is in bounds (caller contract); `(q - 8) * d` is exact.
         unsafe {
-            let blk = row.add(b * 18);
-            let q = _mm256_cvtepi32_ps(nibbles(blk.add(2), c));
-            _mm256_mul_ps(_mm256_sub_ps(q, _mm256_set1_ps(8.0)), f16_splat(blk))
+            let blk = row.add(b * BlockQ4_0::BYTES);
+            let q = _mm256_cvtepi32_ps(nibbles(blk.add(BlockQ4_0::QS_OFFSET), c));
+            _mm256_mul_ps(
+                _mm256_sub_ps(q, _mm256_set1_ps(8.0)),
+                f16_splat(blk.add(BlockQ4_0::D_OFFSET)),
+            )
         }
     }
 
@@ -233,9 +249,9 @@ impl Weights for Q4_0W {
     unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
         // SAFETY: block `b` is in bounds (caller contract); the same arithmetic as `chunk`.
         unsafe {
-            let blk = row.add(b * 18);
-            let d = f16_splat(blk);
-            let q = nibbles_block(blk.add(2));
+            let blk = row.add(b * BlockQ4_0::BYTES);
+            let d = f16_splat(blk.add(BlockQ4_0::D_OFFSET));
+            let q = nibbles_block(blk.add(BlockQ4_0::QS_OFFSET));
             let f = |q| _mm256_mul_ps(_mm256_sub_ps(q, _mm256_set1_ps(8.0)), d);
             [f(q[0]), f(q[1]), f(q[2]), f(q[3])]
         }
@@ -248,9 +264,13 @@ impl Weights for Q4_1W {
         // SAFETY: block `b` is in bounds (caller contract). `d * q` is exact, so the fused
         // `d * q + m` rounds once, like the oracle's `d * q + m`.
         unsafe {
-            let blk = row.add(b * 20);
-            let q = _mm256_cvtepi32_ps(nibbles(blk.add(4), c));
-            _mm256_fmadd_ps(q, f16_splat(blk), f16_splat(blk.add(2)))
+            let blk = row.add(b * BlockQ4_1::BYTES);
+            let q = _mm256_cvtepi32_ps(nibbles(blk.add(BlockQ4_1::QS_OFFSET), c));
+            _mm256_fmadd_ps(
+                q,
+                f16_splat(blk.add(BlockQ4_1::D_OFFSET)),
+                f16_splat(blk.add(BlockQ4_1::M_OFFSET)),
+            )
         }
     }
 
@@ -258,12 +278,14 @@ impl Weights for Q4_1W {
     unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
         // SAFETY: block `b` is in bounds (caller contract); the same arithmetic as `chunk`.
         unsafe {
-            let blk = row.add(b * 20);
+            let blk = row.add(b * BlockQ4_1::BYTES);
             // Lane 0: d, lane 1: m.
-            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(blk.cast::<i32>().read_unaligned()));
+            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(
+                blk.add(BlockQ4_1::D_OFFSET).cast::<i32>().read_unaligned(),
+            ));
             let d = _mm256_broadcastss_ps(dm);
             let m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-            let q = nibbles_block(blk.add(4));
+            let q = nibbles_block(blk.add(BlockQ4_1::QS_OFFSET));
             [
                 _mm256_fmadd_ps(q[0], d, m),
                 _mm256_fmadd_ps(q[1], d, m),
@@ -346,9 +368,12 @@ impl Weights for Q5_0W {
         // SAFETY: block `b` is in bounds (caller contract); `d · (q - 16)` as the oracle.
         unsafe {
             let blk = row.add(b * crate::quant::q5_0::BYTES);
-            let q = _mm256_or_si256(super::nibbles32(blk.add(6)), super::fifth_bits(blk.add(2)));
+            let q = _mm256_or_si256(
+                super::nibbles32(blk.add(BlockQ5_0::QS_OFFSET)),
+                super::fifth_bits(blk.add(BlockQ5_0::QH_OFFSET)),
+            );
             let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-            let d = f16_splat(blk);
+            let d = f16_splat(blk.add(BlockQ5_0::D_OFFSET));
             scale4(bytes_f32::<true>(q), [d, d])
         }
     }
@@ -363,8 +388,12 @@ impl Weights for Q5_1W {
         // `d · q + m` rounds once, like the oracle's.
         unsafe {
             let blk = row.add(b * crate::quant::q5_1::BYTES);
-            let q = _mm256_or_si256(super::nibbles32(blk.add(8)), super::fifth_bits(blk.add(4)));
-            let (d, m) = (f16_splat(blk), f16_splat(blk.add(2)));
+            let q = _mm256_or_si256(
+                super::nibbles32(blk.add(BlockQ5_1::QS_OFFSET)),
+                super::fifth_bits(blk.add(BlockQ5_1::QH_OFFSET)),
+            );
+            let (d, m) =
+                (f16_splat(blk.add(BlockQ5_1::D_OFFSET)), f16_splat(blk.add(BlockQ5_1::M_OFFSET)));
             bytes_f32::<false>(q).map(|v| _mm256_fmadd_ps(v, d, m))
         }
     }
@@ -378,8 +407,8 @@ impl Weights for Iq4NlW {
         // SAFETY: block `b` is in bounds (caller contract); `d · value` as the oracle.
         unsafe {
             let blk = row.add(b * crate::quant::iq4_nl::BYTES);
-            let d = f16_splat(blk);
-            scale4(bytes_f32::<true>(super::iq4_values32(blk.add(2))), [d, d])
+            let d = f16_splat(blk.add(BlockIq4Nl::D_OFFSET));
+            scale4(bytes_f32::<true>(super::iq4_values32(blk.add(BlockIq4Nl::QS_OFFSET))), [d, d])
         }
     }
 }
@@ -427,10 +456,11 @@ impl Weights for Q2KW {
         unsafe {
             let (sb, u) = unit(b);
             let blk = row.add(sb * crate::quant::q2_k::BYTES);
-            let (d, dmin) = (f16_scalar(blk.add(80)), f16_scalar(blk.add(82)));
-            let q = bytes_f32::<false>(q2_unit(blk.add(16), u));
+            let (d, dmin) =
+                (f16_scalar(blk.add(BlockQ2K::D_OFFSET)), f16_scalar(blk.add(BlockQ2K::M_OFFSET)));
+            let q = bytes_f32::<false>(q2_unit(blk.add(BlockQ2K::QS_OFFSET), u));
             let s = |j: usize| {
-                let sc = *blk.add(j);
+                let sc = *blk.add(BlockQ2K::SCALES_OFFSET + j);
                 (_mm256_set1_ps(d * (sc & 0x0F) as f32), _mm256_set1_ps(dmin * (sc >> 4) as f32))
             };
             let (s0, s1) = (s(2 * u), s(2 * u + 1));
@@ -449,14 +479,17 @@ impl Weights for Q3KW {
         unsafe {
             let (sb, u) = unit(b);
             let blk = row.add(sb * crate::quant::q3_k::BYTES);
-            let sc = crate::quant::q3_k::scales_q3(core::slice::from_raw_parts(blk.add(96), 12));
-            let d = f16_scalar(blk.add(108));
-            let hm = _mm256_loadu_si256(blk.cast());
+            let sc = crate::quant::q3_k::scales_q3(core::slice::from_raw_parts(
+                blk.add(BlockQ3K::SCALES_OFFSET),
+                12,
+            ));
+            let d = f16_scalar(blk.add(BlockQ3K::D_OFFSET));
+            let hm = _mm256_loadu_si256(blk.add(BlockQ3K::QH_OFFSET).cast());
             let bit = _mm256_set1_epi8((1u8 << u) as i8);
             let high = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
             let high = _mm256_and_si256(high, _mm256_set1_epi8(4));
             let q = _mm256_sub_epi8(
-                _mm256_or_si256(q2_unit(blk.add(32), u), high),
+                _mm256_or_si256(q2_unit(blk.add(BlockQ3K::QS_OFFSET), u), high),
                 _mm256_set1_epi8(4),
             );
             let dl = |j: usize| _mm256_set1_ps(d * sc[j] as f32);
@@ -476,8 +509,12 @@ impl Weights for Q3KW {
 unsafe fn k4_unit(blk: *const u8, qs: *const u8, u: usize, extra: __m256i) -> [__m256; 4] {
     // SAFETY: the reads are in bounds (caller contract).
     unsafe {
-        let sm = crate::quant::q4_k::scales_mins_k4(core::slice::from_raw_parts(blk.add(4), 12));
-        let (d, dmin) = (f16_scalar(blk), f16_scalar(blk.add(2)));
+        let sm = crate::quant::q4_k::scales_mins_k4(core::slice::from_raw_parts(
+            blk.add(BlockQ4K::SCALES_OFFSET),
+            12,
+        ));
+        let (d, dmin) =
+            (f16_scalar(blk.add(BlockQ4K::D_OFFSET)), f16_scalar(blk.add(BlockQ4K::M_OFFSET)));
         let q = _mm256_loadu_si256(qs.add(32 * (u / 2)).cast());
         let q = if u % 2 == 0 { q } else { _mm256_srli_epi16::<4>(q) };
         let q = _mm256_or_si256(_mm256_and_si256(q, _mm256_set1_epi8(0x0F)), extra);
@@ -496,7 +533,7 @@ impl Weights for Q4KW {
         unsafe {
             let (sb, u) = unit(b);
             let blk = row.add(sb * crate::quant::q4_k::BYTES);
-            k4_unit(blk, blk.add(16), u, _mm256_setzero_si256())
+            k4_unit(blk, blk.add(BlockQ4K::QS_OFFSET), u, _mm256_setzero_si256())
         }
     }
 }
@@ -511,13 +548,13 @@ impl Weights for Q5KW {
         unsafe {
             let (sb, u) = unit(b);
             let blk = row.add(sb * crate::quant::q5_k::BYTES);
-            let qh = _mm256_loadu_si256(blk.add(16).cast());
+            let qh = _mm256_loadu_si256(blk.add(BlockQ5K::QH_OFFSET).cast());
             let bit = _mm256_set1_epi8((1u8 << u) as i8);
             let high = _mm256_and_si256(
                 _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
                 _mm256_set1_epi8(0x10),
             );
-            k4_unit(blk, blk.add(48), u, high)
+            k4_unit(blk, blk.add(BlockQ5K::QS_OFFSET), u, high)
         }
     }
 }
@@ -534,9 +571,9 @@ impl Weights for Q6KW {
             let (sb, u) = unit(b);
             let blk = row.add(sb * crate::quant::q6_k::BYTES);
             let (h, g) = (u / 4, u % 4);
-            let l = _mm256_loadu_si256(blk.add(64 * h + 32 * (g % 2)).cast());
+            let l = _mm256_loadu_si256(blk.add(BlockQ6K::QS_OFFSET + 64 * h + 32 * (g % 2)).cast());
             let l = if g < 2 { l } else { _mm256_srli_epi16::<4>(l) };
-            let qh = _mm256_loadu_si256(blk.add(128 + 32 * h).cast());
+            let qh = _mm256_loadu_si256(blk.add(BlockQ6K::QH_OFFSET + 32 * h).cast());
             let hb = _mm256_and_si256(
                 _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32)),
                 _mm256_set1_epi8(3),
@@ -546,8 +583,9 @@ impl Weights for Q6KW {
                 _mm256_slli_epi16::<4>(hb),
             );
             let q = _mm256_sub_epi8(q, _mm256_set1_epi8(32));
-            let d = f16_scalar(blk.add(208));
-            let dl = |j: usize| _mm256_set1_ps(d * (*blk.add(192 + j) as i8) as f32);
+            let d = f16_scalar(blk.add(BlockQ6K::D_OFFSET));
+            let dl =
+                |j: usize| _mm256_set1_ps(d * (*blk.add(BlockQ6K::SCALES_OFFSET + j) as i8) as f32);
             scale4(bytes_f32::<true>(q), [dl(2 * u), dl(2 * u + 1)])
         }
     }

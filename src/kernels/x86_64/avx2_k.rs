@@ -18,6 +18,12 @@ use core::marker::PhantomData;
 
 use super::{hsum_epi32, Avx2Ops, Dot256, VexOps};
 use crate::kernels::scalar::hsum8;
+use crate::quant::q2_k::BlockQ2K;
+use crate::quant::q3_k::BlockQ3K;
+use crate::quant::q4_k::BlockQ4K;
+use crate::quant::q5_k::BlockQ5K;
+use crate::quant::q6_k::BlockQ6K;
+use crate::quant::BlockLayout;
 use crate::quant::{Q8Acts, QK_K};
 
 /// A K-quant super-block as the int8 kernels see it.
@@ -274,7 +280,7 @@ pub(super) unsafe fn offset_sum<const SHIFT: i32>(
 
 impl KBlock for Q2K {
     const BYTES: usize = crate::quant::q2_k::BYTES;
-    const D_AT: usize = 80;
+    const D_AT: usize = BlockQ2K::D_OFFSET;
     const MINS: bool = true;
 
     #[inline(always)]
@@ -282,12 +288,14 @@ impl KBlock for Q2K {
         // SAFETY: the reads stay inside the super-block (84 bytes: scales at 0..16, values at
         // 16..80) and the 256 activations (caller contract).
         unsafe {
-            let sb = _mm_loadu_si128(blk.cast());
+            let sb = _mm_loadu_si128(blk.add(BlockQ2K::SCALES_OFFSET).cast());
             let m4 = _mm_set1_epi8(0x0F);
             let sc = _mm256_cvtepu8_epi16(_mm_and_si128(sb, m4));
             let mins = _mm_and_si128(_mm_srli_epi16::<4>(sb), m4);
-            let q =
-                [_mm256_loadu_si256(blk.add(16).cast()), _mm256_loadu_si256(blk.add(48).cast())];
+            let q = [
+                _mm256_loadu_si256(blk.add(BlockQ2K::QS_OFFSET).cast()),
+                _mm256_loadu_si256(blk.add(BlockQ2K::QS_OFFSET + 32).cast()),
+            ];
             let is = sum16::<D>(sc, x, |h, g| {
                 _mm256_and_si256(
                     _mm256_srl_epi16(q[h], _mm_cvtsi32_si128(2 * g as i32)),
@@ -301,7 +309,7 @@ impl KBlock for Q2K {
 
 impl KBlock for Q3K {
     const BYTES: usize = crate::quant::q3_k::BYTES;
-    const D_AT: usize = 108;
+    const D_AT: usize = BlockQ3K::D_OFFSET;
     const MINS: bool = false;
 
     #[inline(always)]
@@ -309,10 +317,12 @@ impl KBlock for Q3K {
         // SAFETY: the reads stay inside the super-block (110 bytes: high bits at 0..32, low
         // pairs at 32..96, scales at 96..108) and the 256 activations (caller contract).
         unsafe {
-            let sc = q3_scales16(blk.add(96));
-            let hm = _mm256_loadu_si256(blk.cast());
-            let q =
-                [_mm256_loadu_si256(blk.add(32).cast()), _mm256_loadu_si256(blk.add(64).cast())];
+            let sc = q3_scales16(blk.add(BlockQ3K::SCALES_OFFSET));
+            let hm = _mm256_loadu_si256(blk.add(BlockQ3K::QH_OFFSET).cast());
+            let q = [
+                _mm256_loadu_si256(blk.add(BlockQ3K::QS_OFFSET).cast()),
+                _mm256_loadu_si256(blk.add(BlockQ3K::QS_OFFSET + 32).cast()),
+            ];
             // u = low | high << 2 = q + 4 (0..=7).
             let is = sum16::<D>(sc, x, |h, g| {
                 let low = _mm256_and_si256(
@@ -369,19 +379,27 @@ unsafe fn isums_k4<D: Dot256>(
 
 impl KBlock for Q4K {
     const BYTES: usize = crate::quant::q4_k::BYTES;
-    const D_AT: usize = 0;
+    const D_AT: usize = BlockQ4K::D_OFFSET;
     const MINS: bool = true;
 
     #[inline(always)]
     unsafe fn isums<D: Dot256>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
         // SAFETY: 144-byte super-block: scales at 4..16, values at 16..144 (caller contract).
-        unsafe { isums_k4::<D>(blk.add(4), blk.add(16), x, bsums, |_| None) }
+        unsafe {
+            isums_k4::<D>(
+                blk.add(BlockQ4K::SCALES_OFFSET),
+                blk.add(BlockQ4K::QS_OFFSET),
+                x,
+                bsums,
+                |_| None,
+            )
+        }
     }
 }
 
 impl KBlock for Q5K {
     const BYTES: usize = crate::quant::q5_k::BYTES;
-    const D_AT: usize = 0;
+    const D_AT: usize = BlockQ5K::D_OFFSET;
     const MINS: bool = true;
 
     #[inline(always)]
@@ -389,16 +407,22 @@ impl KBlock for Q5K {
         // SAFETY: 176-byte super-block: scales at 4..16, fifth bits at 16..48, nibbles at
         // 48..176 (caller contract).
         unsafe {
-            let qh = _mm256_loadu_si256(blk.add(16).cast());
+            let qh = _mm256_loadu_si256(blk.add(BlockQ5K::QH_OFFSET).cast());
             // Sub-block j takes bit j of `qh`.
-            isums_k4::<D>(blk.add(4), blk.add(48), x, bsums, |j| Some(bit_to(qh, j as i32, 4)))
+            isums_k4::<D>(
+                blk.add(BlockQ5K::SCALES_OFFSET),
+                blk.add(BlockQ5K::QS_OFFSET),
+                x,
+                bsums,
+                |j| Some(bit_to(qh, j as i32, 4)),
+            )
         }
     }
 }
 
 impl KBlock for Q6K {
     const BYTES: usize = crate::quant::q6_k::BYTES;
-    const D_AT: usize = 208;
+    const D_AT: usize = BlockQ6K::D_OFFSET;
     const MINS: bool = false;
 
     #[inline(always)]
@@ -406,16 +430,18 @@ impl KBlock for Q6K {
         // SAFETY: the reads stay inside the super-block (210 bytes: low nibbles at 0..128,
         // high pairs at 128..192, scales at 192..208) and the 256 activations.
         unsafe {
-            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192).cast()));
+            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(BlockQ6K::SCALES_OFFSET).cast()));
             let m4 = _mm256_set1_epi8(0x0F);
             let ql = [
-                _mm256_loadu_si256(blk.cast()),
-                _mm256_loadu_si256(blk.add(32).cast()),
-                _mm256_loadu_si256(blk.add(64).cast()),
-                _mm256_loadu_si256(blk.add(96).cast()),
+                _mm256_loadu_si256(blk.add(BlockQ6K::QS_OFFSET).cast()),
+                _mm256_loadu_si256(blk.add(BlockQ6K::QS_OFFSET + 32).cast()),
+                _mm256_loadu_si256(blk.add(BlockQ6K::QS_OFFSET + 64).cast()),
+                _mm256_loadu_si256(blk.add(BlockQ6K::QS_OFFSET + 96).cast()),
             ];
-            let qh =
-                [_mm256_loadu_si256(blk.add(128).cast()), _mm256_loadu_si256(blk.add(160).cast())];
+            let qh = [
+                _mm256_loadu_si256(blk.add(BlockQ6K::QH_OFFSET).cast()),
+                _mm256_loadu_si256(blk.add(BlockQ6K::QH_OFFSET + 32).cast()),
+            ];
             // Elements 128 h + 32 g ..: nibble g / 2 of ql[64 h + 32 (g % 2) ..], bits 2 g of
             // qh[32 h ..]; u = q + 32 (0..=63).
             let is = sum16::<D>(sc, x, |h, g| {

@@ -33,6 +33,14 @@
 use core::arch::x86_64::*;
 
 use crate::quant;
+use crate::quant::q2_k::BlockQ2K;
+use crate::quant::q3_k::BlockQ3K;
+use crate::quant::q4_k::BlockQ4K;
+use crate::quant::q5_k::BlockQ5K;
+use crate::quant::q6_k::BlockQ6K;
+use crate::quant::BlockLayout;
+use crate::quant::BlockQ5_0;
+use crate::quant::BlockQ5_1;
 
 /// Run sums (per 16 activations) held on the stack: rows with more (`k > 65536` for one
 /// activation row) use AVX2's body.
@@ -316,8 +324,8 @@ impl W512 for Q5_0W {
         // SAFETY: block `b` is in bounds (caller contract); lane i: nibble + 16 · bit - 16.
         unsafe {
             let blk = row.add(b * Self::BYTES);
-            let v = bytes16(blk.add(6));
-            let (m0, m1) = qh_masks(blk.add(2));
+            let v = bytes16(blk.add(BlockQ5_0::QS_OFFSET));
+            let (m0, m1) = qh_masks(blk.add(BlockQ5_0::QH_OFFSET));
             let tbl = _mm512_sub_ps(iota(), _mm512_set1_ps(16.0));
             [add16(lut(v, tbl), m0), add16(lut(_mm512_srli_epi32::<4>(v), tbl), m1)]
         }
@@ -340,8 +348,8 @@ impl W512 for Q5_1W {
         // SAFETY: block `b` is in bounds (caller contract); lane i: nibble + 16 · bit.
         unsafe {
             let blk = row.add(b * Self::BYTES);
-            let v = bytes16(blk.add(8));
-            let (m0, m1) = qh_masks(blk.add(4));
+            let v = bytes16(blk.add(BlockQ5_1::QS_OFFSET));
+            let (m0, m1) = qh_masks(blk.add(BlockQ5_1::QH_OFFSET));
             [add16(lut(v, iota()), m0), add16(lut(_mm512_srli_epi32::<4>(v), iota()), m1)]
         }
     }
@@ -379,9 +387,11 @@ impl W512 for Iq4NlW {
 unsafe fn k4_scales(blk: *const u8) -> (__m512, __m512) {
     // SAFETY: 16 bytes at `blk` (caller contract); the rest is register-only.
     unsafe {
-        let sm = super::avx2_k::k4_scales_mins(blk.add(4));
+        let sm = super::avx2_k::k4_scales_mins(blk.add(BlockQ4K::SCALES_OFFSET));
         let f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm));
-        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(blk.cast::<i32>().read_unaligned()));
+        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(
+            blk.add(BlockQ4K::D_OFFSET).cast::<i32>().read_unaligned(),
+        ));
         let d = _mm512_broadcastss_ps(dd);
         let dmin = _mm512_broadcastss_ps(_mm_movehdup_ps(dd));
         let lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
@@ -451,8 +461,8 @@ impl W512 for Q5KW {
         unsafe {
             let (sb, u) = (b / 8, b % 8);
             let blk = row.add(sb * Self::BYTES);
-            let q = k4_nibbles(blk.add(48), u);
-            let qh = _mm256_loadu_si256(blk.add(16).cast());
+            let q = k4_nibbles(blk.add(BlockQ5K::QS_OFFSET), u);
+            let qh = _mm256_loadu_si256(blk.add(BlockQ5K::QH_OFFSET).cast());
             let m = _mm256_test_epi8_mask(qh, _mm256_set1_epi8((1u8 << u) as i8));
             [add16(q[0], m as u16), add16(q[1], (m >> 16) as u16)]
         }
@@ -470,8 +480,10 @@ impl W512 for Q6KW {
         // 208.
         unsafe {
             let blk = row.add(g * Self::BYTES);
-            let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(192).cast())));
-            let d = _mm512_set1_ps(super::f16_at(blk.add(208)));
+            let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                blk.add(BlockQ6K::SCALES_OFFSET).cast(),
+            )));
+            let d = _mm512_set1_ps(super::f16_at(blk.add(BlockQ6K::D_OFFSET)));
             (_mm512_mul_ps(d, sc), _mm512_setzero_ps())
         }
     }
@@ -484,9 +496,9 @@ impl W512 for Q6KW {
             let (sb, u) = (b / 8, b % 8);
             let blk = row.add(sb * Self::BYTES);
             let (h, g) = (u / 4, u % 4);
-            let l = _mm256_loadu_si256(blk.add(64 * h + 32 * (g % 2)).cast());
+            let l = _mm256_loadu_si256(blk.add(BlockQ6K::QS_OFFSET + 64 * h + 32 * (g % 2)).cast());
             let l = if g < 2 { l } else { _mm256_srli_epi16::<4>(l) };
-            let qh = _mm256_loadu_si256(blk.add(128 + 32 * h).cast());
+            let qh = _mm256_loadu_si256(blk.add(BlockQ6K::QH_OFFSET + 32 * h).cast());
             let hb = _mm256_and_si256(
                 _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32)),
                 _mm256_set1_epi8(3),
@@ -547,8 +559,8 @@ impl W512 for Q2KW {
             let sm = bytes16(blk);
             let sc = _mm512_cvtepi32_ps(_mm512_and_si512(sm, _mm512_set1_epi32(15)));
             let mn = _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(sm));
-            let d = _mm512_set1_ps(super::f16_at(blk.add(80)));
-            let dmin = _mm512_set1_ps(super::f16_at(blk.add(82)));
+            let d = _mm512_set1_ps(super::f16_at(blk.add(BlockQ2K::D_OFFSET)));
+            let dmin = _mm512_set1_ps(super::f16_at(blk.add(BlockQ2K::M_OFFSET)));
             (_mm512_mul_ps(d, sc), _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dmin, mn)))
         }
     }
@@ -571,9 +583,12 @@ impl W512 for Q3KW {
         // `d` at 108.
         unsafe {
             let blk = row.add(g * Self::BYTES);
-            let sc = quant::q3_k::scales_q3(core::slice::from_raw_parts(blk.add(96), 12));
+            let sc = quant::q3_k::scales_q3(core::slice::from_raw_parts(
+                blk.add(BlockQ3K::SCALES_OFFSET),
+                12,
+            ));
             let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc.as_ptr().cast())));
-            let d = _mm512_set1_ps(super::f16_at(blk.add(108)));
+            let d = _mm512_set1_ps(super::f16_at(blk.add(BlockQ3K::D_OFFSET)));
             (_mm512_mul_ps(d, sc), _mm512_setzero_ps())
         }
     }
@@ -585,8 +600,8 @@ impl W512 for Q3KW {
         unsafe {
             let (sb, u) = (b / 8, b % 8);
             let blk = row.add(sb * Self::BYTES);
-            let q = q2_values(blk.add(32), u, two_bits(4.0));
-            let hm = _mm256_loadu_si256(blk.cast());
+            let q = q2_values(blk.add(BlockQ3K::QS_OFFSET), u, two_bits(4.0));
+            let hm = _mm256_loadu_si256(blk.add(BlockQ3K::QH_OFFSET).cast());
             let m = _mm256_test_epi8_mask(hm, _mm256_set1_epi8((1u8 << u) as i8));
             let four = _mm512_set1_ps(4.0);
             [

@@ -28,6 +28,12 @@ use super::{
     dpwssd512, opaque512, prefetch_ahead, prefetch_next_tile, GfniNibbles, Nibbles, ShiftNibbles,
     GEMV_STREAM_MIN_ROWS, PREFETCH_AHEAD, PREFETCH_MIN_BYTES,
 };
+use crate::quant::q2_k::BlockQ2K;
+use crate::quant::q3_k::BlockQ3K;
+use crate::quant::q4_k::BlockQ4K;
+use crate::quant::q5_k::BlockQ5K;
+use crate::quant::q6_k::BlockQ6K;
+use crate::quant::BlockLayout;
 use crate::quant::{Q8Acts, QK_K};
 
 /// Word `i` of a `vpermw` index that spreads the scales `s[i / 8]` over 8 i16 lanes each.
@@ -450,11 +456,15 @@ impl K512 for Q2K {
     unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW {
         // SAFETY: 84-byte super-block: scales at 0..16, values at 16..80 (caller contract).
         unsafe {
-            let sb = _mm_loadu_si128(blk.cast());
+            let sb = _mm_loadu_si128(blk.add(BlockQ2K::SCALES_OFFSET).cast());
             let m4 = _mm_set1_epi8(0x0F);
             let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, m4)));
             let mins = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16::<4>(sb), m4));
-            KW { u: values_q2(blk.add(16), None), sc: spread4(sc, &IDX_16), c: mins }
+            KW {
+                u: values_q2(blk.add(BlockQ2K::QS_OFFSET), None),
+                sc: spread4(sc, &IDX_16),
+                c: mins,
+            }
         }
     }
 
@@ -476,7 +486,7 @@ impl K512 for Q2K {
     #[inline(always)]
     unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
         // SAFETY: values at 16..80 (caller contract).
-        unsafe { values_q2(blk.add(16), None) }
+        unsafe { values_q2(blk.add(BlockQ2K::QS_OFFSET), None) }
     }
 }
 
@@ -486,9 +496,9 @@ impl K512 for Q3K {
         // SAFETY: 110-byte super-block: high bits at 0..32, low pairs at 32..96, scales at
         // 96..108 (caller contract).
         unsafe {
-            let sc = _mm512_zextsi256_si512(q3_scales16(blk.add(96)));
+            let sc = _mm512_zextsi256_si512(q3_scales16(blk.add(BlockQ3K::SCALES_OFFSET)));
             // u = q + 4.
-            let u = values_q2(blk.add(32), Some(blk));
+            let u = values_q2(blk.add(BlockQ3K::QS_OFFSET), Some(blk.add(BlockQ3K::QH_OFFSET)));
             KW { u, sc: spread4(sc, &IDX_16), c: correction(sc, 4) }
         }
     }
@@ -500,7 +510,8 @@ impl K512 for Q3K {
         // SAFETY: bytes 92..108 of each super-block (caller contract); as q3_scales16 per lane.
         unsafe {
             let bc = |x: __m128i| _mm512_broadcast_i32x4(x);
-            let t = _mm512_bsrli_epi128::<4>(load4(blk.map(|p| p.add(92))));
+            let t =
+                _mm512_bsrli_epi128::<4>(load4(blk.map(|p| p.add(BlockQ3K::SCALES_OFFSET - 4))));
             let lo = _mm512_unpacklo_epi64(t, _mm512_srli_epi16::<4>(t));
             let lo = _mm512_and_si512(lo, _mm512_set1_epi8(0x0F));
             let c = _mm512_shuffle_epi8(
@@ -519,7 +530,7 @@ impl K512 for Q3K {
     #[inline(always)]
     unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
         // SAFETY: high bits at 0..32, low pairs at 32..96 (caller contract).
-        unsafe { values_q2(blk.add(32), Some(blk)) }
+        unsafe { values_q2(blk.add(BlockQ3K::QS_OFFSET), Some(blk.add(BlockQ3K::QH_OFFSET))) }
     }
 }
 
@@ -527,7 +538,9 @@ impl K512 for Q4K {
     #[inline(always)]
     unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW {
         // SAFETY: 144-byte super-block: scales at 4..16, values at 16..144 (caller contract).
-        unsafe { decode_k4::<Nb>(blk.add(4), blk.add(16), None) }
+        unsafe {
+            decode_k4::<Nb>(blk.add(BlockQ4K::SCALES_OFFSET), blk.add(BlockQ4K::QS_OFFSET), None)
+        }
     }
 
     const SUB32: bool = true;
@@ -541,7 +554,7 @@ impl K512 for Q4K {
     #[inline(always)]
     unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
         // SAFETY: values at 16..144 (caller contract).
-        unsafe { values_k4::<Nb>(blk.add(16), None) }
+        unsafe { values_k4::<Nb>(blk.add(BlockQ4K::QS_OFFSET), None) }
     }
 }
 
@@ -550,7 +563,13 @@ impl K512 for Q5K {
     unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW {
         // SAFETY: 176-byte super-block: scales at 4..16, fifth bits at 16..48, nibbles at
         // 48..176 (caller contract).
-        unsafe { decode_k4::<Nb>(blk.add(4), blk.add(48), Some(blk.add(16))) }
+        unsafe {
+            decode_k4::<Nb>(
+                blk.add(BlockQ5K::SCALES_OFFSET),
+                blk.add(BlockQ5K::QS_OFFSET),
+                Some(blk.add(BlockQ5K::QH_OFFSET)),
+            )
+        }
     }
 
     const SUB32: bool = true;
@@ -564,7 +583,7 @@ impl K512 for Q5K {
     #[inline(always)]
     unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
         // SAFETY: fifth bits at 16..48, nibbles at 48..176 (caller contract).
-        unsafe { values_k4::<Nb>(blk.add(48), Some(blk.add(16))) }
+        unsafe { values_k4::<Nb>(blk.add(BlockQ5K::QS_OFFSET), Some(blk.add(BlockQ5K::QH_OFFSET))) }
     }
 }
 
@@ -574,7 +593,7 @@ impl K512 for Q6K {
         // SAFETY: 210-byte super-block: low nibbles at 0..128, high pairs at 128..192, scales
         // at 192..208 (caller contract).
         unsafe {
-            let s8 = _mm_loadu_si128(blk.add(192).cast());
+            let s8 = _mm_loadu_si128(blk.add(BlockQ6K::SCALES_OFFSET).cast());
             let sc = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(s8));
             KW { u: Self::values::<Nb>(blk), sc: spread4(sc, &IDX_16), c: correction(sc, 32) }
         }
@@ -586,7 +605,7 @@ impl K512 for Q6K {
     unsafe fn scales4(blk: [*const u8; 4]) -> Scales4 {
         // SAFETY: scales at 192..208 of each super-block (caller contract).
         unsafe {
-            let sc = widen_pairs::<true>(load4(blk.map(|p| p.add(192))));
+            let sc = widen_pairs::<true>(load4(blk.map(|p| p.add(BlockQ6K::SCALES_OFFSET))));
             let m = _mm512_set1_epi16(-32);
             Scales4 { sc, aux: [_mm512_mullo_epi16(sc[0], m), _mm512_mullo_epi16(sc[1], m)] }
         }
@@ -602,9 +621,13 @@ impl K512 for Q6K {
             let mut u = [_mm512_setzero_si512(); 4];
             for (k, u) in u.iter_mut().enumerate() {
                 let (h, i) = (k / 2, k % 2);
-                let l = _mm512_loadu_si512(blk.add(64 * h).cast());
+                let l = _mm512_loadu_si512(blk.add(BlockQ6K::QS_OFFSET + 64 * h).cast());
                 let lo = if i == 0 { l } else { _mm512_srli_epi16::<4>(l) };
-                let hb = both_halves(blk.add(128 + 32 * h), 4 * i as u16, 4 * i as u16 + 2);
+                let hb = both_halves(
+                    blk.add(BlockQ6K::QH_OFFSET + 32 * h),
+                    4 * i as u16,
+                    4 * i as u16 + 2,
+                );
                 let hb = _mm512_and_si512(hb, m2);
                 *u = _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_slli_epi16::<4>(hb));
             }
