@@ -85,7 +85,7 @@ sys.stdout.buffer.write(struct.pack("<%dI" % len(ids), *ids))' >"$work/logits/st
         header=0
     else
         # rml refused the file (a dtype it does not run): a row after the table, and go on.
-        why=$(grep -o 'Error(.*' "$work/compare.err" | tail -1 | tr '|' '/')
+        why=$(grep -o 'Error(.*' "$work/compare.err" | tail -1 | tr '|' '/' || true)
         echo "$ty: rml refused it: $why" >&2
         echo "| $ty | rml does not run this file: \`$why\` | | | | |" >>"$work/refused.md"
     fi
