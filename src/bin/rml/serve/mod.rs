@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rml::load::Model;
+use rml::model::encoder::{Encoder, EncoderFiles, EncoderOptions};
 use rml::model::packed::PackedSource;
 use rml::model::{DecoderLM, DecoderOptions};
 use rml::tokenizer::Tokenizer;
@@ -120,11 +121,43 @@ pub struct Shared {
     pub shutdown_at: Mutex<Option<Instant>>,
     /// Where handlers send jobs (taken at shutdown).
     pub jobs: Mutex<Option<std::sync::mpsc::Sender<engine::Job>>>,
+    /// Where the embeddings handler sends its jobs (taken at shutdown).
+    pub embed_jobs: Mutex<Option<std::sync::mpsc::Sender<engine::EmbedJob>>>,
+    /// The model is an encoder (set when ready): embeddings only.
+    pub encoder: AtomicBool,
     /// Request ids.
     pub next_id: AtomicU64,
 }
 
 impl Shared {
+    /// A server's state before loading: no API key, 8 MiB bodies, no metrics, no channels.
+    pub fn new(model_id: String, slots: usize, queue_limit: usize) -> Self {
+        Shared {
+            model_id,
+            api_key: None,
+            max_body: 8 << 20,
+            metrics: false,
+            queue_limit,
+            slots,
+            ready: AtomicBool::new(false),
+            context_len: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
+            deferred: AtomicUsize::new(0),
+            busy: AtomicUsize::new(0),
+            requests: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+            prompt_tokens: AtomicU64::new(0),
+            prompt_us: AtomicU64::new(0),
+            decode_tokens: AtomicU64::new(0),
+            decode_us: AtomicU64::new(0),
+            shutdown_at: Mutex::new(None),
+            jobs: Mutex::new(None),
+            embed_jobs: Mutex::new(None),
+            encoder: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
     /// Whether the shutdown's grace period is over.
     pub fn shutdown_expired(&self) -> bool {
         self.shutdown_at.lock().map_or(true, |t| t.is_some_and(|t| t.elapsed() >= GRACE))
@@ -158,28 +191,14 @@ fn model_id(path: &std::path::Path) -> String {
 pub fn run(args: &ServeArgs) -> Result<()> {
     let path = crate::resolve_model(args.model.as_deref())?;
     let (tx, rx) = std::sync::mpsc::channel::<engine::Job>();
-    let shared = Arc::new(Shared {
-        model_id: model_id(&path),
-        api_key: args.api_key.clone(),
-        max_body: args.max_body,
-        metrics: args.metrics,
-        queue_limit: args.queue,
-        slots: args.parallel,
-        ready: AtomicBool::new(false),
-        context_len: AtomicUsize::new(0),
-        queued: AtomicUsize::new(0),
-        deferred: AtomicUsize::new(0),
-        busy: AtomicUsize::new(0),
-        requests: AtomicU64::new(0),
-        cancelled: AtomicU64::new(0),
-        prompt_tokens: AtomicU64::new(0),
-        prompt_us: AtomicU64::new(0),
-        decode_tokens: AtomicU64::new(0),
-        decode_us: AtomicU64::new(0),
-        shutdown_at: Mutex::new(None),
-        jobs: Mutex::new(Some(tx)),
-        next_id: AtomicU64::new(1),
-    });
+    let (embed_tx, embed_rx) = std::sync::mpsc::channel::<engine::EmbedJob>();
+    let mut shared = Shared::new(model_id(&path), args.parallel, args.queue);
+    shared.api_key = args.api_key.clone();
+    shared.max_body = args.max_body;
+    shared.metrics = args.metrics;
+    shared.jobs = Mutex::new(Some(tx));
+    shared.embed_jobs = Mutex::new(Some(embed_tx));
+    let shared = Arc::new(shared);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -219,12 +238,21 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     };
     let scheduler = std::thread::Builder::new()
         .name("rml-scheduler".into())
-        .spawn(move || load_and_serve(&sched_shared, &rx, &opts, loaded_tx))
+        .spawn(move || {
+            if opts.path.is_dir() && EncoderFiles::open(&opts.path).is_ok() {
+                load_and_embed(&sched_shared, &embed_rx, &opts, loaded_tx);
+            } else {
+                load_and_serve(&sched_shared, &rx, &opts, loaded_tx);
+            }
+        })
         .map_err(|e| Error::from(e).context("starting the scheduler thread"))?;
 
     let served = runtime.block_on(http::serve(listener, Arc::clone(&shared), loaded_rx));
     // No new jobs; the scheduler ends once the ones it holds are answered.
     if let Ok(mut j) = shared.jobs.lock() {
+        j.take();
+    }
+    if let Ok(mut j) = shared.embed_jobs.lock() {
         j.take();
     }
     if let Ok(mut t) = shared.shutdown_at.lock() {
@@ -320,4 +348,49 @@ fn load_and_serve(
             None => eprintln!("rml: error: {e}"),
         }
     }
+}
+
+/// The encoder thread's body for a sentence-transformers folder: load, report, embed.
+fn load_and_embed(
+    shared: &Shared,
+    jobs: &std::sync::mpsc::Receiver<engine::EmbedJob>,
+    o: &LoadOptions,
+    loaded: tokio::sync::oneshot::Sender<Result<()>>,
+) {
+    let t0 = Instant::now();
+    let files = match EncoderFiles::open(&o.path) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = loaded.send(Err(e));
+            return;
+        }
+    };
+    for note in files.notes() {
+        eprintln!("rml: {note}");
+    }
+    let pool = match crate::make_pool(o.threads, rml::exec::Schedule::default()) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = loaded.send(Err(e));
+            return;
+        }
+    };
+    let enc = match Encoder::new(&files, &pool, EncoderOptions { batch_size: 32 }) {
+        Ok(e) => e,
+        Err(e) => {
+            let _ = loaded.send(Err(e));
+            return;
+        }
+    };
+    shared.context_len.store(files.max_seq_length(), Ordering::SeqCst);
+    shared.encoder.store(true, Ordering::SeqCst);
+    shared.ready.store(true, Ordering::SeqCst);
+    eprintln!(
+        "rml: serving embeddings of {} ({} threads) after {:.1} s",
+        shared.model_id,
+        pool.threads(),
+        t0.elapsed().as_secs_f64()
+    );
+    let _ = loaded.send(Ok(()));
+    engine::run_encoder(shared, jobs, &enc);
 }

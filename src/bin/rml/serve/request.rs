@@ -193,22 +193,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], model_id: &str) -> Result<Request,
     };
     let f = Fields(&obj);
 
-    let model = match f.string("model")? {
-        Some(m) if m != model_id => {
-            return Err(ApiError {
-                status: 404,
-                message: format!(
-                    "The model `{m}` does not exist: this server serves `{model_id}` (GET \
-                     /v1/models)"
-                ),
-                kind: "invalid_request_error",
-                param: Some("model".into()),
-                code: Value::String("model_not_found".into()),
-            })
-        }
-        Some(m) => m.to_string(),
-        None => model_id.to_string(),
-    };
+    let model = check_model(f.string("model")?, model_id)?;
 
     let prompt = match endpoint {
         Endpoint::Chat => {
@@ -348,6 +333,106 @@ pub fn parse(endpoint: Endpoint, body: &[u8], model_id: &str) -> Result<Request,
         logprobs,
         top_logprobs,
     })
+}
+
+/// At most this many texts in one embeddings request (OpenAI's limit).
+pub const MAX_EMBED_INPUTS: usize = 2048;
+
+/// A validated `POST /v1/embeddings` body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmbeddingRequest {
+    /// The model named (the served model's id when the body names none).
+    pub model: String,
+    /// The texts, one embedding each, in order.
+    pub input: Vec<String>,
+    /// `encoding_format: "base64"`: each vector as the base64 of its little-endian f32 bytes.
+    pub base64: bool,
+}
+
+/// Parses and validates an embeddings body
+/// (<https://platform.openai.com/docs/api-reference/embeddings/create>): `input` (a string or
+/// up to [`MAX_EMBED_INPUTS`] strings, none empty), `model`, `encoding_format` (`float` or
+/// `base64`); `dimensions` is refused (the model's width is the only one), `user` ignored.
+///
+/// # Errors
+///
+/// As [`parse`]: a 400 naming the field, 404 `model_not_found` for another model.
+pub fn parse_embeddings(body: &[u8], model_id: &str) -> Result<EmbeddingRequest, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_body(format!("the request body is not valid JSON: {e}")))?;
+    let Value::Object(obj) = value else {
+        return Err(ApiError::bad_body(format!(
+            "the request body must be a JSON object, got {}",
+            type_name(&value)
+        )));
+    };
+    let f = Fields(&obj);
+    let model = check_model(f.string("model")?, model_id)?;
+    let list: Vec<&Value> = match f.get("input") {
+        None => return Err(ApiError::invalid("input", "'input' is required")),
+        Some(v @ Value::String(_)) => vec![v],
+        Some(Value::Array(a)) if a.is_empty() => {
+            return Err(ApiError::invalid("input", "'input' must not be empty"))
+        }
+        Some(Value::Array(a)) if a.len() > MAX_EMBED_INPUTS => {
+            return Err(ApiError::invalid(
+                "input",
+                format!("'input' holds {} texts: at most {MAX_EMBED_INPUTS}", a.len()),
+            ))
+        }
+        Some(Value::Array(a)) => a.iter().collect(),
+        Some(v) => return Err(wrong_type("input", "a string or an array of strings", v)),
+    };
+    let mut input = Vec::with_capacity(list.len());
+    for (i, v) in list.into_iter().enumerate() {
+        match v {
+            Value::String(s) if s.is_empty() => {
+                return Err(ApiError::invalid("input", "'input' texts must not be empty"))
+            }
+            Value::String(s) => input.push(s.clone()),
+            Value::Number(_) | Value::Array(_) => {
+                return Err(ApiError::invalid(
+                    "input",
+                    "token ids as 'input' are not supported: send the text",
+                ))
+            }
+            v => return Err(wrong_type(&format!("input[{i}]"), "a string", v)),
+        }
+    }
+    let base64 = match f.string("encoding_format")? {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "encoding_format",
+                format!("'encoding_format' must be \"float\" or \"base64\", got {other:?}"),
+            ))
+        }
+    };
+    if f.get("dimensions").is_some() {
+        return Err(ApiError::invalid(
+            "dimensions",
+            "'dimensions' is not supported: the model's own width is returned",
+        ));
+    }
+    Ok(EmbeddingRequest { model, input, base64 })
+}
+
+/// The request's `model`: absent or the served one, else 404 `model_not_found`.
+fn check_model(named: Option<&str>, model_id: &str) -> Result<String, ApiError> {
+    match named {
+        Some(m) if m != model_id => Err(ApiError {
+            status: 404,
+            message: format!(
+                "The model `{m}` does not exist: this server serves `{model_id}` (GET /v1/models)"
+            ),
+            kind: "invalid_request_error",
+            param: Some("model".into()),
+            code: Value::String("model_not_found".into()),
+        }),
+        Some(m) => Ok(m.to_string()),
+        None => Ok(model_id.to_string()),
+    }
 }
 
 /// The JSON type of `v`, for messages.
@@ -625,7 +710,7 @@ mod tests {
     }
 
     /// A 400 naming `param`, with a well-formed OpenAI error body.
-    fn refused(r: Result<Request, ApiError>, param: Option<&str>) -> ApiError {
+    fn refused<T: core::fmt::Debug>(r: Result<T, ApiError>, param: Option<&str>) -> ApiError {
         let e = r.expect_err("accepted a bad request");
         assert_eq!(e.status, 400, "{e:?}");
         assert_eq!(e.param.as_deref(), param, "{e:?}");
@@ -854,6 +939,34 @@ mod tests {
         assert_eq!(e.code, Value::String("model_not_found".into()));
         assert_eq!(e.param.as_deref(), Some("model"));
         assert!(e.message.contains("gpt-4o") && e.message.contains(M));
+    }
+
+    #[test]
+    fn embeddings_bodies() {
+        let e = |b: &str| parse_embeddings(b.as_bytes(), M);
+        let r = e(r#"{"input":"a","model":"smollm2"}"#).unwrap();
+        assert_eq!((r.input, r.base64), (vec!["a".to_string()], false));
+        let r = e(r#"{"input":["a","b"],"encoding_format":"base64","user":"u"}"#).unwrap();
+        assert_eq!((r.input.len(), r.base64), (2, true));
+        for (body, param) in [
+            (r#"{}"#, Some("input")),
+            (r#"{"input":""}"#, Some("input")),
+            (r#"{"input":[]}"#, Some("input")),
+            (r#"{"input":["a",""]}"#, Some("input")),
+            (r#"{"input":[1,2]}"#, Some("input")),
+            (r#"{"input":[[1]]}"#, Some("input")),
+            (r#"{"input":["a",true]}"#, Some("input[1]")),
+            (r#"{"input":5}"#, Some("input")),
+            (r#"{"input":"a","encoding_format":"int8"}"#, Some("encoding_format")),
+            (r#"{"input":"a","dimensions":3}"#, Some("dimensions")),
+            ("[", None),
+            ("7", None),
+        ] {
+            refused(e(body), param);
+        }
+        let many = format!(r#"{{"input":[{}]}}"#, vec!["\"x\""; MAX_EMBED_INPUTS + 1].join(","));
+        refused(e(&many), Some("input"));
+        assert_eq!(e(r#"{"input":"a","model":"other"}"#).unwrap_err().status, 404);
     }
 
     #[test]
