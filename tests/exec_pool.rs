@@ -508,28 +508,42 @@ fn held_worker_does_not_delay_the_caller() {
 fn a_worker_that_stalls_mid_chunk_makes_the_pool_back_off_to_the_caller() {
     watchdog(300, || {
         let me = std::thread::current().id();
-        // One pass: up to `calls` calls of 8 chunks in which a worker's chunk sleeps 3 ms (a
-        // worker preempted mid-chunk) while the caller's do tens of µs of work. Returns the calls
-        // that ran backed off, each checked to have run on the caller alone.
+        // One pass: up to `calls` calls of 8 chunks in which the worker stalls mid-chunk (as a
+        // preempted worker would) while the caller runs the other chunks. Returns the calls that
+        // ran backed off, each checked to have run on the caller alone.
+        //
+        // No timing assumption: in a dispatched call the caller's first chunk waits until the
+        // worker has joined, and the worker's chunk waits until the caller has finished every
+        // other chunk, then sleeps 3 × the time since the call began (at least 3 ms). The
+        // caller's wait for it is then over the pool's stall bound (500 µs) and over twice its
+        // own work however slowly a loaded machine runs either thread.
         let pass = |pool: &ThreadPool, calls: usize| {
             let mut backed = 0;
             for _ in 0..calls {
                 let s0 = pool.stats();
+                let began = std::time::Instant::now();
                 let (total, on_caller) = (AtomicUsize::new(0), AtomicUsize::new(0));
+                let (finished, worker_in) = (AtomicUsize::new(0), AtomicBool::new(false));
                 pool.parallel_for(0..64, Schedule::Fixed8, &|r| {
                     total.fetch_add(r.len(), Relaxed);
                     if std::thread::current().id() == me {
                         on_caller.fetch_add(r.len(), Relaxed);
-                        // Some work (tens of µs), so that the worker joins before the caller
-                        // took every chunk.
-                        let mut x = 1u64;
-                        for i in 0..20_000u64 {
-                            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005) ^ i);
+                        // `dispatches` counts this call before the caller runs a chunk; a
+                        // backed-off call is not counted and has no worker to wait for.
+                        if pool.stats().since(&s0).dispatches == 1 {
+                            while !worker_in.load(Ordering::SeqCst) {
+                                std::thread::yield_now();
+                            }
                         }
-                        std::hint::black_box(x);
                     } else {
-                        std::thread::sleep(Duration::from_millis(3));
+                        worker_in.store(true, Ordering::SeqCst);
+                        while finished.load(Ordering::SeqCst) + r.len() < 64 {
+                            std::thread::yield_now();
+                        }
+                        let since = began.elapsed();
+                        std::thread::sleep((since * 3).max(Duration::from_millis(3)));
                     }
+                    finished.fetch_add(r.len(), Ordering::SeqCst);
                 });
                 assert_eq!(total.load(Relaxed), 64, "every index once");
                 let d = pool.stats().since(&s0);
@@ -545,9 +559,9 @@ fn a_worker_that_stalls_mid_chunk_makes_the_pool_back_off_to_the_caller() {
             backed
         };
         let on = ThreadPool::builder().threads(2).build().unwrap();
-        // Two stalls in 32 dispatches start a back-off; the bound only stops a pool that never
-        // backs off (a worker that never joins cannot stall it, so allow many tries).
-        assert_eq!(pass(&on, 2000), 3, "no back-off after stalls: {:?}", on.stats());
+        // Every dispatched call stalls, so the third call is backed off; the bound allows for
+        // calls that a caller preempted right after its chunks measures as unstalled.
+        assert_eq!(pass(&on, 200), 3, "no back-off after stalls: {:?}", on.stats());
         let off = ThreadPool::builder().threads(2).contention_backoff(false).build().unwrap();
         assert_eq!(pass(&off, 100), 0);
         assert_eq!(off.stats().backed_off, 0);

@@ -20,7 +20,11 @@
 //! position and every decode step, so any changed bit in any logit changes the line. Logits
 //! must be identical across threads and schedules within one activation mode (the crate's
 //! contract), so the tool also prints, per model and mode, how many distinct hashes it saw:
-//! anything but 1 is a bug, whether or not the code changed.
+//! anything but 1 is a bug, whether or not the code changed. Each model and mode also runs the
+//! same sequence as one slot of a [`DecoderBatch`] next to another sequence (one token per
+//! step, so every position's logits come back) on 1 and 2 threads; its hash joins that count
+//! without a line of its own, so a batched row that differs from the single one fails the run
+//! while the printed lines stay comparable with older outputs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,7 +32,7 @@ use std::path::{Path, PathBuf};
 use rml::exec::{Schedule, ThreadPool};
 use rml::load::Model;
 use rml::model::packed::PackedSource;
-use rml::model::{DecoderLM, DecoderOptions};
+use rml::model::{DecoderBatch, DecoderLM, DecoderOptions, SeqInput};
 use rml::ops::Activations;
 use rml::Result;
 
@@ -49,6 +53,47 @@ fn argmax(x: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// The same run as [`run`] on slot 1 of a 2-slot [`DecoderBatch`], one token per step (so
+/// every position's logits come back), while slot 0 prefills another prompt in chunks of 3
+/// and then decodes alongside: the hash must equal [`run`]'s (each sequence's logits are the
+/// same bits whatever shares its step).
+fn run_batch(
+    model: &Model,
+    pool: &ThreadPool,
+    act: Activations,
+    schedule: Schedule,
+) -> Result<u64> {
+    let c = model.config();
+    let vocab = c.vocab_size;
+    let ids: Vec<u32> = (0..40u64).map(|i| ((i * 7919 + 13) % vocab as u64) as u32).collect();
+    let other: Vec<u32> = (0..45u64).map(|i| ((i * 104_729 + 5) % vocab as u64) as u32).collect();
+    let opts = DecoderOptions {
+        context_len: Some(64),
+        activations: act,
+        schedule: Some(schedule),
+        ..DecoderOptions::default()
+    };
+    let mut batch = DecoderBatch::new(c, &PackedSource::new(model)?, pool, opts, 2)?;
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let (mut fed, mut next) = (0, ids[0]);
+    for step in 0..ids.len() + 6 {
+        let tok = [if step < ids.len() { ids[step] } else { next }];
+        let o = &other[(3 * step).min(other.len() - 1)..(3 * step + 3).min(other.len())];
+        let mut work = vec![SeqInput { slot: 1, tokens: &tok }];
+        if !o.is_empty() && fed + o.len() <= 64 {
+            work.insert(0, SeqInput { slot: 0, tokens: o });
+            fed += o.len();
+        }
+        batch.step(&work)?;
+        let logits = batch.logits(work.len() - 1);
+        if step + 1 >= ids.len() {
+            next = argmax(logits);
+        }
+        fnv(&mut h, logits);
+    }
+    Ok(h)
 }
 
 /// One run: prefill + greedy decode, hashed.
@@ -181,6 +226,14 @@ fn main() -> Result<()> {
                         }
                     }
                 }
+            }
+        }
+        // A batched sequence hashes as the single one (not printed: the lines stay those of
+        // the single runs; a difference shows as a second hash below).
+        for &(mode, act) in modes {
+            for &t in threads {
+                let h = run_batch(&model, &pools[t - 1], act, schedules[0])?;
+                *per_mode.entry(mode).or_default().entry(h).or_default() += 1;
             }
         }
         for (mode, hashes) in per_mode {

@@ -18,7 +18,8 @@ pub mod sample;
 pub mod weights;
 
 pub use decoder::{
-    AttentionPath, DecoderLM, DecoderOptions, Hidden, KvCache, KvDtype, Stage, KV_SEGMENT, ROW_TILE,
+    AttentionPath, DecoderBatch, DecoderLM, DecoderOptions, Hidden, KvCache, KvDtype, SeqInput,
+    Stage, KV_SEGMENT, ROW_TILE,
 };
 pub use plan::MemoryPlan;
 pub use sample::{Sampler, SamplerConfig};

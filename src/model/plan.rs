@@ -34,7 +34,9 @@ use crate::mem::ALLOC_OVERHEAD;
 pub struct MemoryPlan {
     /// Positions the KV cache holds (the resolved `context_len`).
     pub context_len: usize,
-    /// Tokens per prefill chunk (the resolved `prefill_chunk`).
+    /// Tokens per prefill chunk (the resolved `prefill_chunk`); for a
+    /// [`DecoderBatch`](crate::model::DecoderBatch), the most tokens of one step
+    /// (`max_step_tokens`).
     pub prefill_chunk: usize,
     /// KV cache: `2 × layers × kv_heads × context_len × head_dim × 4` (two buffers, keys and
     /// values).

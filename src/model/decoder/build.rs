@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::exec::Executor;
 use crate::format::TensorSource;
 use crate::mem::place::Place;
-use crate::mem::Arena;
+use crate::mem::{AlignedBlock, Arena};
 use crate::model::config::{LayerKind, ModelConfig};
 use crate::model::plan::MemoryPlan;
 use crate::model::weights::{plan_weights, LayerWeights, Weights};
@@ -74,6 +74,118 @@ pub(super) fn glu_quant_bytes(inter: usize, n: usize, act: Activations) -> usize
 
 pub(super) const fn ops_align() -> usize {
     crate::mem::ALIGN
+}
+
+/// The [`MemoryPlan`] of a decoder of `slots` sequences (1: a [`DecoderLM`]); the caller
+/// adds its own tables.
+pub(super) fn plan<'s>(
+    config: &ModelConfig,
+    options: &DecoderOptions,
+    src: Option<&dyn TensorSource<'s>>,
+    slots: usize,
+) -> Result<MemoryPlan> {
+    let mut plan = MemoryPlan::default();
+    let repack = DecoderLM::repacks(options);
+    let w = plan_weights(config, options.weight_format, repack, src, |b, n| plan.count_n(b, n))?;
+    plan.norms = w.norms;
+    plan.converted = w.converted;
+    let own = own_buffers(config, options, slots)?;
+    // Keys and values of each slot, then the shared buffers, in the order they are placed.
+    plan.count_n(own.kv_cache / slots / 2, 2 * slots)?;
+    for b in [own.logits, own.scratch, own.rope] {
+        plan.count(b)?;
+    }
+    let c = config;
+    let config_lists = c.eos_token_ids.len() * 4
+        + c.dtype.as_ref().map_or(0, |d| d.len())
+        + c.layer_types.len() * core::mem::size_of::<LayerKind>();
+    let table = c.num_hidden_layers.checked_mul(core::mem::size_of::<LayerWeights<'_>>());
+    MemoryPlan {
+        context_len: own.context_len,
+        prefill_chunk: own.prefill_chunk,
+        kv_cache: own.kv_cache,
+        scratch: own.scratch,
+        logits: own.logits,
+        rope: own.rope,
+        tables: table
+            .and_then(|t| t.checked_add(config_lists))
+            .ok_or_else(|| Error::resource_exhausted("layer table size overflows"))?,
+        ..plan
+    }
+    .checked()
+}
+
+/// The decoder's own buffers (not the weights') for `slots` sequences: KV caches (one per
+/// slot), scratch for one step, logits (one row per slot), RoPE table, with the resolved
+/// context length (per slot) and the most tokens of one step (the resolved prefill chunk,
+/// or `slots` when larger) as `prefill_chunk`.
+pub(super) fn own_buffers(
+    config: &ModelConfig,
+    options: &DecoderOptions,
+    slots: usize,
+) -> Result<MemoryPlan> {
+    config.validate()?;
+    let max = config.max_position_embeddings;
+    let ctx = options.context_len.unwrap_or(max.min(DEFAULT_MAX_CONTEXT));
+    if ctx == 0 || ctx > max {
+        return Err(Error::invalid_argument(format_args!(
+            "context length {ctx} is not in 1..={max} (max_position_embeddings)"
+        )));
+    }
+    if options.prefill_chunk == 0 {
+        return Err(Error::invalid_argument("prefill_chunk is 0"));
+    }
+    if slots == 0 {
+        return Err(Error::invalid_argument("a decoder batch needs at least one slot"));
+    }
+    let chunk = options.prefill_chunk.min(ctx).max(slots);
+    let c = config;
+    if options.attention == AttentionPath::PerHead && options.kv_dtype != KvDtype::F32 {
+        return Err(Error::invalid_argument("the per-head attention path needs an f32 KV cache"));
+    }
+    let half = KvCache::half_bytes(
+        c.num_hidden_layers,
+        c.num_key_value_heads,
+        c.head_dim,
+        ctx,
+        options.kv_dtype,
+    )?;
+    let kv_cache = half
+        .checked_mul(2)
+        .and_then(|b| b.checked_mul(slots))
+        .ok_or_else(|| Error::resource_exhausted("KV cache size overflows usize"))?;
+    let logits =
+        c.vocab_size.checked_mul(4).and_then(|b| b.checked_mul(slots)).ok_or_else(|| {
+            Error::resource_exhausted(format_args!("vocab_size {} overflows", c.vocab_size))
+        })?;
+    let scratch =
+        arena_bytes(c, chunk, ctx, options.activations, options.attention, options.kv_dtype)
+            .ok_or_else(|| Error::resource_exhausted("decoder scratch size overflows usize"))?;
+    Ok(MemoryPlan {
+        context_len: ctx,
+        prefill_chunk: chunk,
+        kv_cache,
+        scratch,
+        logits,
+        // Global frequencies, then the sliding layers' own when they have a base.
+        rope: c.head_dim / 2 * 4 * if c.local_rope_theta.is_some() { 2 } else { 1 },
+        ..MemoryPlan::default()
+    })
+}
+
+/// Places the buffers every decoder has once, whatever its slots (after the KV caches, in the
+/// plan's order): the logits, the scratch arena and the RoPE table (filled).
+pub(super) fn place_shared<'a>(
+    config: &ModelConfig,
+    weights: &Weights<'_>,
+    own: &MemoryPlan,
+    place: &mut Place<'a>,
+) -> Result<(AlignedBlock, Arena, AlignedBlock)> {
+    let logits = place.block(own.logits, "logits")?;
+    let arena = Arena::from_block(place.block(own.scratch, "scratch arena")?);
+    let mut inv_freq = place.block(own.rope, "RoPE table")?;
+    fill_table(config, weights.rope_freqs.as_ref(), cast_slice_mut(inv_freq.as_mut_slice()));
+    Ok((logits, arena, inv_freq))
 }
 
 impl<'a> DecoderLM<'a> {
@@ -161,7 +273,7 @@ impl<'a> DecoderLM<'a> {
     /// As [`DecoderLM::new`] for a bad config, context length or `prefill_chunk`;
     /// [`crate::Code::ResourceExhausted`] if a size overflows.
     pub fn memory_plan(config: &ModelConfig, options: &DecoderOptions) -> Result<MemoryPlan> {
-        Self::plan(config, options, None)
+        plan(config, options, None, 1)
     }
 
     /// [`DecoderLM::memory_plan`] for the weights in `src`: each matrix's stored dtype and
@@ -178,102 +290,18 @@ impl<'a> DecoderLM<'a> {
         options: &DecoderOptions,
         src: &dyn TensorSource<'s>,
     ) -> Result<MemoryPlan> {
-        Self::plan(config, options, Some(src))
+        plan(config, options, Some(src), 1)
     }
 
     /// Whether loading repacks Q5_0 matrices ([`DecoderOptions::repack_weights`]): asked, int8
     /// activations, and a SIMD int8 body for the repacked layout in the active kernels.
-    fn repacks(options: &DecoderOptions) -> bool {
+    pub(super) fn repacks(options: &DecoderOptions) -> bool {
         options.repack_weights
             && matches!(options.activations, Activations::Int8 | Activations::Int8Plain)
             && crate::kernels::active().is_ok_and(|k| k.has_simd_q8(crate::DType::Q5_0x2))
     }
 
-    fn plan<'s>(
-        config: &ModelConfig,
-        options: &DecoderOptions,
-        src: Option<&dyn TensorSource<'s>>,
-    ) -> Result<MemoryPlan> {
-        let mut plan = MemoryPlan::default();
-        let repack = Self::repacks(options);
-        let w =
-            plan_weights(config, options.weight_format, repack, src, |b, n| plan.count_n(b, n))?;
-        plan.norms = w.norms;
-        plan.converted = w.converted;
-        let own = Self::own_buffers(config, options)?;
-        for b in [own.kv_cache / 2, own.kv_cache / 2, own.logits, own.scratch, own.rope] {
-            plan.count(b)?;
-        }
-        let c = config;
-        let config_lists = c.eos_token_ids.len() * 4
-            + c.dtype.as_ref().map_or(0, |d| d.len())
-            + c.layer_types.len() * core::mem::size_of::<LayerKind>();
-        let table = c.num_hidden_layers.checked_mul(core::mem::size_of::<LayerWeights<'_>>());
-        MemoryPlan {
-            context_len: own.context_len,
-            prefill_chunk: own.prefill_chunk,
-            kv_cache: own.kv_cache,
-            scratch: own.scratch,
-            logits: own.logits,
-            rope: own.rope,
-            tables: table
-                .and_then(|t| t.checked_add(config_lists))
-                .ok_or_else(|| Error::resource_exhausted("layer table size overflows"))?,
-            ..plan
-        }
-        .checked()
-    }
-
-    /// The decoder's own buffers (not the weights'): KV cache, scratch, logits, RoPE table,
-    /// with the resolved context length and prefill chunk.
-    fn own_buffers(config: &ModelConfig, options: &DecoderOptions) -> Result<MemoryPlan> {
-        config.validate()?;
-        let max = config.max_position_embeddings;
-        let ctx = options.context_len.unwrap_or(max.min(DEFAULT_MAX_CONTEXT));
-        if ctx == 0 || ctx > max {
-            return Err(Error::invalid_argument(format_args!(
-                "context length {ctx} is not in 1..={max} (max_position_embeddings)"
-            )));
-        }
-        if options.prefill_chunk == 0 {
-            return Err(Error::invalid_argument("prefill_chunk is 0"));
-        }
-        let chunk = options.prefill_chunk.min(ctx);
-        let c = config;
-        if options.attention == AttentionPath::PerHead && options.kv_dtype != KvDtype::F32 {
-            return Err(Error::invalid_argument(
-                "the per-head attention path needs an f32 KV cache",
-            ));
-        }
-        let half = KvCache::half_bytes(
-            c.num_hidden_layers,
-            c.num_key_value_heads,
-            c.head_dim,
-            ctx,
-            options.kv_dtype,
-        )?;
-        let kv_cache = half
-            .checked_mul(2)
-            .ok_or_else(|| Error::resource_exhausted("KV cache size overflows usize"))?;
-        let logits = c.vocab_size.checked_mul(4).ok_or_else(|| {
-            Error::resource_exhausted(format_args!("vocab_size {} overflows", c.vocab_size))
-        })?;
-        let scratch =
-            arena_bytes(c, chunk, ctx, options.activations, options.attention, options.kv_dtype)
-                .ok_or_else(|| Error::resource_exhausted("decoder scratch size overflows usize"))?;
-        Ok(MemoryPlan {
-            context_len: ctx,
-            prefill_chunk: chunk,
-            kv_cache,
-            scratch,
-            logits,
-            // Global frequencies, then the sliding layers' own when they have a base.
-            rope: c.head_dim / 2 * 4 * if c.local_rope_theta.is_some() { 2 } else { 1 },
-            ..MemoryPlan::default()
-        })
-    }
-
-    /// Places the decoder's own buffers (sized by [`Self::own_buffers`], in the plan's order)
+    /// Places the decoder's own buffers (sized by [`own_buffers`], in the plan's order)
     /// and assembles the decoder.
     fn build(
         config: &ModelConfig,
@@ -282,7 +310,7 @@ impl<'a> DecoderLM<'a> {
         options: DecoderOptions,
         place: &mut Place<'a>,
     ) -> Result<Self> {
-        let own = Self::own_buffers(config, &options)?;
+        let own = own_buffers(config, &options, 1)?;
         let (ctx, c) = (own.context_len, config);
         let kv = KvCache::placed(
             c.num_hidden_layers,
@@ -292,10 +320,7 @@ impl<'a> DecoderLM<'a> {
             options.kv_dtype,
             place,
         )?;
-        let logits = place.block(own.logits, "logits")?;
-        let arena = Arena::from_block(place.block(own.scratch, "scratch arena")?);
-        let mut inv_freq = place.block(own.rope, "RoPE table")?;
-        fill_table(config, weights.rope_freqs.as_ref(), cast_slice_mut(inv_freq.as_mut_slice()));
+        let (logits, arena, inv_freq) = place_shared(config, &weights, &own, place)?;
         Ok(DecoderLM {
             config: config.clone(),
             weights,

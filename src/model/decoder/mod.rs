@@ -39,11 +39,15 @@
 //!
 //! Files: `options.rs` ([`DecoderOptions`], [`KvDtype`], [`AttentionPath`]), `kv_cache.rs`
 //! ([`KvCache`]), `rope.rs` (the RoPE inverse-frequency tables), `build.rs` (construction and
-//! the [`MemoryPlan`]), `forward.rs` (one step: embed → per layer attention + MLP → head).
+//! the [`MemoryPlan`]), `forward.rs` (the one forward pass: a set of sequences, each with its
+//! own cache, embed → per layer attention + MLP → head; a [`DecoderLM`] step is its
+//! one-sequence case), `batch.rs` ([`DecoderBatch`]: several sequences stepped together,
+//! each bit-identical to running alone).
 //! The contracts these keep — bit-identity, zero allocations per step, the memory plan,
 //! errors instead of panics — are `docs/architecture.md`'s "Contracts"; how the work is split
 //! across threads, its "Threads and schedules"; the families, its "Models".
 
+mod batch;
 mod build;
 mod forward;
 mod kv_cache;
@@ -57,9 +61,11 @@ use crate::model::config::ModelConfig;
 #[cfg(doc)]
 use crate::model::plan::MemoryPlan;
 use crate::model::weights::Weights;
-use crate::tensor::cast_slice;
+use crate::tensor::{cast_slice, cast_slice_mut};
+use forward::{forward_pass, Head, Model, Seqs};
 
 pub use crate::ops::{KV_SEGMENT, ROW_TILE};
+pub use batch::{DecoderBatch, SeqInput};
 pub use kv_cache::KvCache;
 pub use options::{AttentionPath, DecoderOptions, KvDtype, DEFAULT_MAX_CONTEXT};
 pub use rope::{rope_frequencies, rope_frequencies_for};
@@ -312,6 +318,34 @@ impl<'a> DecoderLM<'a> {
     }
 }
 
+impl DecoderLM<'_> {
+    /// One chunk: at most `prefill_chunk` tokens, fitting in the context (checked by the
+    /// caller): the one-sequence case of the forward pass (`forward.rs`). `last`: the last
+    /// chunk of the call (the logits are computed only then, unless all are asked for).
+    fn step<'o>(
+        &mut self,
+        exec: &dyn Executor,
+        tokens: &[u32],
+        last: bool,
+        all_logits: Option<&mut [f32]>,
+        observer: Option<&mut (dyn FnMut(&Hidden<'_>) + 'o)>,
+    ) -> Result<()> {
+        let DecoderLM { config, weights, options, inv_freq, kv, logits, arena, pos, .. } = self;
+        let model = Model { config, weights, options, inv_freq: cast_slice(inv_freq.as_slice()) };
+        let work = [SeqInput { slot: 0, tokens }];
+        let seqs = Seqs { work: &work, positions: core::slice::from_ref(pos) };
+        let logits: &mut [f32] = cast_slice_mut(logits.as_mut_slice());
+        let head = match (all_logits, last) {
+            (Some(all), _) => Head::All { all, last: logits },
+            (None, true) => Head::Last(logits),
+            (None, false) => Head::Skip,
+        };
+        forward_pass(exec, &model, arena, core::slice::from_mut(kv), seqs, head, observer)?;
+        *pos += tokens.len();
+        Ok(())
+    }
+}
+
 /// The error for non-finite values met at `position` (see [`DecoderLM::forward`]).
 #[cold]
 fn non_finite_at(position: usize, what: &str) -> Error {
@@ -334,10 +368,10 @@ fn finite_rows(rows: &[f32], width: usize, first: usize) -> Result<()> {
 }
 
 /// Maps an int8-path error caused by a non-finite matmul input (`x`, rows of `width`, row `r`
-/// at position `p0 + r`) to the documented [`crate::Code::DataLoss`]; other errors pass.
-fn nonfinite_input(e: Error, x: &[f32], width: usize, p0: usize) -> Error {
+/// at position `position(r)`) to the documented [`crate::Code::DataLoss`]; other errors pass.
+fn nonfinite_input(e: Error, x: &[f32], width: usize, position: &dyn Fn(usize) -> usize) -> Error {
     match x.iter().position(|v| !v.is_finite()) {
-        Some(i) => non_finite_at(p0 + i / width.max(1), "activations"),
+        Some(i) => non_finite_at(position(i / width.max(1)), "activations"),
         None => e,
     }
 }
