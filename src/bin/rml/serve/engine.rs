@@ -3,8 +3,11 @@
 //! A request ([`Job`]) waits in a bounded queue until a slot is free; it then takes the free
 //! slot whose KV cache shares the longest token prefix with its prompt (a multi-turn chat
 //! resends its history: that prefix is not run again and is reported as `cached_tokens`).
-//! Every tick is one [`Batch::step`] over all active slots: one token of each slot that is
-//! generating, plus the prompt (or what is left of it) of each slot that is prefilling. Then
+//! Every tick is one [`Batch::step`] (one [`DecoderBatch`] forward pass: one GEMM per weight
+//! matrix over all rows) over all active slots: one token of each slot that is generating,
+//! plus, within the step's token budget, the prompt (or the next chunk of it) of each slot
+//! that is prefilling. Each slot's logits are the bits `DecoderLM` gives for that sequence
+//! alone, so what a request gets does not depend on what else runs. Then
 //! each generating slot samples its next token from its own logits and sends what it produced
 //! to its client. A client that went away (its event receiver dropped) frees its slot at the
 //! next tick; a panic inside a tick ends the requests of that tick with a 500 and clears their
@@ -18,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rml::model::encoder::Encoder;
-use rml::model::{DecoderLM, Sampler, SamplerConfig};
+use rml::model::{DecoderBatch, Sampler, SamplerConfig, SeqInput};
 use rml::tokenizer::{ChatTemplate, Message, TextStream, Tokenizer};
 use rml::Result;
 use serde_json::Value;
@@ -27,16 +30,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::request::{ApiError, Prompt, Request};
 use super::Shared;
 
-/// One sequence's input to a [`Batch::step`]: `tokens` appended to slot `slot`'s KV cache.
-pub struct SeqInput<'t> {
-    /// The slot (0..[`Batch::slots`]).
-    pub slot: usize,
-    /// Tokens run at positions `position(slot)..`.
-    pub tokens: &'t [u32],
-}
-
-/// Several sequences, each with its own KV cache (a slot), stepped together: the shape of
-/// the library's batched decoder, so the scheduler does not care which one runs it.
+/// Several sequences, each with its own KV cache (a slot), stepped together: the methods of
+/// [`DecoderBatch`] the scheduler uses, as a trait so that its tests can drive it with a fake
+/// model (one that panics, say).
 pub trait Batch {
     /// Number of slots.
     fn slots(&self) -> usize;
@@ -56,58 +52,37 @@ pub trait Batch {
     fn logits(&self, i: usize) -> &[f32];
 }
 
-/// [`Batch`] over one [`DecoderLM`] per slot: each entry runs its own forward pass (correct
-/// and bit-identical to `rml generate`, but the weights are read once per sequence).
-pub struct PerSlot<'a> {
-    decoders: Vec<DecoderLM<'a>>,
-    /// The slot of each entry of the last step.
-    last: Vec<usize>,
-}
-
-impl<'a> PerSlot<'a> {
-    /// Slots from decoders built alike (same model, options and context length).
-    pub fn new(decoders: Vec<DecoderLM<'a>>) -> Self {
-        PerSlot { decoders, last: Vec::new() }
-    }
-}
-
-impl Batch for PerSlot<'_> {
+impl Batch for DecoderBatch<'_> {
     fn slots(&self) -> usize {
-        self.decoders.len()
+        DecoderBatch::slots(self)
     }
 
     fn context_len(&self) -> usize {
-        self.decoders.first().map_or(0, DecoderLM::context_len)
+        DecoderBatch::context_len(self)
     }
 
     fn max_step_tokens(&self) -> usize {
-        // Each entry is its own forward pass (chunked inside by the decoder): no shared limit.
-        usize::MAX
+        DecoderBatch::max_step_tokens(self)
     }
 
     fn position(&self, slot: usize) -> usize {
-        self.decoders[slot].position()
+        DecoderBatch::position(self, slot)
     }
 
     fn rewind(&mut self, slot: usize, pos: usize) -> Result<()> {
-        self.decoders[slot].rewind(pos)
+        DecoderBatch::rewind(self, slot, pos)
     }
 
     fn reset(&mut self, slot: usize) {
-        self.decoders[slot].reset();
+        DecoderBatch::reset(self, slot);
     }
 
     fn step(&mut self, inputs: &[SeqInput<'_>]) -> Result<()> {
-        self.last.clear();
-        for input in inputs {
-            self.decoders[input.slot].prefill(input.tokens)?;
-            self.last.push(input.slot);
-        }
-        Ok(())
+        DecoderBatch::step(self, inputs)
     }
 
     fn logits(&self, i: usize) -> &[f32] {
-        self.decoders[self.last[i]].logits()
+        DecoderBatch::logits(self, i)
     }
 }
 

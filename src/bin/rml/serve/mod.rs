@@ -8,7 +8,8 @@
 //!
 //! Three parts: [`request`] turns a body into a validated request or an OpenAI error (pure;
 //! fuzzed), [`engine`] is the scheduler thread that owns the model, its `--parallel` slots and
-//! their KV caches and runs one step over all active slots per tick, and [`http`] is the axum
+//! their KV caches (one [`DecoderBatch`]) and runs one forward pass over all active slots per
+//! tick, and [`http`] is the axum
 //! side (routes, authentication, body limit, the bounded queue, SSE). The two sides talk over
 //! channels: a handler sends a [`engine::Job`] with the sender of its event channel and reads
 //! [`engine::Event`]s; dropping the receiver (the client went away) frees the slot.
@@ -30,7 +31,7 @@ use std::time::{Duration, Instant};
 use rml::load::Model;
 use rml::model::encoder::{Encoder, EncoderFiles, EncoderOptions};
 use rml::model::packed::PackedSource;
-use rml::model::{DecoderLM, DecoderOptions};
+use rml::model::{DecoderBatch, DecoderOptions};
 use rml::tokenizer::Tokenizer;
 use rml::{Error, Result};
 
@@ -310,14 +311,8 @@ fn load_and_serve(
         eos_ids.dedup();
         let src = PackedSource::new(&model)?;
         let options = DecoderOptions { context_len: Some(ctx), ..o.decoder };
-        let mut decoders = Vec::with_capacity(o.parallel);
-        for _ in 0..o.parallel {
-            decoders.push(
-                DecoderLM::new(config, &src, &pool, options)
-                    .map_err(|e| e.context(o.path.display()))?,
-            );
-        }
-        let mut batch = engine::PerSlot::new(decoders);
+        let mut batch = DecoderBatch::new(config, &src, &pool, options, o.parallel)
+            .map_err(|e| e.context(o.path.display()))?;
         let m = engine::Model {
             tok: &tok,
             template,
