@@ -278,6 +278,11 @@ typedef struct ArchSpec ArchSpec;
 typedef struct RmlDecoder RmlDecoder;
 
 /**
+ * A loaded encoder (opaque). Made by `rml_encoder_open`, released by `rml_encoder_free`.
+ */
+typedef struct RmlEncoder RmlEncoder;
+
+/**
  * An opened model (opaque). Made by `rml_model_open` or `rml_model_open_bytes`, released
  * by `rml_model_free`. Decoders and tokenizers made from it keep what they need alive, so
  * the model may be freed before them.
@@ -345,6 +350,27 @@ typedef struct RmlDecoderOptions {
      */
     uint32_t repack;
 } RmlDecoderOptions;
+
+/**
+ * How `rml_encoder_open` loads and runs an encoder. Zero in every field means the default
+ * (`rml_encoder_options_default`).
+ */
+typedef struct RmlEncoderOptions {
+    /**
+     * Texts per batch (each batch is one matrix product per weight); 0: 32.
+     */
+    uint32_t batch_size;
+    /**
+     * Threads; 0: the machine's default (`ThreadPool::default_threads`); 1: no worker
+     * threads. At most 1024.
+     */
+    uint32_t threads;
+    /**
+     * 0: f32 (exact); 1: int8 (matrices quantized to Q8_0 at load, activations to int8;
+     * all-MiniLM-L6-v2 keeps cosine >= 0.999 to the f32 vectors).
+     */
+    uint32_t int8;
+} RmlEncoderOptions;
 
 /**
  * A model's shape, filled by `rml_model_info`.
@@ -552,6 +578,76 @@ RmlStatus rml_decoder_rewind(struct RmlDecoder *dec, size_t position);
  * already, say); nothing is freed then.
  */
 RmlStatus rml_decoder_free(struct RmlDecoder *dec);
+
+/**
+ * The default encoder options (all zeros).
+ */
+struct RmlEncoderOptions rml_encoder_options_default(void);
+
+/**
+ * Opens an encoder (a NUL-terminated path): a sentence-transformers folder (`config.json`,
+ * `model.safetensors`, `tokenizer.json`, ...) or a llama.cpp BERT GGUF file. `options ==
+ * NULL` means the defaults.
+ *
+ * Errors: `RML_STATUS_INVALID_ARGUMENT` for a `NULL` `path` or `out`, a path that is not
+ * UTF-8, an option out of range, or a decoder model (named in `rml_last_error`);
+ * `RML_STATUS_NOT_FOUND` for a missing folder or file in it; `RML_STATUS_DATA_LOSS` for
+ * malformed files; `RML_STATUS_UNIMPLEMENTED` for an encoder family rml does not run or a
+ * build without the tokenizer. `*out` is set to the new encoder, or to `NULL` on failure.
+ *
+ * # Safety
+ *
+ * `path` must be a NUL-terminated string; `options` `NULL` or pointing to an
+ * `RmlEncoderOptions`; `out` valid for a write.
+ */
+RmlStatus rml_encoder_open(const char *path,
+                           const struct RmlEncoderOptions *options,
+                           struct RmlEncoder **out);
+
+/**
+ * Writes the length of the encoder's vectors (its hidden size, e.g. 384) to `*dim`.
+ *
+ * Errors: `RML_STATUS_INVALID_ARGUMENT` for a `NULL` `dim` or a handle that is not a live
+ * encoder.
+ *
+ * # Safety
+ *
+ * `dim` must be valid for a write.
+ */
+RmlStatus rml_encoder_dim(const struct RmlEncoder *enc, size_t *dim);
+
+/**
+ * Embeds `n_texts` texts: text `i` is `text_lens[i]` bytes of UTF-8 at `texts[i]` (no NUL
+ * needed). The vectors are written one after another to `out`, `n_texts × dim` floats
+ * (`rml_encoder_dim`), in text order: pooled and, when the model says so (always for a GGUF),
+ * L2-normalized, as `Encoder::embed` does; texts longer than the model's `max_seq_length`
+ * are cut. `capacity` is the number of floats `out` has room for. `n_texts == 0` writes
+ * nothing (`texts`, `text_lens` and `out` may then be `NULL`).
+ *
+ * Errors: `RML_STATUS_INVALID_ARGUMENT` for a `NULL` pointer, a text that is not UTF-8 or a
+ * handle that is not a live encoder; `RML_STATUS_OUT_OF_RANGE` if `capacity < n_texts × dim`
+ * (nothing is written).
+ *
+ * # Safety
+ *
+ * `texts` and `text_lens` must point to `n_texts` entries each, every `texts[i]` to
+ * `text_lens[i]` bytes; `out` to room for `capacity` floats.
+ */
+RmlStatus rml_embed(const struct RmlEncoder *enc,
+                    const char *const *texts,
+                    const size_t *text_lens,
+                    size_t n_texts,
+                    float *out,
+                    size_t capacity);
+
+/**
+ * Releases an encoder: its converted weights and threads (joined before this returns, or
+ * when a call still running on another thread ends). `enc == NULL` does nothing.
+ *
+ * Errors: `RML_STATUS_INVALID_ARGUMENT` for a handle that is not a live encoder (freed
+ * already, say); nothing is freed then.
+ */
+RmlStatus rml_encoder_free(struct RmlEncoder *enc);
 
 /**
  * Opens the model at `path` (a NUL-terminated path): a GGUF file, or a Hugging Face folder

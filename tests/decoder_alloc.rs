@@ -3,7 +3,8 @@
 //! K-quant GGUFs (tiny-qwen3 Q4_K_M: Q4_K and Q6_K matrices, Q8_K activations in int8 mode;
 //! tiny-gemma3 Q4_K_M) and of SmolLM2, with the inline executor and with a thread pool, in both
 //! activation modes, with the f32 and the f16 KV cache; and deep in a long context (decode
-//! attention split into several cache segments, run in parallel).
+//! attention split into several cache segments, run in parallel). The same for 16 steps of a
+//! 3-slot `DecoderBatch` mixing decode tokens with prefill chunks and a rewind.
 //!
 //! `harness = false`: the counter is process-wide and libtest allocates on its own threads
 //! (its "has been running for over 60 seconds" notice, printed mid-test under AddressSanitizer,
@@ -21,7 +22,9 @@ use rml::format::TensorSource;
 use rml::load::Model;
 use rml::model::config::parse_config;
 use rml::model::config::ModelConfig;
-use rml::model::{DecoderLM, DecoderOptions, KvDtype, Sampler, SamplerConfig};
+use rml::model::{
+    DecoderBatch, DecoderLM, DecoderOptions, KvDtype, Sampler, SamplerConfig, SeqInput,
+};
 use rml::ops::Activations;
 use rml::InlineExecutor;
 
@@ -108,6 +111,46 @@ fn count_steps_at(
     assert_eq!(allocs, 0, "{what}: 16 decode steps allocated {allocs} times");
 }
 
+/// A 3-slot `DecoderBatch`: slots 0 and 1 prefilled, then 16 counted steps mixing their decode
+/// tokens with prefill chunks of slot 2 (restarted by `rewind` when full) and sampling.
+fn count_batch_steps(
+    what: &str,
+    config: &ModelConfig,
+    src: &dyn TensorSource<'_>,
+    exec: &dyn Executor,
+    activations: Activations,
+) {
+    let opts = DecoderOptions {
+        context_len: Some(40),
+        activations,
+        prefill_chunk: 8,
+        ..DecoderOptions::default()
+    };
+    let mut b = DecoderBatch::new(config, src, exec, opts, 3).unwrap();
+    let mut sampler = Sampler::new(SamplerConfig::default(), config.vocab_size).unwrap();
+    let prompt = [1u32, 17, 42, 99, 3, 128, 7];
+    b.step(&[SeqInput { slot: 0, tokens: &prompt }, SeqInput { slot: 1, tokens: &prompt[..1] }])
+        .unwrap();
+    let mut toks = [sampler.sample(b.logits(0)).unwrap(), sampler.sample(b.logits(1)).unwrap()];
+    let before = ALLOCATIONS.load(SeqCst);
+    for i in 0..16 {
+        if b.position(2) + 5 > b.context_len() {
+            b.rewind(2, 2).unwrap();
+        }
+        let (t0, t1) = ([toks[0]], [toks[1]]);
+        let work = [
+            SeqInput { slot: 1, tokens: &t1 },
+            SeqInput { slot: 2, tokens: &prompt[i % 3..i % 3 + 5] },
+            SeqInput { slot: 0, tokens: &t0 },
+        ];
+        b.step(&work).unwrap();
+        toks = [sampler.sample(b.logits(2)).unwrap(), sampler.sample(b.logits(0)).unwrap()];
+    }
+    let allocs = ALLOCATIONS.load(SeqCst) - before;
+    eprintln!("{what}: {allocs} allocations in 16 batch steps");
+    assert_eq!(allocs, 0, "{what}: 16 batch steps allocated {allocs} times");
+}
+
 fn executors() -> Vec<(&'static str, Box<dyn Executor>)> {
     vec![
         ("inline", Box::new(InlineExecutor)),
@@ -152,13 +195,18 @@ fn decode_steps_allocate_nothing() {
                 let what = format!("tiny f32 at depth 600, {name}, {act:?}, {kv:?} KV");
                 count_steps_at(&what, &long, &st, &*exec, act, kv, 600);
             }
+            count_batch_steps(&format!("tiny f32 batch, {name}, {act:?}"), &cfg, &st, &*exec, act);
             for (dir, model) in &families {
                 let what = format!("{dir}, {name}, {act:?}");
                 count_steps(&what, model.config(), &model, &*exec, act);
+                let what = format!("{dir} batch, {name}, {act:?}");
+                count_batch_steps(&what, model.config(), &model, &*exec, act);
             }
             if let Some(model) = &smol {
                 let what = format!("SmolLM2 Q4_1, {name}, {act:?}");
                 count_steps(&what, model.config(), &model, &*exec, act);
+                let what = format!("SmolLM2 Q4_1 batch, {name}, {act:?}");
+                count_batch_steps(&what, model.config(), &model, &*exec, act);
             }
         }
     }

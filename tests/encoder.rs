@@ -10,6 +10,7 @@ use rml::exec::{InlineExecutor, ThreadPool};
 use rml::format::safetensors::SafeTensors;
 use rml::format::TensorSource;
 use rml::model::encoder::{Encoder, EncoderFiles, EncoderOptions, Pooling};
+use rml::model::WeightFormat;
 use rml::Code;
 
 fn data(rel: &str) -> PathBuf {
@@ -111,7 +112,9 @@ fn check_tiny(name: &str, pooling: Pooling, max_seq_length: usize) {
     let pool = ThreadPool::builder().threads(2).build().unwrap();
     let two = Encoder::new(&files, &pool, EncoderOptions::default()).unwrap();
     assert_eq!(two.embed(&texts).unwrap(), got.vectors, "{name}: 2 threads");
-    let ones = Encoder::new(&files, &pool, EncoderOptions { batch_size: 1 }).unwrap();
+    let ones =
+        Encoder::new(&files, &pool, EncoderOptions { batch_size: 1, ..EncoderOptions::default() })
+            .unwrap();
     let single = ones.embed(&texts).unwrap();
     for (a, b) in single.iter().zip(&got.vectors) {
         assert!(max_abs(a, b) <= 1e-6, "{name}: batch of 1 vs 8");
@@ -129,10 +132,160 @@ fn tiny_bge_matches_transformers() {
 }
 
 #[test]
-fn nomic_bert_is_refused_by_name() {
-    let e = EncoderFiles::open(data("tiny-nomic-bert")).unwrap_err();
-    assert_eq!(e.code(), Code::Unimplemented);
-    assert!(e.message().contains("nomic_bert"), "{e}");
+fn tiny_nomic_bert_matches_transformers() {
+    check_tiny("tiny-nomic-bert", Pooling::Mean, 24);
+}
+
+/// Embeddings of `texts` from two openings of the same model, compared: the same ids
+/// (special tokens included, not cut) and vectors within `tol`; texts `a` cuts are skipped.
+fn same_vectors(a: &EncoderFiles, b: &EncoderFiles, texts: &[&str], tol: f32) -> (usize, f32) {
+    let ea = Encoder::new(a, &InlineExecutor, EncoderOptions::default()).unwrap();
+    let eb = Encoder::new(b, &InlineExecutor, EncoderOptions::default()).unwrap();
+    let mut kept = Vec::new();
+    for t in texts {
+        let ia = a.tokenizer().encode_with_special(t, true).unwrap();
+        assert_eq!(ia, b.tokenizer().encode_with_special(t, true).unwrap(), "ids of {t:?}");
+        if ia.len() <= a.max_seq_length() {
+            kept.push(*t);
+        }
+    }
+    let (va, vb) = (ea.embed(&kept).unwrap(), eb.embed(&kept).unwrap());
+    let mut worst = 0f32;
+    for (i, (x, y)) in va.iter().zip(&vb).enumerate() {
+        let d = max_abs(x, y);
+        assert!(d <= tol, "text {:?}: max |diff| {d}", kept[i]);
+        worst = worst.max(d);
+    }
+    (kept.len(), worst)
+}
+
+#[test]
+fn bert_gguf_gives_the_safetensors_vectors() {
+    // tests/data/tiny-bert-gguf: tiny-bert through llama.cpp's converter (tools/bert_gguf.sh)
+    let st = EncoderFiles::open(data("tiny-bert")).unwrap();
+    let gg = EncoderFiles::open(data("tiny-bert-gguf/tiny-bert-f32.gguf")).unwrap();
+    assert_eq!(gg.config(), st.config());
+    assert_eq!((gg.pooling(), gg.normalize()), (Pooling::Mean, true));
+    assert_eq!(gg.max_seq_length(), 64);
+    assert_eq!(gg.notes().len(), 1, "{:?}", gg.notes());
+    let r = reference(&data("tiny-bert"));
+    let mut texts: Vec<&str> = r.texts.iter().map(String::as_str).collect();
+    texts.extend(["ÀÉÎ Ünïcödé", "日本語のテキスト", "tab\tand\nnewline", "[CLS] [MASK] x"]);
+    let (n, worst) = same_vectors(&st, &gg, &texts, 1e-5);
+    assert!(n >= 10, "{n} texts compared");
+    eprintln!("tiny-bert GGUF vs safetensors: {n} texts, max |diff| {worst}");
+}
+
+#[test]
+#[ignore = "needs all-MiniLM-L6-v2's GGUF: `bash tools/bert_gguf.sh minilm`, then \
+            RML_MINILM_GGUF=target/models/all-MiniLM-L6-v2-f32.gguf cargo test --test encoder \
+            -- --ignored"]
+fn minilm_gguf_gives_the_safetensors_vectors() {
+    let path = std::env::var_os("RML_MINILM_GGUF").expect("RML_MINILM_GGUF is not set");
+    let st = EncoderFiles::open(minilm_dir()).unwrap();
+    let gg = EncoderFiles::open(PathBuf::from(path)).unwrap();
+    let refs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data("minilm-ref/sentences.json")).unwrap())
+            .unwrap();
+    let texts: Vec<&str> =
+        refs["items"].as_array().unwrap().iter().map(|i| i["text"].as_str().unwrap()).collect();
+    let (n, worst) = same_vectors(&st, &gg, &texts, 1e-5);
+    eprintln!("all-MiniLM-L6-v2 GGUF vs safetensors: {n} texts, max |diff| {worst}");
+}
+
+/// Counts the bytes the calling thread allocates while [`counting::measure`] runs (other
+/// threads, other tests included, are not counted).
+mod counting {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    pub struct Counting;
+
+    thread_local! {
+        static ON: Cell<bool> = const { Cell::new(false) };
+        static BYTES: Cell<usize> = const { Cell::new(0) };
+    }
+
+    fn count(n: usize) {
+        let _ = ON.try_with(|on| {
+            if on.get() {
+                BYTES.with(|b| b.set(b.get() + n));
+            }
+        });
+    }
+
+    // SAFETY: forwards to the system allocator unchanged; counting touches only
+    // const-initialized thread-locals (no allocation).
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            count(l.size());
+            // SAFETY: the caller's contract, passed on.
+            unsafe { System.alloc(l) }
+        }
+        unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+            count(l.size());
+            // SAFETY: the caller's contract, passed on.
+            unsafe { System.alloc_zeroed(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            // SAFETY: the caller's contract, passed on.
+            unsafe { System.dealloc(p, l) }
+        }
+        unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+            count(new);
+            // SAFETY: the caller's contract, passed on.
+            unsafe { System.realloc(p, l, new) }
+        }
+    }
+
+    /// `f()` and the bytes this thread allocated while it ran.
+    pub fn measure<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        BYTES.with(|b| b.set(0));
+        ON.with(|o| o.set(true));
+        let r = f();
+        ON.with(|o| o.set(false));
+        (r, BYTES.with(|b| b.get()))
+    }
+}
+
+#[global_allocator]
+static ALLOC: counting::Counting = counting::Counting;
+
+/// The memory plan of `files` under `options` against what loading keeps and what a full
+/// batch (and a smaller one) allocates.
+fn check_plan(files: &EncoderFiles, options: EncoderOptions) {
+    let plan = files.memory_plan(options).unwrap();
+    let enc = Encoder::new(files, &InlineExecutor, options).unwrap();
+    assert_eq!(enc.memory_plan().unwrap(), plan);
+    assert_eq!(enc.weights().owned_bytes(), plan.weights(), "{plan:?}");
+    if options.weight_format == WeightFormat::Q8_0 {
+        assert!(plan.converted > 0, "{plan:?}");
+    }
+    let (len, vocab) = (files.max_seq_length(), files.config().vocab_size);
+    let ids: Vec<Vec<u32>> = (0..options.batch_size)
+        .map(|s| (0..len).map(|t| ((s * 7 + t * 3 + 5) % vocab) as u32).collect())
+        .collect();
+    let seqs: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
+    assert_eq!(plan.batch_tokens, len * seqs.len());
+    let w = enc.weights();
+    w.hidden_states(&InlineExecutor, &seqs).unwrap(); // kernel tables initialized
+    let (_, bytes) = counting::measure(|| w.hidden_states(&InlineExecutor, &seqs).unwrap());
+    assert_eq!(bytes, plan.batch, "full batch: {plan:?}");
+    let small = [&ids[0][..3], &ids[1][..len / 2]];
+    let (_, bytes) = counting::measure(|| w.hidden_states(&InlineExecutor, &small).unwrap());
+    assert_eq!(Some(bytes), w.batch_bytes(&small));
+    assert!(bytes < plan.batch);
+}
+
+#[test]
+fn memory_plan_is_what_is_allocated() {
+    let opts = EncoderOptions { batch_size: 4, ..EncoderOptions::default() };
+    let int8 = EncoderOptions { batch_size: 3, ..EncoderOptions::int8() };
+    for name in ["tiny-bert", "tiny-bge", "tiny-nomic-bert", "tiny-bert-gguf/tiny-bert-f32.gguf"] {
+        let files = EncoderFiles::open(data(name)).unwrap();
+        check_plan(&files, opts);
+        check_plan(&files, int8);
+    }
 }
 
 #[test]
@@ -213,7 +366,13 @@ fn bad_ids_are_errors() {
     assert_eq!(codes(&[&[2; 65]]), Code::InvalidArgument);
     assert!(enc.embed(&[]).unwrap().is_empty());
     assert_eq!(
-        Encoder::new(&files, &InlineExecutor, EncoderOptions { batch_size: 0 }).unwrap_err().code(),
+        Encoder::new(
+            &files,
+            &InlineExecutor,
+            EncoderOptions { batch_size: 0, ..EncoderOptions::default() }
+        )
+        .unwrap_err()
+        .code(),
         Code::InvalidArgument
     );
 }
@@ -306,6 +465,32 @@ fn minilm_matches_sentence_transformers() {
     assert_eq!(one.embed(&texts[..20]).unwrap(), got.vectors[..20].to_vec());
 }
 
+#[test]
+fn minilm_int8_stays_within_0_999() {
+    let files = EncoderFiles::open(minilm_dir()).unwrap();
+    let refs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data("minilm-ref/sentences.json")).unwrap())
+            .unwrap();
+    let items = refs["items"].as_array().unwrap();
+    let raw = std::fs::read(data("minilm-ref/embeddings.f32")).unwrap();
+    let want: Vec<f32> =
+        raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let texts: Vec<&str> = items.iter().map(|i| i["text"].as_str().unwrap()).collect();
+    let pool = ThreadPool::builder().threads(2).build().unwrap();
+    let enc = Encoder::new(&files, &pool, EncoderOptions::int8()).unwrap();
+    let got = enc.embed(&texts).unwrap();
+    let mut worst = 1f64;
+    for (i, v) in got.iter().enumerate() {
+        let c = cosine(v, &want[i * 384..(i + 1) * 384]);
+        assert!(c >= 0.999, "int8: text {i} {:?}: cosine {c}", texts[i]);
+        worst = worst.min(c);
+    }
+    eprintln!("all-MiniLM-L6-v2 int8 (Q8_0 weights, int8 activations): min cosine {worst}");
+    // the same bits on one thread
+    let one = Encoder::new(&files, &InlineExecutor, EncoderOptions::int8()).unwrap();
+    assert_eq!(one.embed(&texts[..8]).unwrap(), got[..8].to_vec());
+}
+
 #[cfg(feature = "cli")]
 mod cli {
     use super::*;
@@ -349,6 +534,38 @@ mod cli {
     }
 
     #[test]
+    fn embed_writes_npy() {
+        let dir = data("tiny-bert");
+        let o = rml(&["embed", "-m", dir.to_str().unwrap(), "--format", "npy", "the cat", "", "a"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let b = &o.stdout;
+        // NumPy format 1.0: magic, version, u16 LE header length, a dict literal, data
+        assert_eq!(&b[..8], b"\x93NUMPY\x01\x00");
+        let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+        assert_eq!((10 + hlen) % 64, 0, "data is not 64-byte aligned");
+        let header = std::str::from_utf8(&b[10..10 + hlen]).unwrap();
+        assert!(header.ends_with('\n'), "{header:?}");
+        assert_eq!(
+            header.trim_end(),
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 32), }",
+            "{header:?}"
+        );
+        let values = &b[10 + hlen..];
+        assert_eq!(values.len(), 3 * 32 * 4);
+        let got: Vec<f32> =
+            values.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let files = EncoderFiles::open(&dir).unwrap();
+        let enc = Encoder::new(&files, &InlineExecutor, EncoderOptions::default()).unwrap();
+        assert_eq!(got, enc.embed(&["the cat", "", "a"]).unwrap().concat());
+
+        // a GGUF and --int8 run too
+        let gguf = data("tiny-bert-gguf/tiny-bert-f32.gguf");
+        let o = rml(&["embed", "-m", gguf.to_str().unwrap(), "--int8", "the cat"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(parse(&o.stdout).len(), 1);
+    }
+
+    #[test]
     fn embed_says_mean_pooling_once_and_refuses_decoders() {
         let dir = tiny_bert_without("encoder-cli-no-pooling", &["1_Pooling/config.json"]);
         let o = rml(&["embed", "-m", dir.to_str().unwrap(), "a", "b", "c"]);
@@ -362,5 +579,74 @@ mod cli {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("LlamaForCausalLM") && err.contains("decoder"), "{err}");
         assert!(o.stdout.is_empty());
+    }
+}
+
+/// The C ABI's `rml_embed`, called through the `extern "C"` functions.
+#[cfg(feature = "capi")]
+mod capi {
+    use super::*;
+    use rml::capi::{
+        rml_embed, rml_encoder_dim, rml_encoder_free, rml_encoder_open,
+        rml_encoder_options_default, rml_last_error, RmlEncoder, RmlStatus,
+    };
+    use std::ffi::{CStr, CString};
+
+    fn last_error() -> String {
+        // SAFETY: rml_last_error returns a NUL-terminated string valid until the next call.
+        unsafe { CStr::from_ptr(rml_last_error()) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn rml_embed_gives_the_library_vectors() {
+        for (name, int8) in [("tiny-bert", 0), ("tiny-bert-gguf/tiny-bert-f32.gguf", 1)] {
+            let path = CString::new(data(name).to_str().unwrap()).unwrap();
+            let mut opts = rml_encoder_options_default();
+            opts.threads = 2;
+            opts.int8 = int8;
+            let mut enc: *mut RmlEncoder = std::ptr::null_mut();
+            // SAFETY: valid NUL-terminated path, options and out-pointer.
+            let st = unsafe { rml_encoder_open(path.as_ptr(), &opts, &mut enc) };
+            assert_eq!(st, RmlStatus::Ok, "{}", last_error());
+            let mut dim = 0usize;
+            // SAFETY: a live handle and a valid out-pointer.
+            assert_eq!(unsafe { rml_encoder_dim(enc, &mut dim) }, RmlStatus::Ok);
+            assert_eq!(dim, 32);
+            let texts = ["the cat sat", "", "ünïcödé 🍕"];
+            let ptrs: Vec<*const std::ffi::c_char> =
+                texts.iter().map(|t| t.as_ptr().cast()).collect();
+            let lens: Vec<usize> = texts.iter().map(|t| t.len()).collect();
+            let mut out = vec![0f32; 3 * dim];
+            // SAFETY: 3 texts of the given lengths; `out` holds 3 × dim floats.
+            let st = unsafe {
+                rml_embed(enc, ptrs.as_ptr(), lens.as_ptr(), 3, out.as_mut_ptr(), out.len())
+            };
+            assert_eq!(st, RmlStatus::Ok, "{}", last_error());
+            let files = EncoderFiles::open(data(name)).unwrap();
+            let o = if int8 == 1 { EncoderOptions::int8() } else { EncoderOptions::default() };
+            let want = Encoder::new(&files, &InlineExecutor, o).unwrap().embed(&texts).unwrap();
+            assert_eq!(out, want.concat(), "{name}");
+            // too small an output: nothing written, OUT_OF_RANGE
+            let mut small = vec![7f32; 2 * dim];
+            // SAFETY: as above; `small` holds 2 × dim floats, as `capacity` says.
+            let st = unsafe {
+                rml_embed(enc, ptrs.as_ptr(), lens.as_ptr(), 3, small.as_mut_ptr(), small.len())
+            };
+            assert_eq!(st, RmlStatus::OutOfRange);
+            assert!(last_error().contains("capacity"), "{}", last_error());
+            assert!(small.iter().all(|&x| x == 7.0));
+            assert_eq!(rml_encoder_free(enc), RmlStatus::Ok);
+            // a freed handle is refused
+            // SAFETY: a valid out-pointer; the handle is checked by the registry.
+            assert_eq!(unsafe { rml_encoder_dim(enc, &mut dim) }, RmlStatus::InvalidArgument);
+        }
+        // a decoder folder is refused, naming the architecture
+        let path = CString::new(data("tiny-llama/f32").to_str().unwrap()).unwrap();
+        let mut enc: *mut RmlEncoder = std::ptr::null_mut();
+        // SAFETY: valid path; NULL options mean the defaults.
+        let st = unsafe { rml_encoder_open(path.as_ptr(), std::ptr::null(), &mut enc) };
+        assert_eq!(st, RmlStatus::InvalidArgument);
+        assert!(enc.is_null());
+        assert!(last_error().contains("LlamaForCausalLM"), "{}", last_error());
     }
 }

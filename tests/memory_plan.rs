@@ -3,7 +3,8 @@
 //! for every activation mode and weight-conversion case of the tiny Llama fixtures (f32, bf16,
 //! f16 safetensors; llama.cpp's Q8_0 GGUF; an f32 file at an odd address, so every matrix is
 //! copied) and of every other family's tiny fixture (Qwen2, Qwen3, Gemma 3, Llama 3, Mistral),
-//! and a caller region one byte too small is refused naming the need.
+//! and a caller region one byte too small is refused naming the need. The same plan check
+//! for a 3-slot `DecoderBatch` (`DecoderBatch::memory_plan`), whose steps call no allocator.
 //! `harness = false`: libtest allocates on other threads, which would pollute the count.
 
 mod decoder_common;
@@ -17,7 +18,10 @@ use rml::format::safetensors::SafeTensors;
 use rml::format::TensorSource;
 use rml::model::config::parse_config;
 use rml::model::config::ModelConfig;
-use rml::model::{AttentionPath, DecoderLM, DecoderOptions, KvDtype, MemoryPlan, WeightFormat};
+use rml::model::{
+    AttentionPath, DecoderBatch, DecoderLM, DecoderOptions, KvDtype, MemoryPlan, SeqInput,
+    WeightFormat,
+};
 use rml::ops::Activations;
 use rml::{Code, InlineExecutor};
 
@@ -224,6 +228,50 @@ fn check(case: &Case, options: DecoderOptions, what: &str) {
     println!("ok   {what}: {plan}");
 }
 
+/// The same for a 3-slot `DecoderBatch`: the plan is what the heap build takes, and steps
+/// (prefill chunks of every slot, then decode tokens of all) call no allocator.
+fn check_batch(case: &Case, options: DecoderOptions, what: &str) {
+    let src: &dyn TensorSource<'static> = &*case.src;
+    let slots = 3;
+    let (plan, live, _) =
+        heap_of(|| DecoderBatch::memory_plan_for(&case.config, &options, src, slots).unwrap());
+    assert_eq!(live, 0, "{what}: batch memory_plan_for kept heap memory");
+    if case.hf_floats {
+        let (free, live, calls) =
+            heap_of(|| DecoderBatch::memory_plan(&case.config, &options, slots).unwrap());
+        assert_eq!((live, calls), (0, 0), "{what}: batch memory_plan allocated");
+        assert_eq!(free, plan, "{what}: the source-free batch plan differs from the file's");
+    }
+    let single = DecoderLM::memory_plan_for(&case.config, &options, src).unwrap();
+    assert_eq!(plan.kv_cache, slots * single.kv_cache, "{what}: batch KV caches");
+    assert_eq!(plan.logits, slots * single.logits, "{what}: batch logits");
+    let (b, live, _) =
+        heap_of(|| DecoderBatch::new(&case.config, src, &InlineExecutor, options, slots).unwrap());
+    assert_eq!(live, plan.heap_bytes() as isize, "{what}: batch heap build vs plan {plan}");
+    assert_eq!(b.scratch_capacity(), plan.scratch, "{what}: batch scratch");
+    assert_eq!(b.max_step_tokens(), plan.prefill_chunk, "{what}: batch max_step_tokens");
+    let kv: usize = (0..slots).map(|s| b.kv_cache(s).size_bytes()).sum();
+    assert_eq!(kv, plan.kv_cache, "{what}: batch KV caches");
+    let mut b = b;
+    let p = &case.prompt;
+    let ((), _, calls) = heap_of(|| {
+        let mut t = [[0u32; 1]; 3];
+        for (s, t) in t.iter_mut().enumerate() {
+            let n = p.len().min(b.max_step_tokens());
+            b.step(&[SeqInput { slot: s, tokens: &p[..n] }]).unwrap();
+            *t = [decoder_common::argmax(b.logits(0))];
+        }
+        for _ in 0..4 {
+            let work: [SeqInput<'_>; 3] =
+                core::array::from_fn(|s| SeqInput { slot: s, tokens: &t[s] });
+            b.step(&work).unwrap();
+            t = core::array::from_fn(|i| [decoder_common::argmax(b.logits(i))]);
+        }
+    });
+    assert_eq!(calls, 0, "{what}: batch steps called the allocator {calls} times");
+    println!("ok   {what}, 3-slot batch: {plan}");
+}
+
 fn main() {
     let cases = cases();
     let mut n = 0;
@@ -248,6 +296,7 @@ fn main() {
                         case.name
                     );
                     check(case, options, &what);
+                    check_batch(case, options, &what);
                     n += 1;
                 }
             }

@@ -27,8 +27,10 @@ struct Trace {
 }
 
 fn request(addr: &str, model: &str, prompt: &str, tokens: usize) -> Trace {
+    // Without --model the field is left out (rml serve takes its one model; llama-server any).
+    let model = if model.is_empty() { String::new() } else { format!(r#""model":"{model}","#) };
     let body = format!(
-        r#"{{"model":"{model}","prompt":"{prompt}","max_tokens":{tokens},"temperature":0,"stream":true,"stream_options":{{"include_usage":true}}}}"#
+        r#"{{{model}"prompt":"{prompt}","max_tokens":{tokens},"temperature":0,"stream":true,"stream_options":{{"include_usage":true}}}}"#
     );
     let start = Instant::now();
     let mut s = TcpStream::connect(addr).expect("connect");

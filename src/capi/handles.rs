@@ -21,6 +21,8 @@ pub(crate) enum Object {
     Sampler(Arc<Mutex<crate::model::Sampler>>),
     /// An `RmlTokenizer`.
     Tokenizer(Arc<super::tokenizer::TokenizerInner>),
+    /// An `RmlEncoder`.
+    Encoder(Arc<Mutex<super::encoder::EncoderState>>),
 }
 
 impl Object {
@@ -30,6 +32,7 @@ impl Object {
             Object::Decoder(_) => "RmlDecoder",
             Object::Sampler(_) => "RmlSampler",
             Object::Tokenizer(_) => "RmlTokenizer",
+            Object::Encoder(_) => "RmlEncoder",
         }
     }
 }

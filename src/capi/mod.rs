@@ -15,13 +15,13 @@
 //! - Every pointer argument must be non-`NULL` unless its documentation says otherwise; a
 //!   `NULL` one is reported as `RML_STATUS_INVALID_ARGUMENT`, never dereferenced. Lengths are
 //!   element counts and are checked against what they describe.
-//! - Handles (`RmlModel *`, `RmlDecoder *`, `RmlSampler *`, `RmlTokenizer *`) are opaque
-//!   tokens, not addresses: rml looks each one up in a registry of live objects before use.
-//!   A freed handle, a handle freed twice, a handle of the wrong kind or a made-up value is
-//!   reported as `RML_STATUS_INVALID_ARGUMENT`, never used. (A handle's generation counter has
-//!   32 bits on 64-bit targets, 16 bits on 32-bit ones: a stale handle is recognised until its
-//!   slot has been reused that many times.) `rml_*_free(NULL)` does nothing and returns
-//!   `RML_STATUS_OK`, like `free(NULL)`.
+//! - Handles (`RmlModel *`, `RmlDecoder *`, `RmlSampler *`, `RmlTokenizer *`, `RmlEncoder *`)
+//!   are opaque tokens, not addresses: rml looks each one up in a registry of live objects
+//!   before use. A freed handle, a handle freed twice, a handle of the wrong kind or a made-up
+//!   value is reported as `RML_STATUS_INVALID_ARGUMENT`, never used. (A handle's generation
+//!   counter has 32 bits on 64-bit targets, 16 bits on 32-bit ones: a stale handle is
+//!   recognised until its slot has been reused that many times.) `rml_*_free(NULL)` does
+//!   nothing and returns `RML_STATUS_OK`, like `free(NULL)`.
 //! - No panic crosses the boundary: one inside rml is caught and reported as
 //!   `RML_STATUS_INTERNAL` (a bug in rml; the object it happened in refuses further calls).
 //!   This needs the C library built with `panic = "unwind"` (the default).
@@ -41,12 +41,14 @@ use std::panic::catch_unwind;
 use crate::error::{Code, Error, Result};
 
 mod decoder;
+mod encoder;
 mod handles;
 mod model;
 mod sampler;
 mod tokenizer;
 
 pub use decoder::*;
+pub use encoder::*;
 pub use model::*;
 pub use sampler::*;
 pub use tokenizer::*;

@@ -1,5 +1,7 @@
-//! `rml embed`: sentence embeddings from a sentence-transformers folder (BERT family), one
-//! JSON array per text on standard output, in input order.
+//! `rml embed`: sentence embeddings from a sentence-transformers folder or a llama.cpp BERT
+//! GGUF (BERT family, nomic-bert), one JSON array per text on standard output, in input order;
+//! or with `--format npy` one NumPy `.npy` array (`<f4`, shape `(texts, hidden_size)`,
+//! C order: NumPy's format 1.0, `numpy.lib.format`).
 //!
 //! Texts come from the arguments, else `-f FILE` (one text per line; `-` = standard input),
 //! else standard input (one per line). Notes go to standard error, once each: a default taken
@@ -19,7 +21,8 @@ use crate::{make_pool, out};
 #[derive(clap::Args)]
 pub struct EmbedArgs {
     /// A sentence-transformers folder (config.json, model.safetensors, tokenizer.json,
-    /// modules.json, 1_Pooling/config.json, sentence_bert_config.json).
+    /// modules.json, 1_Pooling/config.json, sentence_bert_config.json), or a llama.cpp BERT
+    /// GGUF (general.architecture bert / nomic-bert).
     #[arg(short = 'm', long)]
     model: PathBuf,
     /// Texts to embed, one vector each (none: read --file, else standard input).
@@ -33,6 +36,47 @@ pub struct EmbedArgs {
     /// Texts per batch (each batch is one matrix product per weight).
     #[arg(long, default_value_t = 32)]
     batch: usize,
+    /// int8: matrices quantized to Q8_0 at load, activations to int8 (faster, a quarter of the
+    /// weight memory; cosine ≥ 0.999 to the f32 vectors on all-MiniLM-L6-v2).
+    #[arg(long)]
+    int8: bool,
+    /// Output: `json` (one array per line) or `npy` (one float32 array, texts × dimensions).
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    format: Format,
+}
+
+/// `--format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One JSON array per text, one per line.
+    Json,
+    /// A NumPy `.npy` file: little-endian float32, shape (texts, dimensions).
+    Npy,
+}
+
+/// `vectors` (each `dim` long) as a NumPy `.npy` file, format version 1.0: the magic
+/// `\x93NUMPY`, version 1 0, the header length (u16 LE) and a Python dict literal naming dtype
+/// `<f4`, C order and the shape, padded with spaces and a newline so the data starts on a
+/// 64-byte boundary; then the values row by row, little-endian.
+fn npy(vectors: &[Vec<f32>], dim: usize) -> Vec<u8> {
+    let mut header = format!(
+        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {dim}), }}",
+        vectors.len()
+    );
+    let unpadded = 10 + header.len() + 1;
+    header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    header.push('\n');
+    let mut out = Vec::with_capacity(10 + header.len() + vectors.len() * dim * 4);
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    // the header is at most a few hundred bytes
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for v in vectors {
+        for x in v {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    out
 }
 
 fn lines(r: impl BufRead, what: &str) -> Result<Vec<String>> {
@@ -64,7 +108,8 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         eprintln!("rml: {note}");
     }
     let pool = make_pool(args.threads, Schedule::default())?;
-    let enc = Encoder::new(&files, &pool, EncoderOptions { batch_size: args.batch })?;
+    let base = if args.int8 { EncoderOptions::int8() } else { EncoderOptions::default() };
+    let enc = Encoder::new(&files, &pool, EncoderOptions { batch_size: args.batch, ..base })?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let done = enc.embed_detailed(&refs)?;
     for &(i, full) in &done.truncated {
@@ -75,6 +120,11 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         );
     }
     let mut out = out::stdout();
+    if args.format == Format::Npy {
+        out.write_all(&npy(&done.vectors, files.config().hidden_size))?;
+        out.flush()?;
+        return Ok(());
+    }
     let mut line = String::new();
     for v in &done.vectors {
         line.clear();

@@ -14,7 +14,7 @@
 //!           [--attention tiled|per-head] [--no-repack]
 //! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [--format safetensors|gguf]
 //! rml fetch [smollm2|gemma3]
-//! rml embed --model FOLDER [TEXT... | -f FILE | stdin] [-t N] [--batch N]
+//! rml embed --model FOLDER|FILE.gguf [TEXT... | -f FILE | stdin] [-t N] [--batch N] [--int8] [--format json|npy]
 //! rml serve [-m PATH] [--host H] [--port P] [--parallel N] [--ctx-size N] [--api-key KEY]
 //!           [--queue N] [--max-body BYTES] [--metrics]     (feature `server`)
 //! ```
@@ -103,8 +103,8 @@ enum Command {
         #[arg(value_enum, default_value_t = FetchModel::Smollm2)]
         model: FetchModel,
     },
-    /// Sentence embeddings from a sentence-transformers folder (BERT family): one JSON array
-    /// per text, one per line.
+    /// Sentence embeddings from a sentence-transformers folder or a BERT GGUF (BERT family,
+    /// nomic-bert): one JSON array per text, one per line (or one .npy array).
     Embed(embed::EmbedArgs),
     /// An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models,
     /// /health, /metrics) with parallel slots and a prefix cache per slot.

@@ -13,6 +13,14 @@
 //!   included, and [`Embedded::truncated`] says which were) and `do_lower_case` (the text is
 //!   lowercased before tokenizing). Absent: `max_position_embeddings`.
 //!
+//! Or llama.cpp's BERT GGUF (one file, `general.architecture` `bert` or `nomic-bert`, as its
+//! `convert_hf_to_gguf.py` writes it): the config from its metadata
+//! ([`EncoderConfig::from_gguf`]), the pooling from `{arch}.pooling_type`, and the WordPiece
+//! vocabulary from `tokenizer.ggml.tokens` / `token_type` ([`wordpiece_from_gguf`]). A GGUF
+//! does not record sentence-transformers' `Normalize` module nor `max_seq_length`: embeddings
+//! are L2-normalized (llama.cpp's default) and texts cut at `{arch}.context_length`; both
+//! are listed in [`EncoderFiles::notes`].
+//!
 //! Every default taken because a file is missing is listed in [`EncoderFiles::notes`] (the
 //! `rml embed` command prints them once on stderr).
 
@@ -23,10 +31,13 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{EncoderConfig, EncoderWeights, Pooling};
+use super::{EncoderConfig, EncoderMemoryPlan, EncoderWeights, Pooling};
 use crate::error::{Error, Result};
 use crate::exec::Executor;
+use crate::format::gguf::Gguf;
 use crate::load::Container;
+use crate::model::WeightFormat;
+use crate::ops::Activations;
 use crate::tokenizer::Tokenizer;
 
 /// How an [`Encoder`] runs.
@@ -34,11 +45,35 @@ use crate::tokenizer::Tokenizer;
 pub struct EncoderOptions {
     /// Texts per batch: each batch is one GEMM per weight over all its tokens. Default 32.
     pub batch_size: usize,
+    /// Keep the matrices as stored (default) or quantize f32 / f16 / bf16 ones to Q8_0 at
+    /// load ([`WeightFormat::Q8_0`]: a quarter of f32's bytes, int8 products).
+    pub weight_format: WeightFormat,
+    /// How activations meet quantized weights ([`Activations::F32`] by default, the exact
+    /// path; [`Activations::Int8`] quantizes them to int8 as the decoder does). Matters only
+    /// for quantized matrices (a quantized GGUF, or [`WeightFormat::Q8_0`]).
+    pub activations: Activations,
 }
 
 impl Default for EncoderOptions {
     fn default() -> Self {
-        EncoderOptions { batch_size: 32 }
+        EncoderOptions {
+            batch_size: 32,
+            weight_format: WeightFormat::AsStored,
+            activations: Activations::F32,
+        }
+    }
+}
+
+impl EncoderOptions {
+    /// int8 end to end: matrices quantized to Q8_0 at load and activations quantized to int8
+    /// with the outlier correction ([`Activations::Int8`]); the rest as [`Default`].
+    /// all-MiniLM-L6-v2: cosine ≥ 0.999 to the f32 references (tests/encoder.rs).
+    pub fn int8() -> Self {
+        EncoderOptions {
+            weight_format: WeightFormat::Q8_0,
+            activations: Activations::Int8,
+            ..EncoderOptions::default()
+        }
     }
 }
 
@@ -81,38 +116,130 @@ fn read_json(path: &Path) -> Result<Option<Value>> {
     serde_json::from_slice(&bytes).map(Some).map_err(|e| ctx(&e))
 }
 
-/// The refusal for a GGUF file given as an encoder: names its architecture.
-fn gguf_refusal(path: &Path) -> Error {
-    let arch = Container::open(path).ok().and_then(|c| {
-        c.gguf().and_then(|g| g.ok()).and_then(|g| g.architecture().ok().map(String::from))
-    });
-    match arch.as_deref() {
-        Some(a @ ("bert" | "nomic-bert")) => Error::unimplemented(format_args!(
-            "{}: a GGUF encoder (general.architecture = {a}) is not supported yet; give the \
-             sentence-transformers folder (config.json, model.safetensors, tokenizer.json)",
-            path.display()
-        )),
-        Some(a) => Error::invalid_argument(format_args!(
-            "{}: general.architecture = {a} is a decoder (a text-generation model); embeddings \
-             need an encoder such as BERT: run this one with `rml generate`",
-            path.display()
-        )),
-        None => Error::invalid_argument(format_args!(
-            "{}: not a sentence-transformers folder (give the folder holding config.json, \
-             model.safetensors and tokenizer.json)",
-            path.display()
-        )),
+/// A `tokenizer.json` (the `tokenizers` crate's WordPiece) rebuilt from the vocabulary of a
+/// llama.cpp BERT GGUF.
+///
+/// llama.cpp's converter stores each WordPiece token in its "phantom space" form: a
+/// word-initial piece `w` as `▁w`, a continuation `##w` as `w`, control tokens (`[CLS]`...,
+/// `tokenizer.ggml.token_type` 3) unchanged; this undoes that. The text is normalized as
+/// BERT's `BertNormalizer` does (clean-up, CJK characters split, lowercased and accents
+/// stripped when `tokenizer.ggml.normalizer.lowercase` is true or absent, as llama.cpp's
+/// WordPiece tokenizer does), split by `BertPreTokenizer`, and framed as
+/// `bos $A eos` (`tokenizer.ggml.bos_token_id` / `eos_token_id`: the converter's `[CLS]` /
+/// `[SEP]`) when `tokenizer.ggml.add_bos_token` / `add_eos_token` are true or absent.
+///
+/// # Errors
+///
+/// [`crate::Code::DataLoss`] for a vocabulary that is missing, empty, has a type count that
+/// differs from its token count, or special token ids outside it;
+/// [`crate::Code::Unimplemented`] for a `tokenizer.ggml.model` other than `bert`.
+pub fn wordpiece_from_gguf(g: &Gguf<'_>) -> Result<Tokenizer> {
+    use serde_json::json;
+    match g.tokenizer_model()? {
+        Some("bert") | None => {}
+        Some(other) => {
+            return Err(Error::unimplemented(format_args!(
+                "tokenizer.ggml.model {other:?} in a BERT GGUF (supported: bert, WordPiece)"
+            )))
+        }
     }
+    let tokens = g.tokens()?;
+    if tokens.is_empty() {
+        return Err(Error::data_loss("GGUF: an empty tokenizer.ggml.tokens"));
+    }
+    let types = match g.get("tokenizer.ggml.token_type") {
+        Some(_) => g.token_types()?,
+        None => Vec::new(),
+    };
+    if !types.is_empty() && types.len() != tokens.len() {
+        return Err(Error::data_loss(format_args!(
+            "GGUF: {} token types for {} tokens",
+            types.len(),
+            tokens.len()
+        )));
+    }
+    const CONTROL: i32 = 3;
+    let mut vocab = serde_json::Map::with_capacity(tokens.len());
+    let mut added = Vec::new();
+    for (id, tok) in tokens.iter().enumerate() {
+        let control = types.get(id) == Some(&CONTROL);
+        let piece = if control {
+            String::from(*tok)
+        } else if let Some(rest) = tok.strip_prefix('\u{2581}').filter(|r| !r.is_empty()) {
+            String::from(rest)
+        } else {
+            format!("##{tok}")
+        };
+        if control {
+            added.push(json!({"id": id, "content": piece, "single_word": false,
+                "lstrip": false, "rstrip": false, "normalized": false, "special": true}));
+        }
+        vocab.entry(piece).or_insert(json!(id));
+    }
+    let name = |id: Option<u32>, what: &str| -> Result<Option<String>> {
+        match id {
+            None => Ok(None),
+            Some(i) => tokens.get(i as usize).map(|t| Some(String::from(*t))).ok_or_else(|| {
+                Error::data_loss(format_args!(
+                    "GGUF: {what} {i} is outside the vocabulary of {} tokens",
+                    tokens.len()
+                ))
+            }),
+        }
+    };
+    let unk = name(g.get_u32("tokenizer.ggml.unknown_token_id")?, "unknown_token_id")?
+        .unwrap_or_else(|| String::from("[UNK]"));
+    let bos_id = g.bos_token_id()?;
+    let eos_id = g.eos_token_id()?;
+    let bos =
+        name(bos_id, "bos_token_id")?.filter(|_| g.add_bos_token().ok().flatten().unwrap_or(true));
+    let eos = name(eos_id, "eos_token_id")?
+        .filter(|_| g.get_bool("tokenizer.ggml.add_eos_token").ok().flatten().unwrap_or(true));
+    let lowercase = g.get_bool("tokenizer.ggml.normalizer.lowercase")?.unwrap_or(true);
+    let mut single = Vec::new();
+    let mut specials = serde_json::Map::new();
+    if let (Some(b), Some(id)) = (&bos, bos_id) {
+        single.push(json!({"SpecialToken": {"id": b, "type_id": 0}}));
+        specials.insert(b.clone(), json!({"id": b, "ids": [id], "tokens": [b]}));
+    }
+    single.push(json!({"Sequence": {"id": "A", "type_id": 0}}));
+    if let (Some(e), Some(id)) = (&eos, eos_id) {
+        single.push(json!({"SpecialToken": {"id": e, "type_id": 0}}));
+        specials.insert(e.clone(), json!({"id": e, "ids": [id], "tokens": [e]}));
+    }
+    let mut pair = single.clone();
+    pair.push(json!({"Sequence": {"id": "B", "type_id": 1}}));
+    if let Some(e) = &eos {
+        pair.push(json!({"SpecialToken": {"id": e, "type_id": 1}}));
+    }
+    let doc = json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": {"type": "BertNormalizer", "clean_text": true,
+            "handle_chinese_chars": true, "strip_accents": null, "lowercase": lowercase},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": {"type": "TemplateProcessing", "single": single, "pair": pair,
+            "special_tokens": specials},
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+        "model": {"type": "WordPiece", "unk_token": unk, "continuing_subword_prefix": "##",
+            "max_input_chars_per_word": 100, "vocab": vocab},
+    });
+    let bytes = serde_json::to_vec(&doc)
+        .map_err(|e| Error::internal(format_args!("tokenizer JSON: {e}")))?;
+    Tokenizer::from_json_bytes(&bytes).map_err(|e| e.context("the GGUF's WordPiece vocabulary"))
 }
 
 impl EncoderFiles {
-    /// Opens a sentence-transformers folder (see the module documentation for the files).
+    /// Opens a sentence-transformers folder or a llama.cpp BERT GGUF (see the module
+    /// documentation for the files).
     ///
     /// # Errors
     ///
-    /// [`crate::Code::InvalidArgument`] for a file instead of a folder (a decoder GGUF named by
+    /// [`crate::Code::InvalidArgument`] for a file that is not a GGUF, a decoder GGUF (named by
     /// its architecture) or a decoder's `config.json` (naming its architecture);
-    /// [`crate::Code::Unimplemented`] for a BERT GGUF, an encoder family rml does not run, a
+    /// [`crate::Code::Unimplemented`] for an encoder family rml does not run, a
     /// module other than Transformer / Pooling / Normalize, or an unsupported pooling;
     /// [`crate::Code::NotFound`] for a missing `config.json`, weights or `tokenizer.json`;
     /// [`crate::Code::DataLoss`] for malformed files. Messages name the file.
@@ -120,7 +247,7 @@ impl EncoderFiles {
         let dir = path.as_ref();
         if !dir.is_dir() {
             if dir.is_file() {
-                return Err(gguf_refusal(dir));
+                return Self::open_gguf(dir);
             }
             return Err(Error::not_found(format_args!("{}: no such folder", dir.display())));
         }
@@ -241,6 +368,53 @@ impl EncoderFiles {
         })
     }
 
+    /// A llama.cpp BERT GGUF (see the module docs).
+    fn open_gguf(path: &Path) -> Result<Self> {
+        let not_folder = || {
+            Error::invalid_argument(format_args!(
+                "{}: neither a sentence-transformers folder (config.json, model.safetensors, \
+                 tokenizer.json) nor a BERT GGUF",
+                path.display()
+            ))
+        };
+        let container = Container::open(path).map_err(|_| not_folder())?;
+        let ctx = |e: Error| e.context(path.display());
+        let (config, tokenizer, pooling) = {
+            let g = container.gguf().ok_or_else(not_folder)?.map_err(ctx)?;
+            let config = EncoderConfig::from_gguf(&g).map_err(ctx)?;
+            let tokenizer = wordpiece_from_gguf(&g).map_err(ctx)?;
+            if tokenizer.vocab_size() < config.vocab_size {
+                return Err(ctx(Error::data_loss(format_args!(
+                    "the WordPiece vocabulary has {} distinct tokens, the model {}",
+                    tokenizer.vocab_size(),
+                    config.vocab_size
+                ))));
+            }
+            (config, tokenizer, Pooling::from_gguf(&g).map_err(ctx)?)
+        };
+        let mut notes = Vec::new();
+        let pooling = pooling.unwrap_or_else(|| {
+            notes.push(format!("{}: no pooling_type: mean pooling", path.display()));
+            Pooling::Mean
+        });
+        notes.push(format!(
+            "{}: a GGUF records neither Normalize nor max_seq_length: embeddings are \
+             L2-normalized and texts cut at context_length = {} tokens",
+            path.display(),
+            config.max_position_embeddings
+        ));
+        Ok(EncoderFiles {
+            container,
+            max_seq_length: config.max_position_embeddings,
+            config,
+            tokenizer,
+            pooling,
+            normalize: true,
+            lowercase: false,
+            notes,
+        })
+    }
+
     /// The transformer's configuration.
     pub fn config(&self) -> &EncoderConfig {
         &self.config
@@ -274,6 +448,24 @@ impl EncoderFiles {
     /// The opened weights.
     pub fn container(&self) -> &Container {
         &self.container
+    }
+
+    /// The memory an [`Encoder`] over these files with `options` keeps, before it is built:
+    /// its weights and one full batch (`batch_size` texts of `max_seq_length` tokens), as
+    /// [`EncoderWeights::memory_plan`] counts them.
+    ///
+    /// # Errors
+    ///
+    /// As [`EncoderWeights::memory_plan`].
+    pub fn memory_plan(&self, options: EncoderOptions) -> Result<EncoderMemoryPlan> {
+        EncoderWeights::memory_plan(
+            &self.config,
+            &&self.container,
+            options.weight_format,
+            options.activations,
+            options.batch_size,
+            self.max_seq_length,
+        )
     }
 
     /// Token ids of `text` as the model sees them: lowercased first when the folder says
@@ -349,8 +541,13 @@ impl<'a> Encoder<'a> {
         if options.batch_size == 0 {
             return Err(Error::invalid_argument("batch size 0"));
         }
-        let weights = EncoderWeights::load(files.config.clone(), &&files.container)
-            .map_err(|e| e.context(files.container.path().display()))?;
+        let weights = EncoderWeights::load_with(
+            files.config.clone(),
+            &&files.container,
+            options.weight_format,
+        )
+        .map_err(|e| e.context(files.container.path().display()))?
+        .with_activations(options.activations);
         Ok(Encoder { files, weights, exec, options })
     }
 
@@ -418,5 +615,14 @@ impl<'a> Encoder<'a> {
     /// The weights and their forward pass.
     pub fn weights(&self) -> &EncoderWeights<'a> {
         &self.weights
+    }
+
+    /// [`EncoderFiles::memory_plan`] for this encoder's files and options.
+    ///
+    /// # Errors
+    ///
+    /// As [`EncoderWeights::memory_plan`].
+    pub fn memory_plan(&self) -> Result<EncoderMemoryPlan> {
+        self.files.memory_plan(self.options)
     }
 }

@@ -637,7 +637,7 @@ pub struct Embeddings {
     pub tokens: usize,
 }
 
-/// The encoder thread of a server started on a sentence-transformers folder: one embeddings
+/// The encoder thread of a server started on an encoder (`EncoderFiles`): one embeddings
 /// request at a time (its texts run in the encoder's batches), until the channel closes or
 /// the shutdown's grace period is over.
 pub fn run_encoder(shared: &Shared, jobs: &Receiver<EmbedJob>, enc: &Encoder<'_>) {

@@ -130,8 +130,8 @@ async fn embeddings(State(s): S, headers: HeaderMap, body: Body) -> Response {
     if !s.encoder.load(Ordering::SeqCst) {
         return error_response(&ApiError::invalid(
             "model",
-            "this model does not produce embeddings (serve a sentence-transformers folder for \
-             /v1/embeddings)",
+            "this model does not produce embeddings (serve an encoder, a sentence-transformers \
+             folder or a BERT GGUF, for /v1/embeddings)",
         ));
     }
     let bytes = match read_body(&s, &headers, body).await {

@@ -240,7 +240,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let scheduler = std::thread::Builder::new()
         .name("rml-scheduler".into())
         .spawn(move || {
-            if opts.path.is_dir() && EncoderFiles::open(&opts.path).is_ok() {
+            if EncoderFiles::open(&opts.path).is_ok() {
                 load_and_embed(&sched_shared, &embed_rx, &opts, loaded_tx);
             } else {
                 load_and_serve(&sched_shared, &rx, &opts, loaded_tx);
@@ -345,7 +345,8 @@ fn load_and_serve(
     }
 }
 
-/// The encoder thread's body for a sentence-transformers folder: load, report, embed.
+/// The encoder thread's body for what `EncoderFiles::open` takes (a sentence-transformers
+/// folder or a BERT GGUF): load, report, embed.
 fn load_and_embed(
     shared: &Shared,
     jobs: &std::sync::mpsc::Receiver<engine::EmbedJob>,
@@ -370,7 +371,7 @@ fn load_and_embed(
             return;
         }
     };
-    let enc = match Encoder::new(&files, &pool, EncoderOptions { batch_size: 32 }) {
+    let enc = match Encoder::new(&files, &pool, EncoderOptions::default()) {
         Ok(e) => e,
         Err(e) => {
             let _ = loaded.send(Err(e));

@@ -1,0 +1,133 @@
+//! Aggregate decode throughput of a `DecoderBatch` with 1, 2, 4 and 8 concurrent sequences:
+//! what batching several streams into one forward pass per step buys over one stream.
+//!
+//! ```text
+//! cargo run --release --features std --example batch_throughput -- [MODEL.gguf] [TOKENS]
+//! ```
+//!
+//! `MODEL` defaults to `$RML_SMOLLM2_GGUF`, else `target/models/SmolLM2-135M-Instruct.Q4_1.gguf`;
+//! `TOKENS` (default 128) is how many tokens each stream generates. Threads: `$RML_NUM_THREADS`
+//! (default 2). `BT_STREAMS=1,4` picks the stream counts, `BT_ROUNDS` (default 3) how many
+//! interleaved rounds run (each stream count once per round; the best round counts, which is
+//! the steadier figure on a machine shared with other work). Activations: int8 (the default
+//! options).
+//!
+//! Each stream gets its own prompt of 16 tokens (prefilled before the clock starts), then all
+//! decode greedily together, one token each per step. Printed: generated tokens per second
+//! summed over the streams, milliseconds per step, and the ratio to the single stream of the
+//! same run. A `DecoderLM` decoding alone runs in each round too, as the reference for the
+//! one-stream row.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use rml::exec::ThreadPool;
+use rml::load::Model;
+use rml::model::{DecoderBatch, DecoderLM, DecoderOptions, SeqInput};
+use rml::Result;
+
+fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Prompt `s` (16 ids derived from the stream index and the vocabulary size).
+fn prompt(s: usize, vocab: usize) -> Vec<u32> {
+    (0..16u64).map(|i| ((i * 7919 + s as u64 * 104_729 + 13) % vocab as u64) as u32).collect()
+}
+
+/// Seconds `streams` sequences take to generate `tokens` tokens each, decoding together.
+fn batch_run(
+    model: &Model,
+    pool: &ThreadPool,
+    opts: DecoderOptions,
+    streams: usize,
+    tokens: usize,
+) -> Result<f64> {
+    let c = model.config();
+    let mut b = DecoderBatch::new(c, &model, pool, opts, streams)?;
+    let mut next = vec![[0u32; 1]; streams];
+    for (s, next) in next.iter_mut().enumerate() {
+        b.step(&[SeqInput { slot: s, tokens: &prompt(s, c.vocab_size) }])?;
+        *next = [argmax(b.logits(0))];
+    }
+    let t0 = Instant::now();
+    for _ in 0..tokens {
+        let work: Vec<SeqInput<'_>> =
+            next.iter().enumerate().map(|(s, t)| SeqInput { slot: s, tokens: t }).collect();
+        b.step(&work)?;
+        drop(work);
+        for (i, n) in next.iter_mut().enumerate() {
+            *n = [argmax(b.logits(i))];
+        }
+    }
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+/// Seconds a `DecoderLM` alone takes to generate `tokens` tokens.
+fn single_run(
+    model: &Model,
+    pool: &ThreadPool,
+    opts: DecoderOptions,
+    tokens: usize,
+) -> Result<f64> {
+    let c = model.config();
+    let mut lm = DecoderLM::new(c, &model, pool, opts)?;
+    let mut next = argmax(lm.prefill(&prompt(0, c.vocab_size))?);
+    let t0 = Instant::now();
+    for _ in 0..tokens {
+        next = argmax(lm.decode(next)?);
+    }
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let path = args.next().map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("RML_SMOLLM2_GGUF").map(PathBuf::from).unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("target/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        })
+    });
+    let tokens: usize = args.next().map_or(128, |t| t.parse().expect("TOKENS: a number"));
+    let env_num = |k: &str, d: usize| {
+        std::env::var(k).ok().map_or(d, |v| v.parse().unwrap_or_else(|_| panic!("{k}: a number")))
+    };
+    let threads = env_num("RML_NUM_THREADS", 2);
+    let rounds = env_num("BT_ROUNDS", 3).max(1);
+    let streams: Vec<usize> = std::env::var("BT_STREAMS").map_or(vec![1, 2, 4, 8], |v| {
+        v.split(',').map(|s| s.trim().parse().expect("BT_STREAMS: numbers")).collect()
+    });
+    let model = Model::open(&path)?;
+    let pool = ThreadPool::new(threads);
+    let opts = DecoderOptions { context_len: Some(16 + tokens + 1), ..DecoderOptions::default() };
+    println!(
+        "# {} ({}), {threads} threads, kernels {}, {tokens} tokens per stream, best of {rounds} rounds",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        model.config().arch.name,
+        rml::kernels::active()?.isa(),
+    );
+    let mut best = vec![f64::MAX; streams.len()];
+    let mut alone = f64::MAX;
+    for _ in 0..rounds {
+        alone = alone.min(single_run(&model, &pool, opts, tokens)?);
+        for (i, &s) in streams.iter().enumerate() {
+            best[i] = best[i].min(batch_run(&model, &pool, opts, s, tokens)?);
+        }
+    }
+    let rate = |s: usize, secs: f64| (s * tokens) as f64 / secs;
+    let one = streams.iter().position(|&s| s == 1).map(|i| rate(1, best[i]));
+    println!("DecoderLM alone: {:8.1} tokens/s", rate(1, alone));
+    println!("{:>7} {:>12} {:>9} {:>8}", "streams", "tokens/s", "ms/step", "vs 1");
+    for (i, &s) in streams.iter().enumerate() {
+        let r = rate(s, best[i]);
+        let ratio = one.map_or(String::from("-"), |o| format!("{:.2}x", r / o));
+        println!("{s:>7} {r:>12.1} {:>9.2} {ratio:>8}", best[i] * 1e3 / tokens as f64);
+    }
+    Ok(())
+}
