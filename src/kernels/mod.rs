@@ -91,6 +91,13 @@ pub mod scalar;
 /// The block formats, now [`crate::quant`] (kept here so older paths resolve).
 pub use crate::quant;
 
+// The drivers the SIMD tiers share (only where a SIMD tier is compiled).
+#[cfg(any(
+    all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))),
+    all(target_arch = "aarch64", target_feature = "neon")
+))]
+mod frame;
+
 // Not in `cargo fuzz` builds (`cfg(fuzzing)`) nor in the loom model's (`cfg(loom)`): neither
 // runs a kernel, and these modules were most of their build time (under coverage and
 // AddressSanitizer instrumentation, over 12 of the fuzz build's ~18 minutes on 2 cores).

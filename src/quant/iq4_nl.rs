@@ -27,6 +27,8 @@ pub struct BlockIq4Nl {
 pub const BYTES: usize = core::mem::size_of::<BlockIq4Nl>();
 const _: () = assert!(BYTES == 18);
 
+super::layout::block_layout!(BlockIq4Nl, IQ4_NL, m: -, qh: -);
+
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {
     dtype: DType::IQ4_NL,

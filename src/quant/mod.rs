@@ -32,6 +32,7 @@ use crate::tensor::DType;
 
 mod float;
 pub mod iq4_nl;
+pub mod layout;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -46,6 +47,7 @@ pub mod q8;
 pub mod q8_0;
 pub mod reference;
 
+pub use layout::BlockLayout;
 pub use q4_0::{dequantize_block_q4_0, dequantize_row_q4_0, quantize_row_q4_0, BlockQ4_0};
 pub use q4_1::{dequantize_block_q4_1, dequantize_row_q4_1, quantize_row_q4_1, BlockQ4_1};
 pub use q5_0::{dequantize_block_q5_0, quantize_row_q5_0, BlockQ5_0};

@@ -23,6 +23,8 @@ pub struct BlockQ4_0 {
 pub const BYTES: usize = core::mem::size_of::<BlockQ4_0>();
 const _: () = assert!(BYTES == 18);
 
+super::layout::block_layout!(BlockQ4_0, Q4_0, m: -, qh: -);
+
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {
     dtype: DType::Q4_0,

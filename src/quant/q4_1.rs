@@ -25,6 +25,8 @@ pub struct BlockQ4_1 {
 pub const BYTES: usize = core::mem::size_of::<BlockQ4_1>();
 const _: () = assert!(BYTES == 20);
 
+super::layout::block_layout!(BlockQ4_1, Q4_1, m: m, qh: -);
+
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {
     dtype: DType::Q4_1,

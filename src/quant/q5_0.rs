@@ -26,6 +26,8 @@ pub struct BlockQ5_0 {
 pub const BYTES: usize = core::mem::size_of::<BlockQ5_0>();
 const _: () = assert!(BYTES == 22);
 
+super::layout::block_layout!(BlockQ5_0, Q5_0, m: -, qh: qh);
+
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {
     dtype: DType::Q5_0,

@@ -37,6 +37,13 @@ use crate::tensor::DType;
 pub const BYTES: usize = 2 * q5_0::BYTES;
 /// Bytes per 32 elements (as Q5_0): a column block's stride in a row.
 pub const HALF_BYTES: usize = q5_0::BYTES;
+/// Byte offset of the two f16 scales (half `h`'s at `D_OFFSET + 2 h`).
+pub const D_OFFSET: usize = 0;
+/// Byte offset of the fifth bits: a little-endian u64, half `h`'s u32 at `QH_OFFSET + 4 h`.
+pub const QH_OFFSET: usize = 4;
+/// Byte offset of the 32 quant bytes (half 0 in the low nibbles, half 1 in the high).
+pub const QS_OFFSET: usize = 12;
+const _: () = assert!(QS_OFFSET + QK == BYTES);
 
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {

@@ -27,6 +27,8 @@ pub struct BlockQ5_1 {
 pub const BYTES: usize = core::mem::size_of::<BlockQ5_1>();
 const _: () = assert!(BYTES == 24);
 
+super::layout::block_layout!(BlockQ5_1, Q5_1, m: m, qh: qh);
+
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {
     dtype: DType::Q5_1,

@@ -21,6 +21,8 @@ pub struct BlockQ8_0 {
 pub const BYTES: usize = core::mem::size_of::<BlockQ8_0>();
 const _: () = assert!(BYTES == 34);
 
+super::layout::block_layout!(BlockQ8_0, Q8_0, m: -, qh: -);
+
 /// The table row.
 pub(super) const INFO: TypeInfo = TypeInfo {
     dtype: DType::Q8_0,

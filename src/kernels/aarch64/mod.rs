@@ -19,6 +19,24 @@ mod neon_f32;
 mod neon_k;
 mod neon_q8;
 
+/// The aarch64 [`super::frame::Prefetch`]: `PRFM PLDL1KEEP`.
+pub(super) struct NeonPrefetch;
+
+impl super::frame::Prefetch for NeonPrefetch {
+    #[inline(always)]
+    unsafe fn line(p: *const u8) {
+        // SAFETY: `PRFM` is a hint: it reads nothing architecturally and never faults,
+        // whatever the address.
+        unsafe {
+            asm!(
+                "prfm pldl1keep, [{p}]",
+                p = in(reg) p,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+    }
+}
+
 /// The NEON table (no `dotprod`): every entry with a NEON body overridden, the rest scalar.
 pub(crate) const NEON: Kernels = SCALAR
     .for_isa(Isa::Neon)

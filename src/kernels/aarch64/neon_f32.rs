@@ -261,9 +261,9 @@ impl<Q: QBlock> Weights for Blk<Q> {
         unsafe {
             let blk = row.add(b * Q::BYTES);
             let v = i8x32_f32(Q::weights(blk));
-            let d = f16_splat(blk);
+            let d = f16_splat(blk.add(Q::D));
             if Q::MIN {
-                let m = f16_splat(blk.add(2));
+                let m = f16_splat(blk.add(Q::M));
                 v.map(|(l, h)| (vfmaq_f32(m, l, d), vfmaq_f32(m, h, d)))
             } else {
                 v.map(|(l, h)| (vmulq_f32(l, d), vmulq_f32(h, d)))

@@ -14,8 +14,12 @@
 use core::arch::aarch64::*;
 use core::arch::asm;
 
-use super::cvt_f16x4;
-use crate::quant::{Q8Acts, QK};
+use core::marker::PhantomData;
+
+use super::{cvt_f16x4, NeonPrefetch};
+use crate::kernels::frame::q8::{q8_entries, Q8Tier, TileX};
+use crate::quant::iq4_nl::BlockIq4Nl;
+use crate::quant::{BlockLayout, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
 
 /// How two 16-byte vectors of i8 are dotted into 4 i32 lanes.
 pub(super) trait Dot {
@@ -66,13 +70,23 @@ impl Dot for Widen {
 }
 
 /// A 32-element quantized weight block as two signed-byte vectors (elements 0..16, 16..32),
-/// with its f16 scale `d` at byte 0 (and f16 minimum `m` at byte 2 when [`QBlock::MIN`]):
-/// element `i` is `d · w_i` (`+ m`).
+/// with its f16 scale `d` (and f16 minimum `m` when [`QBlock::MIN`]) where its
+/// [`BlockLayout`] says: element `i` is `d · w_i` (`+ m`).
 pub(super) trait QBlock {
+    /// The block's byte layout (field offsets by name).
+    type L: BlockLayout;
     /// Bytes per block.
-    const BYTES: usize;
+    const BYTES: usize = <Self::L as BlockLayout>::BYTES;
     /// Q4_1 / Q5_1: the block term adds `m · s`.
-    const MIN: bool;
+    const MIN: bool = <Self::L as BlockLayout>::HAS_M;
+    /// Byte offset of the f16 scale.
+    const D: usize = <Self::L as BlockLayout>::D_OFFSET;
+    /// Byte offset of the f16 minimum (with [`QBlock::MIN`]).
+    const M: usize = <Self::L as BlockLayout>::M;
+    /// Byte offset of the fifth bits (the Q5 types).
+    const QH: usize = <Self::L as BlockLayout>::QH;
+    /// Byte offset of the quants.
+    const QS: usize = <Self::L as BlockLayout>::QS_OFFSET;
 
     /// The block's 32 weights as i8.
     ///
@@ -96,13 +110,15 @@ pub(super) struct Q5_1B;
 pub(super) struct Iq4NlB;
 
 impl QBlock for Q8_0B {
-    const BYTES: usize = 34;
-    const MIN: bool = false;
+    type L = BlockQ8_0;
 
     #[inline(always)]
     unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
-        // SAFETY: 32 bytes at `blk + 2` (caller contract).
-        unsafe { (vld1q_s8(blk.add(2).cast()), vld1q_s8(blk.add(18).cast())) }
+        // SAFETY: the block's 32 quant bytes (caller contract).
+        unsafe {
+            let qs = blk.add(Self::QS);
+            (vld1q_s8(qs.cast()), vld1q_s8(qs.add(16).cast()))
+        }
     }
 }
 
@@ -121,14 +137,13 @@ unsafe fn nibbles(qs: *const u8) -> (uint8x16_t, uint8x16_t) {
 }
 
 impl QBlock for Q4_0B {
-    const BYTES: usize = 18;
-    const MIN: bool = false;
+    type L = BlockQ4_0;
 
     #[inline(always)]
     unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
-        // SAFETY: 16 bytes at `blk + 2` (caller contract).
+        // SAFETY: the block's 16 quant bytes (caller contract).
         unsafe {
-            let (lo, hi) = nibbles(blk.add(2));
+            let (lo, hi) = nibbles(blk.add(Self::QS));
             let eight = vdupq_n_s8(8);
             (vsubq_s8(vreinterpretq_s8_u8(lo), eight), vsubq_s8(vreinterpretq_s8_u8(hi), eight))
         }
@@ -136,14 +151,13 @@ impl QBlock for Q4_0B {
 }
 
 impl QBlock for Q4_1B {
-    const BYTES: usize = 20;
-    const MIN: bool = true;
+    type L = BlockQ4_1;
 
     #[inline(always)]
     unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
-        // SAFETY: 16 bytes at `blk + 4` (caller contract).
+        // SAFETY: the block's 16 quant bytes (caller contract).
         unsafe {
-            let (lo, hi) = nibbles(blk.add(4));
+            let (lo, hi) = nibbles(blk.add(Self::QS));
             (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi))
         }
     }
@@ -186,15 +200,14 @@ unsafe fn q5_values(qh: *const u8, qs: *const u8) -> (int8x16_t, int8x16_t) {
 }
 
 impl QBlock for Q5_0B {
-    const BYTES: usize = crate::quant::q5_0::BYTES;
-    const MIN: bool = false;
+    type L = BlockQ5_0;
 
     #[inline(always)]
     unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
-        // SAFETY: `qh` at `blk + 2`, `qs` at `blk + 6` (caller contract: a whole block).
+        // SAFETY: the block's `qh` and `qs` (caller contract: a whole block).
         // Σ (q - 16) x = Σ q x - 16 Σ x: the oracle's integer exactly.
         unsafe {
-            let (a, b) = q5_values(blk.add(2), blk.add(6));
+            let (a, b) = q5_values(blk.add(Self::QH), blk.add(Self::QS));
             let s = vdupq_n_s8(16);
             (vsubq_s8(a, s), vsubq_s8(b, s))
         }
@@ -202,26 +215,24 @@ impl QBlock for Q5_0B {
 }
 
 impl QBlock for Q5_1B {
-    const BYTES: usize = crate::quant::q5_1::BYTES;
-    const MIN: bool = true;
+    type L = BlockQ5_1;
 
     #[inline(always)]
     unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
-        // SAFETY: `qh` at `blk + 4`, `qs` at `blk + 8` (caller contract: a whole block).
-        unsafe { q5_values(blk.add(4), blk.add(8)) }
+        // SAFETY: the block's `qh` and `qs` (caller contract: a whole block).
+        unsafe { q5_values(blk.add(Self::QH), blk.add(Self::QS)) }
     }
 }
 
 impl QBlock for Iq4NlB {
-    const BYTES: usize = crate::quant::iq4_nl::BYTES;
-    const MIN: bool = false;
+    type L = BlockIq4Nl;
 
     #[inline(always)]
     unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
-        // SAFETY: 16 index bytes at `blk + 2` (caller contract); the codebook is 16 bytes.
+        // SAFETY: the block's 16 index bytes (caller contract); the codebook is 16 bytes.
         unsafe {
             let kv = vld1q_s8(crate::quant::iq4_nl::KVALUES.as_ptr());
-            let (lo, hi) = nibbles(blk.add(2));
+            let (lo, hi) = nibbles(blk.add(Self::QS));
             (vqtbl1q_s8(kv, lo), vqtbl1q_s8(kv, hi))
         }
     }
@@ -301,147 +312,139 @@ unsafe fn quad<Q: QBlock, D: Dot>(
         let i = |j: usize| isum::<Q, D>(wb.add(j * Q::BYTES), xb.add(j * QK));
         let sums = vpaddq_s32(vpaddq_s32(i(0), i(1)), vpaddq_s32(i(2), i(3)));
         let ms = if Q::MIN {
-            Some((gather_f16(wb.add(2), Q::BYTES), vld1q_f32(s.add(b))))
+            Some((gather_f16(wb.add(Q::M), Q::BYTES), vld1q_f32(s.add(b))))
         } else {
             None
         };
-        term(acc, sums, gather_f16(wb, Q::BYTES), vld1q_f32(d.add(b)), ms)
+        term(acc, sums, gather_f16(wb.add(Q::D), Q::BYTES), vld1q_f32(d.add(b)), ms)
     }
 }
 
-/// One weight row (`nb` blocks at `w`) · one activation row.
+/// Blocks `b .. nb` (fewer than eight) of one weight row (at `w`) · one activation row
+/// (`qs`, `d`, `s`), added to `lo`, `hi` in the oracle's order (block `b + j`'s term into
+/// lane `j`, lanes 0..4 in `lo`, 4..8 in `hi`; lanes past the blocks gain 0).
 ///
 /// # Safety
 ///
-/// `w` holds `nb` blocks; `qs`, `d`, `s` hold `nb * 32`, `nb`, `nb` values; NEON
-/// (+ `dotprod` for [`Sdot`]).
+/// Blocks `b .. nb` of the row and of the activation row; NEON (+ `dotprod` for [`Sdot`]).
 #[inline(always)]
-unsafe fn row_dot<Q: QBlock, D: Dot>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn tail<Q: QBlock, D: Dot>(
+    acc: [float32x4_t; 2],
     w: *const u8,
+    b: usize,
     nb: usize,
     qs: *const i8,
     d: *const f32,
     s: *const f32,
-) -> f32 {
+) -> [float32x4_t; 2] {
     // SAFETY: every block index below is `< nb` (caller contract).
     unsafe {
-        let (mut lo, mut hi) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
-        let mut b = 0;
-        while b + 8 <= nb {
-            lo = quad::<Q, D>(lo, w, b, qs, d, s);
-            hi = quad::<Q, D>(hi, w, b + 4, qs, d, s);
-            b += 8;
+        let (mut is, mut dw, mut dx) = ([0i32; 8], [0f32; 8], [0f32; 8]);
+        let (mut mw, mut sx) = ([0f32; 8], [0f32; 8]);
+        for j in 0..nb - b {
+            let blk = w.add((b + j) * Q::BYTES);
+            is[j] = vaddvq_s32(isum::<Q, D>(blk, qs.add((b + j) * QK)));
+            dw[j] = vgetq_lane_f32::<0>(gather_f16(blk.add(Q::D), 0));
+            dx[j] = *d.add(b + j);
+            if Q::MIN {
+                mw[j] = vgetq_lane_f32::<0>(gather_f16(blk.add(Q::M), 0));
+                sx[j] = *s.add(b + j);
+            }
         }
-        if b < nb {
-            let (mut is, mut dw, mut dx) = ([0i32; 8], [0f32; 8], [0f32; 8]);
-            let (mut mw, mut sx) = ([0f32; 8], [0f32; 8]);
-            for j in 0..nb - b {
-                let blk = w.add((b + j) * Q::BYTES);
-                is[j] = vaddvq_s32(isum::<Q, D>(blk, qs.add((b + j) * QK)));
-                dw[j] = vgetq_lane_f32::<0>(gather_f16(blk, 0));
-                dx[j] = *d.add(b + j);
-                if Q::MIN {
-                    mw[j] = vgetq_lane_f32::<0>(gather_f16(blk.add(2), 0));
-                    sx[j] = *s.add(b + j);
+        let mut acc = acc;
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let o = 4 * h;
+            let ms = if Q::MIN {
+                Some((vld1q_f32(mw.as_ptr().add(o)), vld1q_f32(sx.as_ptr().add(o))))
+            } else {
+                None
+            };
+            *acc = term(
+                *acc,
+                vld1q_s32(is.as_ptr().add(o)),
+                vld1q_f32(dw.as_ptr().add(o)),
+                vld1q_f32(dx.as_ptr().add(o)),
+                ms,
+            );
+        }
+        acc
+    }
+}
+
+/// The NEON and NEON + SDOT tiers' [`Q8Tier`] ([`Widen`] / [`Sdot`] for `D`): one output per
+/// pair of 4-lane accumulators (the oracle's lanes 0..4 and 4..8), each output's groups of
+/// eight blocks ([`quad`] twice) and last blocks ([`tail`]) one after the other.
+pub(super) struct NeonTier<D>(PhantomData<D>);
+
+impl<Q: QBlock, D: Dot> Q8Tier<Q> for NeonTier<D> {
+    const BYTES: usize = Q::BYTES;
+    type Prefetch = NeonPrefetch;
+    type Acc = [float32x4_t; 2];
+
+    #[inline(always)]
+    unsafe fn zero() -> [float32x4_t; 2] {
+        // SAFETY: register-only NEON intrinsic (caller contract).
+        unsafe { [vdupq_n_f32(0.0); 2] }
+    }
+
+    #[inline(always)]
+    unsafe fn group<const R: usize, const N: usize, const P: usize>(
+        w: *const u8,
+        rb: usize,
+        x: TileX,
+        b: usize,
+        m: usize,
+        acc: &mut [[float32x4_t; 2]; P],
+    ) {
+        // SAFETY: blocks `b .. b + m <= nb` of rows `r < R` and activation rows `t < N`
+        // (caller contract).
+        unsafe {
+            for r in 0..R {
+                let wr = w.add(r * rb);
+                for t in 0..N {
+                    let xt = x.rows_from(t);
+                    let a = &mut acc[r * N + t];
+                    *a = if m == 8 {
+                        [
+                            quad::<Q, D>(a[0], wr, b, xt.qs, xt.d, xt.s),
+                            quad::<Q, D>(a[1], wr, b + 4, xt.qs, xt.d, xt.s),
+                        ]
+                    } else {
+                        tail::<Q, D>(*a, wr, b, b + m, xt.qs, xt.d, xt.s)
+                    };
                 }
             }
-            for (h, acc) in [&mut lo, &mut hi].into_iter().enumerate() {
-                let o = 4 * h;
-                let ms = if Q::MIN {
-                    Some((vld1q_f32(mw.as_ptr().add(o)), vld1q_f32(sx.as_ptr().add(o))))
-                } else {
-                    None
-                };
-                *acc = term(
-                    *acc,
-                    vld1q_s32(is.as_ptr().add(o)),
-                    vld1q_f32(dw.as_ptr().add(o)),
-                    vld1q_f32(dx.as_ptr().add(o)),
-                    ms,
-                );
-            }
         }
-        // ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as the oracle.
-        let t = vaddq_f32(lo, hi);
-        vpadds_f32(vadd_f32(vget_low_f32(t), vget_high_f32(t)))
     }
-}
 
-/// Every (row, activation row) pair of the block, one row at a time.
-///
-/// # Safety
-///
-/// As [`crate::kernels::MatmulQ8Fn`]; NEON (+ `dotprod` for [`Sdot`]).
-#[inline(always)]
-unsafe fn matmul<Q: QBlock, D: Dot>(
-    w: *const u8,
-    rb: usize,
-    rows: usize,
-    xq: &Q8Acts<'_>,
-    n: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
-    let nb = xq.nb();
-    let (qs, d, s) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.s().as_ptr());
-    for r in 0..rows {
-        for t in 0..n {
-            let o = t * nb;
-            // SAFETY: row `r < rows` of `nb` blocks, activation row `t < n <= xq.n()`,
-            // `y[t * ldy + r]` writable (caller contract).
-            unsafe {
-                *y.add(t * ldy + r) =
-                    row_dot::<Q, D>(w.add(r * rb), nb, qs.add(o * QK), d.add(o), s.add(o));
-            }
+    #[inline(always)]
+    unsafe fn output<const P: usize>(acc: &[[float32x4_t; 2]; P], o: usize) -> f32 {
+        // SAFETY: register-only NEON intrinsics (caller contract).
+        unsafe {
+            // ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as the oracle.
+            let t = vaddq_f32(acc[o][0], acc[o][1]);
+            vpadds_f32(vadd_f32(vget_low_f32(t), vget_high_f32(t)))
         }
     }
 }
 
-macro_rules! entry {
-    ($name:ident, $q:ty, $d:ty, $tier:ident, $doc:expr) => {
-        tier_fn! { $tier;
-            #[doc = $doc]
-            ///
-            /// # Safety
-            ///
-            /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the enabled features.
-            pub(super) unsafe fn $name(
-                w: *const u8,
-                rb: usize,
-                rows: usize,
-                xq: &Q8Acts<'_>,
-                n: usize,
-                y: *mut f32,
-                ldy: usize,
-            ) {
-                // SAFETY: forwarded caller contract; the features are enabled here.
-                unsafe { matmul::<$q, $d>(w, rb, rows, xq, n, y, ldy) }
-            }
-        }
-    };
+q8_entries! { Neon, NeonTier<Widen>, "NEON table entry.";
+    matmul_q8_0_q8_neon, Q8_0B;
+    matmul_q4_0_q8_neon, Q4_0B;
+    matmul_q4_1_q8_neon, Q4_1B;
+    matmul_q5_0_q8_neon, Q5_0B;
+    matmul_q5_1_q8_neon, Q5_1B;
+    matmul_iq4_nl_q8_neon, Iq4NlB;
 }
 
-/// The NEON and NEON + `SDOT` int8 entries of each type (activations in Q8).
-macro_rules! entries {
-    ($($neon:ident, $sdot:ident, $q:ty, $block:literal;)*) => { $(
-        entry!($neon, $q, Widen, Neon, concat!("NEON table entry for ggml `", $block, "`."));
-        entry!(
-            $sdot,
-            $q,
-            Sdot,
-            NeonDotprod,
-            concat!("NEON + `SDOT` table entry for ggml `", $block, "`.")
-        );
-    )* };
-}
-
-entries! {
-    matmul_q8_0_q8_neon, matmul_q8_0_q8_sdot, Q8_0B, "block_q8_0";
-    matmul_q4_0_q8_neon, matmul_q4_0_q8_sdot, Q4_0B, "block_q4_0";
-    matmul_q4_1_q8_neon, matmul_q4_1_q8_sdot, Q4_1B, "block_q4_1";
-    matmul_q5_0_q8_neon, matmul_q5_0_q8_sdot, Q5_0B, "block_q5_0";
-    matmul_q5_1_q8_neon, matmul_q5_1_q8_sdot, Q5_1B, "block_q5_1";
-    matmul_iq4_nl_q8_neon, matmul_iq4_nl_q8_sdot, Iq4NlB, "block_iq4_nl";
+q8_entries! { NeonDotprod, NeonTier<Sdot>, "NEON + `SDOT` table entry.";
+    matmul_q8_0_q8_sdot, Q8_0B;
+    matmul_q4_0_q8_sdot, Q4_0B;
+    matmul_q4_1_q8_sdot, Q4_1B;
+    matmul_q5_0_q8_sdot, Q5_0B;
+    matmul_q5_1_q8_sdot, Q5_1B;
+    matmul_iq4_nl_q8_sdot, Iq4NlB;
 }
 
 tier_fn! { Neon;

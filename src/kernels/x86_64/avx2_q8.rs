@@ -1,8 +1,9 @@
-//! AVX2 int8 kernels: quantized weights × Q8 activations ([`crate::quant::Q8Acts`]),
-//! and the Q8 quantizer.
+//! AVX2 int8 kernels: quantized weights × Q8 activations ([`crate::quant::Q8Acts`]) as the
+//! AVX2 and AVX-VNNI tiers' [`Q8Tier`] (the tiles, their schedule and prefetches are the
+//! kernel frame's, `kernels/frame/q8.rs`), and the Q8 quantizer.
 //!
 //! Per block the exact i32 dot product comes from `maddubs` (u8 × i8 pairs into i16) and
-//! `madd` (i16 pairs into i32):
+//! `madd` (i16 pairs into i32), or AVX-VNNI's `vpdpbusd` ([`Dot256`]):
 //! - Q8_0: the sign trick — `|w|` as u8 (`|-128|` = 128 fits) times `x` with `w`'s sign
 //!   (activations are never -128, so negating them cannot overflow); a pair is at most
 //!   `2 · 128 · 127 = 32512`, so `maddubs` never saturates.
@@ -16,21 +17,35 @@
 
 use core::arch::x86_64::*;
 
+use core::marker::PhantomData;
+
 use super::{
     f16_at, fifth_bits, gather_f16, hsum_epi32, hsum_ps, iq4_values32, nibbles32, reduce8, term,
-    Avx2Ops, Dot256,
+    Avx2Ops, Dot256, X86Prefetch,
 };
-use crate::quant::{Q8Acts, QK};
+use crate::kernels::frame::q8::{q8_entries, Q8Tier, TileX};
+use crate::quant::iq4_nl::BlockIq4Nl;
+use crate::quant::{BlockLayout, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
 
 /// A 32-element quantized weight block as seen by the int8 kernels (this file's and the VNNI
 /// tiers' of `avx512_q8.rs`).
 pub(super) trait QBlock {
+    /// The block's byte layout (field offsets by name).
+    type L: BlockLayout;
     /// Bytes per block.
-    const BYTES: usize;
+    const BYTES: usize = <Self::L as BlockLayout>::BYTES;
     /// The block sum needs `- OFFSET · Σ x` (8 for Q4_0, 16 for Q5_0, else 0).
     const OFFSET: i32;
-    /// Q4_1 / Q5_1: the block term adds `m · s` (the f16 minimum at byte 2).
-    const MIN: bool;
+    /// Q4_1 / Q5_1: the block term adds `m · s` (the f16 minimum).
+    const MIN: bool = <Self::L as BlockLayout>::HAS_M;
+    /// Byte offset of the f16 scale.
+    const D: usize = <Self::L as BlockLayout>::D_OFFSET;
+    /// Byte offset of the f16 minimum (with [`QBlock::MIN`]).
+    const M: usize = <Self::L as BlockLayout>::M;
+    /// Byte offset of the fifth bits (the Q5 types).
+    const QH: usize = <Self::L as BlockLayout>::QH;
+    /// Byte offset of the quants.
+    const QS: usize = <Self::L as BlockLayout>::QS_OFFSET;
 
     /// The (unsigned, signed) operand pair whose `u8 × i8` dot is the block's dot product with
     /// the 32 activation values `x` (before the `OFFSET` correction).
@@ -61,75 +76,69 @@ unsafe fn signed_operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
 }
 
 impl QBlock for Q8_0B {
-    const BYTES: usize = crate::quant::q8_0::BYTES;
+    type L = BlockQ8_0;
     const OFFSET: i32 = 0;
-    const MIN: bool = false;
 
     #[inline(always)]
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: 32 bytes at `blk + 2` (caller contract).
-        unsafe { signed_operands(_mm256_loadu_si256(blk.add(2).cast()), x) }
+        // SAFETY: 32 bytes at the block's quants (caller contract).
+        unsafe { signed_operands(_mm256_loadu_si256(blk.add(Self::QS).cast()), x) }
     }
 }
 
 impl QBlock for Q4_0B {
-    const BYTES: usize = crate::quant::q4_0::BYTES;
+    type L = BlockQ4_0;
     const OFFSET: i32 = 8;
-    const MIN: bool = false;
 
     #[inline(always)]
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: 16 bytes at `blk + 2` (caller contract).
-        unsafe { (nibbles32(blk.add(2)), x) }
+        // SAFETY: 16 bytes at the block's quants (caller contract).
+        unsafe { (nibbles32(blk.add(Self::QS)), x) }
     }
 }
 
 impl QBlock for Q4_1B {
-    const BYTES: usize = crate::quant::q4_1::BYTES;
+    type L = BlockQ4_1;
     const OFFSET: i32 = 0;
-    const MIN: bool = true;
 
     #[inline(always)]
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: 16 bytes at `blk + 4` (caller contract).
-        unsafe { (nibbles32(blk.add(4)), x) }
+        // SAFETY: 16 bytes at the block's quants (caller contract).
+        unsafe { (nibbles32(blk.add(Self::QS)), x) }
     }
 }
 
 impl QBlock for Q5_0B {
-    const BYTES: usize = crate::quant::q5_0::BYTES;
+    type L = BlockQ5_0;
     const OFFSET: i32 = 16;
-    const MIN: bool = false;
 
     #[inline(always)]
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: 4 bytes at `blk + 2`, 16 at `blk + 6` (caller contract).
-        unsafe { (_mm256_or_si256(nibbles32(blk.add(6)), fifth_bits(blk.add(2))), x) }
+        // SAFETY: the block's 4 bytes of fifth bits and 16 of quants (caller contract).
+        unsafe { (_mm256_or_si256(nibbles32(blk.add(Self::QS)), fifth_bits(blk.add(Self::QH))), x) }
     }
 }
 
 impl QBlock for Q5_1B {
-    const BYTES: usize = crate::quant::q5_1::BYTES;
+    type L = BlockQ5_1;
     const OFFSET: i32 = 0;
-    const MIN: bool = true;
 
     #[inline(always)]
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: 4 bytes at `blk + 4`, 16 at `blk + 8` (caller contract).
-        unsafe { (_mm256_or_si256(nibbles32(blk.add(8)), fifth_bits(blk.add(4))), x) }
+        // SAFETY: the block's 4 bytes of fifth bits and 16 of quants (caller contract).
+        unsafe { (_mm256_or_si256(nibbles32(blk.add(Self::QS)), fifth_bits(blk.add(Self::QH))), x) }
     }
 }
 
 impl QBlock for Iq4NlB {
-    const BYTES: usize = crate::quant::iq4_nl::BYTES;
+    type L = BlockIq4Nl;
     const OFFSET: i32 = 0;
-    const MIN: bool = false;
 
     #[inline(always)]
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: 16 bytes at `blk + 2` (caller contract). Codebook values are in
+        // SAFETY: 16 bytes at the block's quants (caller contract). Codebook values are in
         // -127..=113: the sign trick of Q8_0.
-        unsafe { signed_operands(iq4_values32(blk.add(2)), x) }
+        unsafe { signed_operands(iq4_values32(blk.add(Self::QS)), x) }
     }
 }
 
@@ -152,7 +161,8 @@ unsafe fn isum<Q: QBlock, D: Dot256>(blk: *const u8, x: *const i8) -> __m256i {
 ///
 /// # Safety
 ///
-/// As [`row_dot`]; `nb - b < 8`.
+/// Blocks `b .. nb` of the row at `w` and of the activation row (`qs`, `d`, `s`, `sum`);
+/// AVX2 + F16C and `D`'s features available; `nb - b < 8`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn tail_blocks<Q: QBlock, D: Dot256>(
@@ -175,10 +185,10 @@ pub(super) unsafe fn tail_blocks<Q: QBlock, D: Dot256>(
             if Q::OFFSET != 0 {
                 is[j] -= Q::OFFSET * *sum.add(b + j);
             }
-            dw[j] = f16_at(blk);
+            dw[j] = f16_at(blk.add(Q::D));
             dx[j] = *d.add(b + j);
             if Q::MIN {
-                mw[j] = f16_at(blk.add(2));
+                mw[j] = f16_at(blk.add(Q::M));
                 sx[j] = *s.add(b + j);
             }
         }
@@ -192,119 +202,104 @@ pub(super) unsafe fn tail_blocks<Q: QBlock, D: Dot256>(
     }
 }
 
-/// One weight row (`nb` blocks at `w`) · one activation row.
+/// Eight whole blocks `b .. b + 8` of one weight row (at `w`) · one activation row, added to
+/// `acc` in the oracle's order (block `b + j`'s term into lane `j`).
 ///
 /// # Safety
 ///
-/// `w` holds `nb` blocks; `qs`, `d`, `s`, `sum` hold `nb * 32`, `nb`, `nb`, `nb` values;
-/// AVX2 + F16C and `D`'s features available.
+/// Blocks `b .. b + 8` of the row at `w`; `qs`, `d`, `s`, `sum` the activation row's arrays
+/// (blocks `b .. b + 8` in them); AVX2 + F16C and `D`'s features available.
 #[inline(always)]
-unsafe fn row_dot<Q: QBlock, D: Dot256>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn group8<Q: QBlock, D: Dot256>(
+    acc: __m256,
     w: *const u8,
-    nb: usize,
+    b: usize,
     qs: *const i8,
     d: *const f32,
     s: *const f32,
     sum: *const i32,
-) -> f32 {
-    // SAFETY: every block index below is `< nb` (caller contract).
+) -> __m256 {
+    // SAFETY: blocks `b .. b + 8` are in bounds (caller contract).
     unsafe {
-        let mut acc = _mm256_setzero_ps();
-        let mut b = 0;
-        while b + 8 <= nb {
-            let wb = w.add(b * Q::BYTES);
-            let xb = qs.add(b * QK);
-            let mut v = [_mm256_setzero_si256(); 8];
-            for (j, v) in v.iter_mut().enumerate() {
-                *v = isum::<Q, D>(wb.add(j * Q::BYTES), xb.add(j * QK));
-            }
-            let mut isum = reduce8(v);
-            if Q::OFFSET != 0 {
-                let sx = _mm256_loadu_si256(sum.add(b).cast());
-                isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(sx, _mm256_set1_epi32(Q::OFFSET)));
-            }
-            let ms = if Q::MIN {
-                Some((gather_f16(wb.add(2), Q::BYTES), _mm256_loadu_ps(s.add(b))))
-            } else {
-                None
-            };
-            acc = term(acc, isum, gather_f16(wb, Q::BYTES), _mm256_loadu_ps(d.add(b)), ms);
-            b += 8;
+        let wb = w.add(b * Q::BYTES);
+        let xb = qs.add(b * QK);
+        let mut v = [_mm256_setzero_si256(); 8];
+        for (j, v) in v.iter_mut().enumerate() {
+            *v = isum::<Q, D>(wb.add(j * Q::BYTES), xb.add(j * QK));
         }
-        if b < nb {
-            acc = tail_blocks::<Q, D>(acc, w, b, nb, qs, d, s, sum);
+        let mut isum = reduce8(v);
+        if Q::OFFSET != 0 {
+            let sx = _mm256_loadu_si256(sum.add(b).cast());
+            isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(sx, _mm256_set1_epi32(Q::OFFSET)));
         }
-        hsum_ps(acc)
+        let ms = if Q::MIN {
+            Some((gather_f16(wb.add(Q::M), Q::BYTES), _mm256_loadu_ps(s.add(b))))
+        } else {
+            None
+        };
+        term(acc, isum, gather_f16(wb.add(Q::D), Q::BYTES), _mm256_loadu_ps(d.add(b)), ms)
     }
 }
 
-/// Every (row, activation row) pair of the block, one row at a time (the row stays in L1
-/// across the activation rows).
-///
-/// # Safety
-///
-/// As [`crate::kernels::MatmulQ8Fn`]; AVX2 + F16C and `D`'s features available.
-#[inline(always)]
-pub(super) unsafe fn matmul<Q: QBlock, D: Dot256>(
-    w: *const u8,
-    rb: usize,
-    rows: usize,
-    xq: &Q8Acts<'_>,
-    n: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
-    let nb = xq.nb();
-    let (qs, d, s, sum) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.s().as_ptr(), xq.sum().as_ptr());
-    for r in 0..rows {
-        for t in 0..n {
-            let o = t * nb;
-            // SAFETY: row `r < rows` of `nb` blocks, activation row `t < n <= xq.n()`, and
-            // `y[t * ldy + r]` writable (caller contract).
-            unsafe {
-                *y.add(t * ldy + r) = row_dot::<Q, D>(
-                    w.add(r * rb),
-                    nb,
-                    qs.add(o * QK),
-                    d.add(o),
-                    s.add(o),
-                    sum.add(o),
-                );
+/// The AVX2 and AVX-VNNI tiers' [`Q8Tier`] ([`Avx2Ops`] / [`super::VexOps`] for `D`): one
+/// output per 8-lane accumulator, each output's groups of eight blocks ([`group8`]) and last
+/// blocks ([`tail_blocks`]) one after the other.
+pub(super) struct Avx2Tier<D>(PhantomData<D>);
+
+impl<Q: QBlock, D: Dot256> Q8Tier<Q> for Avx2Tier<D> {
+    const BYTES: usize = Q::BYTES;
+    type Prefetch = X86Prefetch;
+    type Acc = __m256;
+
+    #[inline(always)]
+    unsafe fn zero() -> __m256 {
+        // SAFETY: register-only AVX intrinsic (caller contract).
+        unsafe { _mm256_setzero_ps() }
+    }
+
+    #[inline(always)]
+    unsafe fn group<const R: usize, const N: usize, const P: usize>(
+        w: *const u8,
+        rb: usize,
+        x: TileX,
+        b: usize,
+        m: usize,
+        acc: &mut [__m256; P],
+    ) {
+        // SAFETY: blocks `b .. b + m <= nb` of rows `r < R` and activation rows `t < N`
+        // (caller contract).
+        unsafe {
+            for r in 0..R {
+                let wr = w.add(r * rb);
+                for t in 0..N {
+                    let xt = x.rows_from(t);
+                    let a = &mut acc[r * N + t];
+                    *a = if m == 8 {
+                        group8::<Q, D>(*a, wr, b, xt.qs, xt.d, xt.s, xt.sum)
+                    } else {
+                        tail_blocks::<Q, D>(*a, wr, b, b + m, xt.qs, xt.d, xt.s, xt.sum)
+                    };
+                }
             }
         }
     }
+
+    #[inline(always)]
+    unsafe fn output<const P: usize>(acc: &[__m256; P], o: usize) -> f32 {
+        // SAFETY: register-only AVX intrinsics (caller contract).
+        unsafe { hsum_ps(acc[o]) }
+    }
 }
 
-macro_rules! entry {
-    ($name:ident, $q:ty) => {
-        tier_fn! { Avx2;
-            /// AVX2 table entry (see [`crate::kernels::MatmulQ8Fn`]).
-            ///
-            /// # Safety
-            ///
-            /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has AVX2, FMA and F16C.
-            pub(super) unsafe fn $name(
-                w: *const u8,
-                rb: usize,
-                rows: usize,
-                xq: &Q8Acts<'_>,
-                n: usize,
-                y: *mut f32,
-                ldy: usize,
-            ) {
-                // SAFETY: forwarded caller contract; the features are enabled here.
-                unsafe { matmul::<$q, Avx2Ops>(w, rb, rows, xq, n, y, ldy) }
-            }
-        }
-    };
+q8_entries! { Avx2, Avx2Tier<Avx2Ops>, "AVX2 table entry.";
+    matmul_q8_0_q8, Q8_0B;
+    matmul_q4_0_q8, Q4_0B;
+    matmul_q4_1_q8, Q4_1B;
+    matmul_q5_0_q8, Q5_0B;
+    matmul_q5_1_q8, Q5_1B;
+    matmul_iq4_nl_q8, Iq4NlB;
 }
-
-entry!(matmul_q8_0_q8, Q8_0B);
-entry!(matmul_q4_0_q8, Q4_0B);
-entry!(matmul_q4_1_q8, Q4_1B);
-entry!(matmul_q5_0_q8, Q5_0B);
-entry!(matmul_q5_1_q8, Q5_1B);
-entry!(matmul_iq4_nl_q8, Iq4NlB);
 
 /// Rounds to nearest, ties away from zero, exactly as `roundf` for finite lanes:
 /// `trunc(v) ± 1` where `|v - trunc(v)| >= 0.5` (the subtraction is exact).

@@ -24,7 +24,7 @@
 //!
 //! The GEMV runs 4 weight rows per activation load; prefill tiles are 2 weight rows × 4
 //! activation rows. Each tile prefetches (`prefetcht0`) the weights of the tile after it,
-//! [`super::NEXT_TILE_LEAD`] bytes further on ([`super::prefetch_next_tile`]): SmolLM2's rows are 400–900 bytes, too short for the hardware
+//! [`crate::kernels::frame::NEXT_TILE_LEAD`] bytes further on ([`super::prefetch_next_tile`]): SmolLM2's rows are 400–900 bytes, too short for the hardware
 //! stream prefetchers (measured: `docs/perf/notes-kernels.md`).
 //!
 //! Rows whose `k / 16` run sums do not fit the stack buffer ([`XH_CAP`]) go through AVX2's

@@ -836,7 +836,7 @@ enum RowPrefetch {
     /// [`PREFETCH_AHEAD`] bytes ahead in each row, then in the next group's row.
     Ahead,
     /// [`PREFETCH_AHEAD`] bytes ahead in each row's stream (the rows `rb` apart, each
-    /// followed by its own next rows; see [`super::GEMV_STREAMS`]).
+    /// followed by its own next rows; see [`crate::kernels::frame::GEMV_STREAMS`]).
     Stream,
 }
 
@@ -864,7 +864,7 @@ unsafe fn matmul_512<K: K512, Nb: Nibbles>(
         // joint reduction) or 8 rows (no mins); the remaining rows by the shared row loop.
         let g = if K::MINS { 4 } else { 8 };
         let full = rows / g * g;
-        // From GEMV_STREAM_MIN_ROWS rows as streams (`super::GEMV_STREAMS`, here one per row
+        // From GEMV_STREAM_MIN_ROWS rows as streams (`frame::GEMV_STREAMS`, here one per row
         // of a group): group `j` takes rows `j + i q` (`i < g`, `q = rows / g`), the `g`
         // parts of the rows read side by side, each prefetched ahead. Below it group `j`
         // takes rows `g j ..`, prefetching as the matrix size says.

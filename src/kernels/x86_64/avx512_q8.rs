@@ -1,8 +1,9 @@
 //! VNNI int8 kernels for the 32-element types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) ×
 //! Q8 activations, for three tiers:
 //!
-//! - **AVX-512** (F/BW/VL + AVX512-VNNI): tiles of `R` weight rows × `N` activation rows
-//!   ([`tile`]: `1 × 8`, `1 × 4`, `1 × 2` for prefill, `4 × 1` for the GEMV). Per group of
+//! - **AVX-512** (F/BW/VL + AVX512-VNNI), [`Avx512Tier`]: the kernel frame's tiles
+//!   (`kernels/frame/q8.rs`) of `R` weight rows × `N` activation rows (`1 × 8`, `1 × 4`,
+//!   `1 × 2` for prefill, `4 × 1` for the GEMV), their schedule and prefetches. Per group of
 //!   eight blocks each weight row is decoded once ([`VBlock::decode2`]: blocks `2 j`, `2 j + 1`
 //!   in element order in one 512-bit vector, unsigned) and dotted by 512-bit `vpdpbusd` with
 //!   every activation row of the tile, read as plain 64-byte loads; two outputs' block sums are
@@ -15,8 +16,8 @@
 //! - **AVX-512 + GFNI**: the same kernels with the 4-bit weights split into bytes by one
 //!   `vgf2p8affineqb` instead of a shift and an AND ([`super::Nibbles`]); Q8_0 keeps the
 //!   AVX-512 entry (no nibbles).
-//! - **AVX-VNNI** (the VEX-encoded 256-bit `vpdpbusd`): the AVX2 kernel of `avx2_q8.rs` with
-//!   `vpdpbusd` in place of `maddubs` + `madd` ([`super::VexOps`]).
+//! - **AVX-VNNI** (the VEX-encoded 256-bit `vpdpbusd`): the AVX2 tier of `avx2_q8.rs` with
+//!   `vpdpbusd` in place of `maddubs` + `madd` ([`super::VexOps`]); only its entries are here.
 //! - **Q5_0x2** ([`crate::quant::q5_0x2`], Q5_0 repacked at load, both AVX-512 tiers): the
 //!   same tiles over pairs of blocks ([`Q5_0x2B`]: one 256-bit broadcast, one nibble split,
 //!   one 64-bit mask load per 64 weights, where Q5_0 needs a `vinserti64x4` and a mask built
@@ -30,20 +31,18 @@
 //! only: the unsigned nibbles (and Q5's fifth bits) as they are, the signed values (Q8_0,
 //! IQ4_NL's codebook) offset by `+ 128`; each takes `- OFF · Σ x` after ([`VBlock::OFF`]).
 //!
-//! Why this file is over 1,000 lines: it holds three tiers' entries (AVX-VNNI, AVX-512,
-//! AVX-512 + GFNI) and the pair layout over one set of block decoders ([`VBlock`]), and the
-//! two tile shapes (`R × N` with horizontal sums, the transposed `16 × N`) share those
-//! decoders; splitting it by tier would duplicate the decoders, by tile would split one
-//! trait's users. The kernel frame of issue 31 is to move the drivers out of it.
+//! The block decoders read their fields at [`crate::quant::BlockLayout`]'s offsets (the pair
+//! layout's at [`crate::quant::q5_0x2`]'s).
 
 use core::arch::x86_64::*;
 
-use super::avx2_q8::{self, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
-use super::{
-    hsum_ps, opaque512, prefetch_ahead, prefetch_next_tile, GfniNibbles, Nibbles, ShiftNibbles,
-    VexOps, GEMV_STREAMS, GEMV_STREAM_MIN_ROWS, PREFETCH_AHEAD, PREFETCH_MIN_BYTES,
-};
-use crate::quant::{Q8Acts, QK};
+use core::marker::PhantomData;
+
+use super::avx2_q8::{Avx2Tier, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
+use super::{hsum_ps, opaque512, GfniNibbles, Nibbles, ShiftNibbles, VexOps, X86Prefetch};
+use crate::kernels::frame::q8::{q8_entries, Q8Tier, TileX, ROWS16};
+use crate::quant::q5_0x2::{D_OFFSET as X2_D, QH_OFFSET as X2_QH, QS_OFFSET as X2_QS};
+use crate::quant::QK;
 
 /// A 32-element block as seen by the AVX-512 tiles ([`tile`], [`tile16`]).
 trait VBlock {
@@ -125,6 +124,21 @@ macro_rules! vblock_consts {
         const MIN: bool = <$q as QBlock>::MIN;
     };
 }
+
+/// Whether `Q`'s f16 scale is at byte 0 and its minimum (if any) at byte 2, as the scale
+/// picks ([`VBlock::scales8`], [`pick_words`], [`tile16`]'s gather) take them.
+const fn scales_first<Q: QBlock>() -> bool {
+    Q::D == 0 && (!Q::MIN || Q::M == 2)
+}
+const _: () = assert!(
+    scales_first::<Q8_0B>()
+        && scales_first::<Q4_0B>()
+        && scales_first::<Q4_1B>()
+        && scales_first::<Q5_0B>()
+        && scales_first::<Q5_1B>()
+        && scales_first::<Iq4NlB>()
+        && X2_D == 0
+);
 
 /// Two Q4 blocks' nibbles (16 bytes at `qs0` and at `qs1`) as 64 u8 lanes in element order:
 /// `[low nibbles of 0, high of 0, low of 1, high of 1]` (16 each).
@@ -307,10 +321,10 @@ impl VBlock for Q8_0B {
 
     #[inline(always)]
     unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // SAFETY: 32 bytes at `blk0 + 2` and `blk1 + 2` (caller contract).
+        // SAFETY: 32 quant bytes in each block (caller contract).
         unsafe {
-            let w0 = _mm256_loadu_si256(blk0.add(2).cast());
-            let w1 = _mm256_loadu_si256(blk1.add(2).cast());
+            let w0 = _mm256_loadu_si256(blk0.add(Self::QS).cast());
+            let w1 = _mm256_loadu_si256(blk1.add(Self::QS).cast());
             let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(w0), w1);
             _mm512_xor_si512(w, _mm512_set1_epi8(SIGN))
         }
@@ -323,8 +337,8 @@ impl VBlock for Q4_0B {
 
     #[inline(always)]
     unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // SAFETY: 16 bytes at `blk0 + 2` and `blk1 + 2` (caller contract).
-        unsafe { nibbles2::<Nb>(blk0.add(2), blk1.add(2)) }
+        // SAFETY: 16 quant bytes in each block (caller contract).
+        unsafe { nibbles2::<Nb>(blk0.add(Self::QS), blk1.add(Self::QS)) }
     }
 
     #[inline(always)]
@@ -351,13 +365,12 @@ impl VBlock for Iq4NlB {
 
     #[inline(always)]
     unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // SAFETY: 16 bytes at `blk0 + 2` and `blk1 + 2` (caller contract); the table is 16
-        // bytes.
+        // SAFETY: 16 quant bytes in each block (caller contract); the table is 16 bytes.
         unsafe {
             let kv = _mm_loadu_si128(KVALUES_128.as_ptr().cast());
             _mm512_shuffle_epi8(
                 _mm512_broadcast_i32x4(kv),
-                nibbles2::<Nb>(blk0.add(2), blk1.add(2)),
+                nibbles2::<Nb>(blk0.add(Self::QS), blk1.add(Self::QS)),
             )
         }
     }
@@ -375,8 +388,8 @@ impl VBlock for Q4_1B {
 
     #[inline(always)]
     unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // SAFETY: 16 bytes at `blk0 + 4` and `blk1 + 4` (caller contract).
-        unsafe { nibbles2::<Nb>(blk0.add(4), blk1.add(4)) }
+        // SAFETY: 16 quant bytes in each block (caller contract).
+        unsafe { nibbles2::<Nb>(blk0.add(Self::QS), blk1.add(Self::QS)) }
     }
 
     #[inline(always)]
@@ -403,8 +416,11 @@ impl VBlock for Q5_0B {
 
     #[inline(always)]
     unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // SAFETY: qh at byte 2, 16 nibble bytes at 6 of each block (caller contract).
-        unsafe { q5_values2::<Nb>(blk0.add(6), blk1.add(6), blk0.add(2), blk1.add(2)) }
+        // SAFETY: the fifth bits and 16 quant bytes of each block (caller contract).
+        unsafe {
+            let (qs, qh) = (Self::QS, Self::QH);
+            q5_values2::<Nb>(blk0.add(qs), blk1.add(qs), blk0.add(qh), blk1.add(qh))
+        }
     }
 
     #[inline(always)]
@@ -421,8 +437,11 @@ impl VBlock for Q5_1B {
 
     #[inline(always)]
     unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // SAFETY: qh at byte 4, 16 nibble bytes at 8 of each block (caller contract).
-        unsafe { q5_values2::<Nb>(blk0.add(8), blk1.add(8), blk0.add(4), blk1.add(4)) }
+        // SAFETY: the fifth bits and 16 quant bytes of each block (caller contract).
+        unsafe {
+            let (qs, qh) = (Self::QS, Self::QH);
+            q5_values2::<Nb>(blk0.add(qs), blk1.add(qs), blk0.add(qh), blk1.add(qh))
+        }
     }
 
     #[inline(always)]
@@ -454,9 +473,9 @@ pub(super) struct Q5_0x2H<const H: usize>;
 unsafe fn q5x2_pair<Nb: Nibbles>(p: *const u8) -> __m512i {
     // SAFETY: bytes 4..12 and 12..44 of the pair (caller contract).
     unsafe {
-        let z = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(12).cast()));
+        let z = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(X2_QS).cast()));
         let q = Nb::split::<0b1111_0000>(z);
-        let h = _load_mask64(p.add(4).cast());
+        let h = _load_mask64(p.add(X2_QH).cast());
         _mm512_mask_add_epi8(q, h, q, opaque512(_mm512_set1_epi8(0x10)))
     }
 }
@@ -471,12 +490,12 @@ unsafe fn q5x2_pair<Nb: Nibbles>(p: *const u8) -> __m512i {
 unsafe fn q5x2_halves<Nb: Nibbles>(p0: *const u8, p1: *const u8, h: usize) -> __m512i {
     // SAFETY: bytes 4..44 of both pairs (caller contract).
     unsafe {
-        let a = _mm256_loadu_si256(p0.add(12).cast());
-        let b = _mm256_loadu_si256(p1.add(12).cast());
+        let a = _mm256_loadu_si256(p0.add(X2_QS).cast());
+        let b = _mm256_loadu_si256(p1.add(X2_QS).cast());
         let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
         let q = if h == 0 { Nb::split::<0>(z) } else { Nb::split::<0xFF>(z) };
-        let h0 = p0.add(4 + 4 * h).cast::<u32>().read_unaligned() as u64;
-        let h1 = p1.add(4 + 4 * h).cast::<u32>().read_unaligned() as u64;
+        let h0 = p0.add(X2_QH + 4 * h).cast::<u32>().read_unaligned() as u64;
+        let h1 = p1.add(X2_QH + 4 * h).cast::<u32>().read_unaligned() as u64;
         _mm512_mask_add_epi8(q, h0 | h1 << 32, q, opaque512(_mm512_set1_epi8(0x10)))
     }
 }
@@ -546,7 +565,7 @@ impl VBlock for Q5_0x2B {
     unsafe fn scale_ptr(p: *const u8, b: usize) -> *const u8 {
         let h = b & 1;
         // SAFETY: block `b`'s pair starts `h * BYTES` before `p`; its scale is word `h`.
-        unsafe { p.sub(h * Self::BYTES).add(2 * h) }
+        unsafe { p.sub(h * Self::BYTES).add(X2_D + 2 * h) }
     }
 }
 
@@ -566,14 +585,14 @@ impl<const H: usize> VBlock for Q5_0x2H<H> {
     unsafe fn scales_m(wb: *const u8, m: usize) -> __m256i {
         debug_assert_eq!(m, 1);
         // SAFETY: the pair at `wb` is whole; its word `H` is the half's scale.
-        unsafe { _mm512_castsi512_si256(pick_words(wb.add(2 * H), 2, 1, false)) }
+        unsafe { _mm512_castsi512_si256(pick_words(wb.add(X2_D + 2 * H), 2, 1, false)) }
     }
 
     #[inline(always)]
     unsafe fn scale_ptr(p: *const u8, b: usize) -> *const u8 {
         debug_assert_eq!(b, 0);
         // SAFETY: the pair at `p` is whole; its word `H` is the half's scale.
-        unsafe { p.add(2 * H) }
+        unsafe { p.add(X2_D + 2 * H) }
     }
 }
 
@@ -627,23 +646,6 @@ unsafe fn reduce2(a: [__m512i; 4], b: [__m512i; 4]) -> __m512i {
             _mm512_permutex2var_epi32(qa, hi, qb),
         )
     }
-}
-
-/// The activations of one tile: row `t` of the tile's block `i` at `qs + (t * nb + i) * 32`,
-/// `d`, `s`, `sum` likewise at `t * nb + i`.
-#[derive(Clone, Copy)]
-struct TileX {
-    nb: usize,
-    /// Whether the GEMV prefetches weight rows ahead ([`PREFETCH_MIN_BYTES`]).
-    prefetch: bool,
-    /// Whether the GEMV runs as [`GEMV_STREAMS`] streams ([`GEMV_STREAM_MIN_ROWS`]): the
-    /// tile's rows are `rb` apart, each the head of its own stream of consecutive rows, and
-    /// each prefetches [`PREFETCH_AHEAD`] bytes ahead in its stream.
-    stream: bool,
-    qs: *const i8,
-    d: *const f32,
-    s: *const f32,
-    sum: *const i32,
 }
 
 /// The 256-bit halves `lo`, `hi` as one vector.
@@ -749,7 +751,8 @@ unsafe fn group<Q: VBlock, Nb: Nibbles, const R: usize, const N: usize, const P:
             dm[r] = _mm512_cvtph_ps(sc);
         }
         let lm: __mmask8 = ((1u16 << m) - 1) as u8;
-        for (p, acc) in acc.iter_mut().enumerate() {
+        // Two outputs per accumulator: only the first `⌈R · N / 2⌉` of the `R · N` are used.
+        for (p, acc) in acc.iter_mut().enumerate().take((R * N).div_ceil(2)) {
             let (oa, ob) = (2 * p, (2 * p + 1).min(R * N - 1));
             let (ra, ta, rb_, tb) = (oa / N, oa % N, ob / N, ob % N);
             let pa = dot4(&u[ra], x, ta, b, m);
@@ -776,68 +779,6 @@ unsafe fn group<Q: VBlock, Nb: Nibbles, const R: usize, const N: usize, const P:
             } else {
                 _mm512_mask_add_ps(*acc, lm as u16 | (lm as u16) << 8, *acc, c)
             };
-        }
-    }
-}
-
-/// AVX-512: an `R` × `N` tile (`P = ⌈R · N / 2⌉` output pairs) of weight rows at `w + r * rb`
-/// times activation rows `x`, into `y[t * ldy + r * ys]` (`ys` 1, or the stream length of a
-/// GEMV run as streams, [`TileX::stream`]): the groups of eight blocks in order, then
-/// the partial last group, each by [`group`]; each output ends with [`hsum_ps`] of its eight
-/// lanes, the oracle's [`crate::kernels::scalar::accumulate8`] order exactly.
-///
-/// # Safety
-///
-/// As [`group`] for every group; `y[t * ldy + r * ys]` writable for `r < R`, `t < N`.
-#[inline(always)]
-unsafe fn tile<Q: VBlock, Nb: Nibbles, const R: usize, const N: usize, const P: usize>(
-    w: *const u8,
-    rb: usize,
-    x: TileX,
-    y: *mut f32,
-    ldy: usize,
-    ys: usize,
-) {
-    debug_assert_eq!(P, (R * N).div_ceil(2));
-    // SAFETY: blocks `b .. b + m <= nb` (caller contract); outputs `y[t * ldy + r]`.
-    unsafe {
-        let mut acc = [_mm512_setzero_ps(); P];
-        let mut b = 0;
-        // The GEMV prefetches: from PREFETCH_MIN_BYTES on each row ahead, in whole groups of
-        // eight blocks, at most one row (then the next tile's); below it the next tile's
-        // weights, spread over the groups.
-        let g = 8 * Q::BYTES;
-        let ahead = PREFETCH_AHEAD.div_ceil(g).min(x.nb / 8) * g;
-        let parts = x.nb.div_ceil(8);
-        while b + 8 <= x.nb {
-            if N == 1 && x.stream {
-                for i in 0..R {
-                    // `len` unbounded: the stream goes on into the row after this one.
-                    prefetch_ahead(w, rb, i, R, b * Q::BYTES, PREFETCH_AHEAD, usize::MAX, g);
-                }
-            } else if N == 1 && ahead != 0 && x.prefetch {
-                for i in 0..R {
-                    prefetch_ahead(w, rb, i, R, b * Q::BYTES, ahead, x.nb * Q::BYTES, g);
-                }
-            } else if N == 1 {
-                prefetch_next_tile(w, R * rb, b / 8, parts);
-            }
-            group::<Q, Nb, R, N, P>(w, rb, x, b, 8, &mut acc);
-            b += 8;
-        }
-        if b < x.nb {
-            if N == 1 && !x.prefetch && !x.stream {
-                prefetch_next_tile(w, R * rb, b / 8, parts);
-            }
-            group::<Q, Nb, R, N, P>(w, rb, x, b, x.nb - b, &mut acc);
-        }
-        for (p, acc) in acc.iter().enumerate() {
-            let (oa, ob) = (2 * p, 2 * p + 1);
-            *y.add(oa % N * ldy + oa / N * ys) = hsum_ps(_mm512_castps512_ps256(*acc));
-            if ob < R * N {
-                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*acc)));
-                *y.add(ob % N * ldy + ob / N * ys) = hsum_ps(hi);
-            }
         }
     }
 }
@@ -903,14 +844,6 @@ unsafe fn transpose16<Q: VBlock, Nb: Nibbles>(wb: *const u8, rb: usize, b: usize
         transpose8x2(z)
     }
 }
-
-/// Weight rows per [`tile16`].
-const ROWS16: usize = 16;
-
-/// The fewest activation rows (of a tile step, 32, 16, 8, 4 or 2) that take [`tile16`] for whole
-/// groups of 16 weight rows. (`16 × 2` too is faster than the `1 × 2` tiles, see
-/// `docs/perf/notes-kernels.md`.)
-const TILE16_MIN_N: usize = 2;
 
 /// AVX-512: a `16 × N` tile of weight rows at `w + r * rb` times activation rows `x`, into
 /// `y[t * ldy + r]`, with the weights transposed in registers so that no horizontal sum is
@@ -1011,223 +944,80 @@ unsafe fn tile16<Q: VBlock, Nb: Nibbles, const N: usize>(
     }
 }
 
-/// AVX-512: the block in tiles. Activation rows go 32 or 16 at a time (with 16 weight rows or
-/// more), then eight, four, two; whole groups of 16 weight rows take [`tile16`] (`16 × 32`,
-/// `16 × 16`, `16 × 8`, `16 × 4`, `16 × 2`: no horizontal sums), and the last `rows % 16` rows
-/// go one weight row at a time ([`tile`] `1 × 8`, repeated for 16 and 32; `1 × 4`, `1 × 2`:
-/// the row's blocks decoded once for the tile's activation rows), the tile's activations
-/// staying in L1 across the rows. A last single activation row (and `n = 1`, the GEMV) takes
-/// the weight rows four at a time (`4 × 1`: four rows in flight, two output pairs), the last
-/// one to three rows as `2 × 1` and `1 × 1`; from [`GEMV_STREAM_MIN_ROWS`] rows the `4 × 1`
-/// tiles take rows `j, j + q, j + 2 q, j + 3 q` (`q = rows / 4`), four streams side by side
-/// each prefetched ahead ([`GEMV_STREAMS`]). Every output has the same bits whichever tile
-/// computes it.
-///
-/// # Safety
-///
-/// As [`crate::kernels::MatmulQ8Fn`]; AVX2, F16C and AVX-512 F/BW/VL/VNNI available.
-#[inline(always)]
-unsafe fn matmul_512<Q: VBlock, Nb: Nibbles>(
-    w: *const u8,
-    rb: usize,
-    rows: usize,
-    xq: &Q8Acts<'_>,
-    n: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
-    let nb = xq.nb();
-    let (qs, d, s, sum) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.s().as_ptr(), xq.sum().as_ptr());
-    let mut t = 0;
-    while t < n {
-        let step = match n - t {
-            32.. if rows >= ROWS16 => 32,
-            16.. if rows >= ROWS16 => 16,
-            8.. => 8,
-            4..=7 => 4,
-            2 | 3 => 2,
-            _ => 1,
-        };
-        let o = t * nb;
-        // SAFETY: activation rows `t .. t + step <= n <= xq.n()` start at block `o`; the
-        // pointers below stay inside `xq`'s arrays (offsets of whole rows).
-        let x = unsafe {
-            TileX {
-                nb,
-                prefetch: rows * rb >= PREFETCH_MIN_BYTES,
-                stream: false,
-                qs: qs.add(o * QK),
-                d: d.add(o),
-                s: s.add(o),
-                sum: sum.add(o),
-            }
-        };
-        let mut r = 0;
-        if step == 1 && rows >= GEMV_STREAM_MIN_ROWS {
-            // The GEMV as four streams: tile `j` takes rows `j + i q` (`i < 4`), so the four
-            // quarters of the rows are read side by side, each prefetched ahead.
-            const _: () = assert!(GEMV_STREAMS == 4);
-            let q = rows / GEMV_STREAMS;
-            let xs = TileX { stream: true, prefetch: false, ..x };
-            for j in 0..q {
-                // SAFETY: rows `j + i q < 4 q <= rows` (`i < 4`) of `nb` blocks and their
-                // outputs `y[t * ldy + j + i q]` (caller contract).
-                unsafe {
-                    tile::<Q, Nb, 4, 1, 2>(w.add(j * rb), q * rb, xs, y.add(t * ldy + j), ldy, q)
-                };
-            }
-            r = GEMV_STREAMS * q;
-        }
-        if step >= TILE16_MIN_N && ROWS16 * rb <= i32::MAX as usize {
-            while rows - r >= ROWS16 {
-                // SAFETY: rows `r .. r + 16` of `nb` blocks inside the block (`16 · rb` checked
-                // above), outputs `y[(t + i) * ldy + r + j]` writable (caller contract).
-                unsafe {
-                    let (wr, yr) = (w.add(r * rb), y.add(t * ldy + r));
-                    match step {
-                        32 => tile16::<Q, Nb, 32>(wr, rb, x, yr, ldy),
-                        16 => tile16::<Q, Nb, 16>(wr, rb, x, yr, ldy),
-                        8 => tile16::<Q, Nb, 8>(wr, rb, x, yr, ldy),
-                        4 => tile16::<Q, Nb, 4>(wr, rb, x, yr, ldy),
-                        _ => tile16::<Q, Nb, 2>(wr, rb, x, yr, ldy),
-                    }
-                }
-                r += ROWS16;
+/// The AVX-512 tiers' [`Q8Tier`] (nibbles split by `Nb`): two outputs per 512-bit
+/// accumulator ([`group`]), the transposed `16 × N` tile ([`tile16`]) from
+/// [`Q8Tier::TILE16_MIN_N`] activation rows.
+pub(super) struct Avx512Tier<Nb>(PhantomData<Nb>);
+
+impl<Q: VBlock, Nb: Nibbles> Q8Tier<Q> for Avx512Tier<Nb> {
+    const BYTES: usize = Q::BYTES;
+    // The fewest activation rows that take [`tile16`] for whole groups of 16 weight rows.
+    // (`16 × 2` too is faster than the `1 × 2` tiles, see `docs/perf/notes-kernels.md`.)
+    const TILE16_MIN_N: usize = 2;
+    type Prefetch = X86Prefetch;
+    type Acc = __m512;
+
+    #[inline(always)]
+    unsafe fn zero() -> __m512 {
+        // SAFETY: register-only AVX-512 F intrinsic (caller contract).
+        unsafe { _mm512_setzero_ps() }
+    }
+
+    #[inline(always)]
+    unsafe fn group<const R: usize, const N: usize, const P: usize>(
+        w: *const u8,
+        rb: usize,
+        x: TileX,
+        b: usize,
+        m: usize,
+        acc: &mut [__m512; P],
+    ) {
+        // SAFETY: forwarded caller contract.
+        unsafe { group::<Q, Nb, R, N, P>(w, rb, x, b, m, acc) }
+    }
+
+    #[inline(always)]
+    unsafe fn output<const P: usize>(acc: &[__m512; P], o: usize) -> f32 {
+        // SAFETY: register-only AVX-512 F intrinsics (caller contract).
+        unsafe {
+            let v = acc[o / 2];
+            if o % 2 == 0 {
+                hsum_ps(_mm512_castps512_ps256(v))
+            } else {
+                hsum_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))))
             }
         }
-        while r < rows {
-            // SAFETY: rows `r ..` of `nb` blocks inside the block, outputs `y[(t + i) * ldy +
-            // r + j]` writable (caller contract).
-            unsafe {
-                let (wr, yr) = (w.add(r * rb), y.add(t * ldy + r));
-                match step {
-                    16 | 32 => {
-                        for c in (0..step).step_by(8) {
-                            let xc = TileX {
-                                qs: x.qs.add(c * nb * QK),
-                                d: x.d.add(c * nb),
-                                s: x.s.add(c * nb),
-                                sum: x.sum.add(c * nb),
-                                ..x
-                            };
-                            tile::<Q, Nb, 1, 8, 4>(wr, rb, xc, yr.add(c * ldy), ldy, 1);
-                        }
-                    }
-                    8 => tile::<Q, Nb, 1, 8, 4>(wr, rb, x, yr, ldy, 1),
-                    4 => tile::<Q, Nb, 1, 4, 2>(wr, rb, x, yr, ldy, 1),
-                    2 => tile::<Q, Nb, 1, 2, 1>(wr, rb, x, yr, ldy, 1),
-                    _ if rows - r >= 4 => {
-                        tile::<Q, Nb, 4, 1, 2>(wr, rb, x, yr, ldy, 1);
-                        r += 3;
-                    }
-                    _ if rows - r >= 2 => {
-                        tile::<Q, Nb, 2, 1, 1>(wr, rb, x, yr, ldy, 1);
-                        r += 1;
-                    }
-                    _ => tile::<Q, Nb, 1, 1, 1>(wr, rb, x, yr, ldy, 1),
-                }
-            }
-            r += 1;
-        }
-        t += step;
+    }
+
+    #[inline(always)]
+    unsafe fn tile16<const N: usize>(w: *const u8, rb: usize, x: TileX, y: *mut f32, ldy: usize) {
+        // SAFETY: forwarded caller contract.
+        unsafe { tile16::<Q, Nb, N>(w, rb, x, y, ldy) }
     }
 }
 
-/// AVX-VNNI: the AVX2 kernel with the VEX `vpdpbusd`.
-///
-/// # Safety
-///
-/// As [`crate::kernels::MatmulQ8Fn`]; AVX2, F16C and AVX-VNNI available.
-#[inline(always)]
-unsafe fn matmul_vnni<Q: QBlock>(
-    w: *const u8,
-    rb: usize,
-    rows: usize,
-    xq: &Q8Acts<'_>,
-    n: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
-    // SAFETY: forwarded caller contract.
-    unsafe { avx2_q8::matmul::<Q, VexOps>(w, rb, rows, xq, n, y, ldy) }
+q8_entries! { AvxVnni, Avx2Tier<VexOps>, "AVX-VNNI table entry (the AVX2 kernel with the VEX `vpdpbusd`).";
+    vnni_q8_0_q8, Q8_0B;
+    vnni_q4_0_q8, Q4_0B;
+    vnni_q4_1_q8, Q4_1B;
+    vnni_q5_0_q8, Q5_0B;
+    vnni_q5_1_q8, Q5_1B;
+    vnni_iq4_nl_q8, Iq4NlB;
 }
 
-macro_rules! entry {
-    ($name:ident, $body:ident, $($ty:ty),+; $tier:ident, $doc:literal) => {
-        tier_fn! { $tier;
-            #[doc = $doc]
-            ///
-            /// # Safety
-            ///
-            /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the features enabled here.
-            pub(super) unsafe fn $name(
-                w: *const u8,
-                rb: usize,
-                rows: usize,
-                xq: &Q8Acts<'_>,
-                n: usize,
-                y: *mut f32,
-                ldy: usize,
-            ) {
-                // SAFETY: forwarded caller contract; the features are enabled here.
-                unsafe { $body::<$($ty),+>(w, rb, rows, xq, n, y, ldy) }
-            }
-        }
-    };
-}
-
-/// The AVX-VNNI and AVX-512 entries of each type.
-macro_rules! entries {
-    ($($vnni:ident, $avx512:ident, $q:ty;)*) => { $(
-        entry!($vnni, matmul_vnni, $q; AvxVnni, "AVX-VNNI table entry.");
-        entry!(
-            $avx512,
-            matmul_512,
-            $q, ShiftNibbles;
-            Avx512,
-            "AVX-512 table entry."
-        );
-    )* };
-}
-
-entries! {
-    vnni_q8_0_q8, avx512_q8_0_q8, Q8_0B;
-    vnni_q4_0_q8, avx512_q4_0_q8, Q4_0B;
-    vnni_q4_1_q8, avx512_q4_1_q8, Q4_1B;
-    vnni_q5_0_q8, avx512_q5_0_q8, Q5_0B;
-    vnni_q5_1_q8, avx512_q5_1_q8, Q5_1B;
-    vnni_iq4_nl_q8, avx512_iq4_nl_q8, Iq4NlB;
-}
-
-/// The AVX-512 + GFNI entries of the 4-bit types.
-macro_rules! gfni_entries {
-    ($($name:ident, $q:ty;)*) => { $(
-        entry!(
-            $name,
-            matmul_512,
-            $q, GfniNibbles;
-            Avx512Gfni,
-            "AVX-512 + GFNI table entry."
-        );
-    )* };
-}
-
-/// The AVX-512 entries of the pair layout ([`crate::quant::q5_0x2`]): the product and the
-/// two column-block kernels.
-macro_rules! pair_entries {
-    ($nb:ty, $tier:ident, $doc:literal; $($name:ident, $q:ty;)*) => { $(
-        entry!($name, matmul_512, $q, $nb; $tier, $doc);
-    )* };
-}
-
-pair_entries! {
-    ShiftNibbles, Avx512, "AVX-512 table entry.";
+q8_entries! { Avx512, Avx512Tier<ShiftNibbles>, "AVX-512 table entry.";
+    avx512_q8_0_q8, Q8_0B;
+    avx512_q4_0_q8, Q4_0B;
+    avx512_q4_1_q8, Q4_1B;
+    avx512_q5_0_q8, Q5_0B;
+    avx512_q5_1_q8, Q5_1B;
+    avx512_iq4_nl_q8, Iq4NlB;
     avx512_q5_0x2_q8, Q5_0x2B;
     avx512_q5_0x2_h0, Q5_0x2H<0>;
     avx512_q5_0x2_h1, Q5_0x2H<1>;
 }
 
-gfni_entries! {
+q8_entries! { Avx512Gfni, Avx512Tier<GfniNibbles>, "AVX-512 + GFNI table entry.";
     gfni_q5_0x2_q8, Q5_0x2B;
     gfni_q5_0x2_h0, Q5_0x2H<0>;
     gfni_q5_0x2_h1, Q5_0x2H<1>;

@@ -267,46 +267,21 @@ unsafe fn dpwssd512(mut acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     acc
 }
 
-/// How far ahead of its reads a multi-row GEMV prefetches each weight row, in bytes.
-///
-/// A GEMV over `R` rows at once reads `R` interleaved streams, each one row long; past the
-/// last-level cache the hardware prefetchers (AMD Zen 5 above all) restart on every row and
-/// leave the kernel waiting on memory (a quarter of a plain read loop's rate). About 2.5 KB
-/// ahead per row brings every type to the read loop's rate; L2-resident matrices lose a few
-/// percent to the extra instructions (measurements: `docs/perf/notes-kernels.md`).
-pub(super) const PREFETCH_AHEAD: usize = 2560;
+pub(super) use super::frame::{GEMV_STREAM_MIN_ROWS, PREFETCH_AHEAD, PREFETCH_MIN_BYTES};
 
-/// The smallest matrix (bytes) whose GEMV prefetches ahead ([`PREFETCH_AHEAD`]). A model's
-/// per-layer matrices (SmolLM2's 0.1-0.6 MB) decoded one after the other lose int8 decode
-/// speed to the prefetches, while matrices of several MB (an output head, the 8192 × 8192
-/// benchmark shapes) need them to read at the memory's pace. Smaller matrices prefetch the
-/// next tile's weights instead ([`prefetch_next_tile`], the f32 kernels' scheme), which
-/// speeds up decode of in-cache models (measurements: `docs/perf/notes-kernels.md`).
-pub(super) const PREFETCH_MIN_BYTES: usize = 4 << 20;
+/// The x86 [`super::frame::Prefetch`]: `prefetcht0`.
+pub(super) struct X86Prefetch;
 
-/// How many streams a GEMV of at least [`GEMV_STREAM_MIN_ROWS`] rows reads side by side
-/// (the 32-element types' AVX-512 GEMV; the K-quant one reads one per row of its group of
-/// four or eight rows).
-///
-/// A GEMV over one activation row reads its weights once, so past the caches it runs at the
-/// pace memory delivers one core's reads. Row by row, a matrix is one sequential stream and
-/// one core gets about a plain read loop's rate from it; the AVX-512 GEMVs instead split the
-/// rows into this many equal parts and take one row of each part per step (outputs unchanged:
-/// each row's dot product is the same code), every part prefetched [`PREFETCH_AHEAD`] bytes
-/// ahead. Faster than row by row both from memory and in cache (measurements:
-/// `docs/perf/notes-kernels.md`).
-pub(super) const GEMV_STREAMS: usize = 4;
+impl super::frame::Prefetch for X86Prefetch {
+    #[inline(always)]
+    unsafe fn line(p: *const u8) {
+        // SAFETY: `prefetcht0` reads nothing architecturally and never faults; SSE is
+        // available (this module's build gate).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
+    }
+}
 
-/// The fewest rows a GEMV runs as [`GEMV_STREAMS`] streams (fewer: one row group after the
-/// other, with [`prefetch_next_tile`] or, from [`PREFETCH_MIN_BYTES`], [`prefetch_ahead`]).
-pub(super) const GEMV_STREAM_MIN_ROWS: usize = 64;
-
-/// Prefetches (`prefetcht0`) the `span` bytes of row `i` of an `r`-row group (rows at
-/// `w + i * rb`) that are `ahead` bytes past byte `at` of the row: in the row while that is
-/// inside its `len` bytes, else at the same distance into row `i + r` (the next group's row
-/// `i`). One prefetch per 64 bytes, so calls on touching spans cover every line. A
-/// prefetch never faults: past the matrix it only costs its slot (the address arithmetic
-/// wraps, never dereferenced).
+/// [`super::frame::prefetch_ahead`] by `prefetcht0`.
 ///
 /// # Safety
 ///
@@ -323,44 +298,19 @@ unsafe fn prefetch_ahead(
     len: usize,
     span: usize,
 ) {
-    let to = at + ahead;
-    let p = if to < len {
-        w.wrapping_add(i * rb + to)
-    } else {
-        w.wrapping_add((i + r) * rb + (to - len))
-    };
-    let mut o = 0;
-    while o < span {
-        // SAFETY: `prefetcht0` reads nothing architecturally and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o).cast()) };
-        o += 64;
-    }
+    // SAFETY: forwarded caller contract.
+    unsafe { super::frame::prefetch_ahead::<X86Prefetch>(w, rb, i, r, at, ahead, len, span) }
 }
 
-/// How far past the end of a GEMV tile [`prefetch_next_tile`] reads ahead, in bytes.
-pub(super) const NEXT_TILE_LEAD: usize = 4096;
-
-/// Prefetches (`prefetcht0`) part `part` of `parts` of the `span` bytes that lie
-/// [`NEXT_TILE_LEAD`] bytes past the end of a tile of `span` bytes at `w` (the weights of a
-/// later tile): a GEMV calls it once per group of blocks with `parts` groups per tile, so
-/// the prefetches spread over the tile's work. One prefetch per 64 bytes. A prefetch never
-/// faults: past the matrix it only costs its slot (the address arithmetic wraps, never
-/// dereferenced).
+/// [`super::frame::prefetch_next_tile`] by `prefetcht0`.
 ///
 /// # Safety
 ///
 /// SSE available.
 #[inline(always)]
 unsafe fn prefetch_next_tile(w: *const u8, span: usize, part: usize, parts: usize) {
-    let per = span.div_ceil(parts.max(1)).next_multiple_of(64);
-    let ahead = w.wrapping_add(span + NEXT_TILE_LEAD);
-    let end = ((part + 1) * per).min(span);
-    let mut o = part * per;
-    while o < end {
-        // SAFETY: `prefetcht0` reads nothing architecturally and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(o).cast()) };
-        o += 64;
-    }
+    // SAFETY: forwarded caller contract.
+    unsafe { super::frame::prefetch_next_tile::<X86Prefetch>(w, span, part, parts) }
 }
 
 /// `-1` × 8 then `0` × 8: loading 8 lanes at `8 - len` gives a mask of `len` lanes.
