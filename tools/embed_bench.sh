@@ -66,7 +66,7 @@ rml_run() { # threads, extra flags...; prints texts/s
 }
 llama_run() { # threads; prints sentences/s: llama-embedding over the corpus against over one
     # sentence (load, start-up and the one sentence), wall clock, best of 3 each
-    local t=$1 n best_all best_one
+    local t=$1 n best_all best_one all one
     n=$(wc -l < "$work/corpus.txt")
     wall() { # the seconds llama-embedding takes over file $1 (all its embeddings checked)
         local s e got want
@@ -83,8 +83,10 @@ llama_run() { # threads; prints sentences/s: llama-embedding over the corpus aga
     }
     best_all=9e9; best_one=9e9
     for _ in $(seq "$REPEAT"); do
-        best_all=$(awk -v a="$best_all" -v b="$(wall "$work/corpus.txt")" 'BEGIN { print (b < a) ? b : a }')
-        best_one=$(awk -v a="$best_one" -v b="$(wall "$work/sixteen.txt")" 'BEGIN { print (b < a) ? b : a }')
+        all=$(wall "$work/corpus.txt")
+        one=$(wall "$work/sixteen.txt")
+        best_all=$(awk -v a="$best_all" -v b="$all" 'BEGIN { print (b < a) ? b : a }')
+        best_one=$(awk -v a="$best_one" -v b="$one" 'BEGIN { print (b < a) ? b : a }')
     done
     awk -v n="$n" -v a="$best_all" -v o="$best_one" 'BEGIN { printf "%.1f\n", (n - 1) / (a - o) }'
 }
