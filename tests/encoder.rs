@@ -161,19 +161,25 @@ fn same_vectors(a: &EncoderFiles, b: &EncoderFiles, texts: &[&str], tol: f32) ->
 
 #[test]
 fn bert_gguf_gives_the_safetensors_vectors() {
-    // tests/data/tiny-bert-gguf: tiny-bert through llama.cpp's converter (tools/bert_gguf.sh)
-    let st = EncoderFiles::open(data("tiny-bert")).unwrap();
-    let gg = EncoderFiles::open(data("tiny-bert-gguf/tiny-bert-f32.gguf")).unwrap();
-    assert_eq!(gg.config(), st.config());
-    assert_eq!((gg.pooling(), gg.normalize()), (Pooling::Mean, true));
-    assert_eq!(gg.max_seq_length(), 64);
-    assert_eq!(gg.notes().len(), 1, "{:?}", gg.notes());
-    let r = reference(&data("tiny-bert"));
-    let mut texts: Vec<&str> = r.texts.iter().map(String::as_str).collect();
-    texts.extend(["ÀÉÎ Ünïcödé", "日本語のテキスト", "tab\tand\nnewline", "[CLS] [MASK] x"]);
-    let (n, worst) = same_vectors(&st, &gg, &texts, 1e-5);
-    assert!(n >= 10, "{n} texts compared");
-    eprintln!("tiny-bert GGUF vs safetensors: {n} texts, max |diff| {worst}");
+    // tests/data/tiny-bert-gguf: tiny-bert and tiny-nomic-bert through llama.cpp's converter
+    // (tools/bert_gguf.sh)
+    for (folder, gguf, context) in [
+        ("tiny-bert", "tiny-bert-gguf/tiny-bert-f32.gguf", 64),
+        ("tiny-nomic-bert", "tiny-bert-gguf/tiny-nomic-bert-f32.gguf", 128),
+    ] {
+        let st = EncoderFiles::open(data(folder)).unwrap();
+        let gg = EncoderFiles::open(data(gguf)).unwrap();
+        assert_eq!(gg.config(), st.config(), "{gguf}");
+        assert_eq!((gg.pooling(), gg.normalize()), (Pooling::Mean, true));
+        assert_eq!(gg.max_seq_length(), context);
+        assert_eq!(gg.notes().len(), 1, "{:?}", gg.notes());
+        let r = reference(&data(folder));
+        let mut texts: Vec<&str> = r.texts.iter().map(String::as_str).collect();
+        texts.extend(["ÀÉÎ Ünïcödé", "日本語のテキスト", "tab\tand\nnewline", "[CLS] [MASK] x"]);
+        let (n, worst) = same_vectors(&st, &gg, &texts, 1e-5);
+        assert!(n >= 10, "{n} texts compared");
+        eprintln!("{gguf} vs {folder}: {n} texts, max |diff| {worst}");
+    }
 }
 
 #[test]
@@ -281,7 +287,13 @@ fn check_plan(files: &EncoderFiles, options: EncoderOptions) {
 fn memory_plan_is_what_is_allocated() {
     let opts = EncoderOptions { batch_size: 4, ..EncoderOptions::default() };
     let int8 = EncoderOptions { batch_size: 3, ..EncoderOptions::int8() };
-    for name in ["tiny-bert", "tiny-bge", "tiny-nomic-bert", "tiny-bert-gguf/tiny-bert-f32.gguf"] {
+    for name in [
+        "tiny-bert",
+        "tiny-bge",
+        "tiny-nomic-bert",
+        "tiny-bert-gguf/tiny-bert-f32.gguf",
+        "tiny-bert-gguf/tiny-nomic-bert-f32.gguf",
+    ] {
         let files = EncoderFiles::open(data(name)).unwrap();
         check_plan(&files, opts);
         check_plan(&files, int8);
@@ -558,11 +570,25 @@ mod cli {
         let enc = Encoder::new(&files, &InlineExecutor, EncoderOptions::default()).unwrap();
         assert_eq!(got, enc.embed(&["the cat", "", "a"]).unwrap().concat());
 
-        // a GGUF and --int8 run too
+        // a GGUF and --int8 run too; --timing says how long it took
         let gguf = data("tiny-bert-gguf/tiny-bert-f32.gguf");
-        let o = rml(&["embed", "-m", gguf.to_str().unwrap(), "--int8", "the cat"]);
+        let o = rml(&[
+            "embed",
+            "-m",
+            gguf.to_str().unwrap(),
+            "--int8",
+            "--timing",
+            "--repeat",
+            "2",
+            "the cat",
+        ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         assert_eq!(parse(&o.stdout).len(), 1);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("texts/s") && err.contains("int8") && err.contains("best of 2"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [--format safetensors|gguf]
 //! rml fetch [smollm2|gemma3]
 //! rml embed --model FOLDER|FILE.gguf [TEXT... | -f FILE | stdin] [-t N] [--batch N] [--int8] [--format json|npy]
+//! rml serve [-m PATH] [--host H] [--port P] [--parallel N] [--ctx-size N] [--api-key KEY]
+//!           [--queue N] [--max-body BYTES] [--metrics]     (feature `server`)
 //! ```
 //!
 //! `--model` takes a Hugging Face folder (`config.json`, `model.safetensors`,
@@ -32,6 +34,8 @@ mod env;
 mod fetch;
 mod interrupt;
 mod out;
+#[cfg(feature = "server")]
+mod serve;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -102,6 +106,10 @@ enum Command {
     /// Sentence embeddings from a sentence-transformers folder or a BERT GGUF (BERT family,
     /// nomic-bert): one JSON array per text, one per line (or one .npy array).
     Embed(embed::EmbedArgs),
+    /// An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models,
+    /// /health, /metrics) with parallel slots and a prefix cache per slot.
+    #[cfg(feature = "server")]
+    Serve(serve::ServeArgs),
 }
 
 /// `rml fetch`'s argument: a model rml knows how to fetch.
@@ -422,6 +430,8 @@ fn main() -> ExitCode {
             Ok(())
         }),
         Command::Embed(args) => embed::run(&args),
+        #[cfg(feature = "server")]
+        Command::Serve(args) => serve::run(&args),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,9 +11,9 @@
 //! its remote code: `n_embd`, `n_layer`, `n_head`, `n_inner`, `n_positions`,
 //! `layer_norm_epsilon`, `activation_function` `"swiglu"`, `rotary_emb_base`); the options of
 //! Nomic's code that change the math (`rotary_emb_fraction` ≠ 1, `rotary_emb_interleaved`,
-//! `rotary_scaling_factor`, `qkv_proj_bias`, `mlp_fc1_bias`, `mlp_fc2_bias`, `prenorm`,
-//! `use_rms_norm`, `parallel_block`) are refused unless they are at the values nomic-embed-text
-//! uses.
+//! `rotary_scaling_factor`, `rotary_emb_scale_base`, `qkv_proj_bias`, `mlp_fc1_bias`,
+//! `mlp_fc2_bias`, `prenorm`, `use_rms_norm`, `parallel_block`) are refused unless they are at
+//! the values nomic-embed-text uses.
 //!
 //! From a GGUF ([`EncoderConfig::from_gguf`], llama.cpp's converter's keys for
 //! `general.architecture` `bert` / `nomic-bert`): `{arch}.embedding_length`, `.block_count`,
@@ -275,6 +275,11 @@ impl EncoderConfig {
         if field(m, "rotary_scaling_factor").is_some() {
             return Err(Error::unimplemented(
                 "nomic_bert with rotary_scaling_factor (dynamic NTK RoPE) is not supported",
+            ));
+        }
+        if field(m, "rotary_emb_scale_base").is_some() {
+            return Err(Error::unimplemented(
+                "nomic_bert with rotary_emb_scale_base (xPos) is not supported",
             ));
         }
         let params = match field(m, "rope_parameters") {
