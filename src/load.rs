@@ -68,7 +68,7 @@ struct Mapped {
 /// A model opened from disk: its configuration and its tensors, memory-mapped and validated.
 ///
 /// Tensor names are the file's own (`model.layers.0.self_attn.q_proj.weight` for
-/// safetensors, `blk.0.attn_q.weight` for GGUF; see [`crate::model::arch::llama::hf_tensor_name`]
+/// safetensors, `blk.0.attn_q.weight` for GGUF; see [`crate::model::arch::ArchSpec::map_name`]
 /// and the q/k row-order note in [`crate::model::arch::llama`]). `&Model` implements
 /// [`TensorSource`]; every [`Container`] method is available through `Deref`.
 pub struct Model {

@@ -605,11 +605,17 @@ fn convert_refuses_up_front_what_it_cannot_write() {
     let out = file.join("x.gguf");
     let o = convert_with(&data("tiny-llama/f32"), &out, "f32", &[]);
     refused(&o, &out, &[out.to_str().unwrap(), "is not a folder"]);
-    // Llama 3 rope scaling from a folder has no GGUF key: refused in one line naming both.
-    let out = fresh("convert-llama3.gguf");
-    let o = convert_with(&data("tiny-llama3"), &out, "f32", &[]);
-    let input = data("tiny-llama3");
-    refused(&o, &out, &["rope_scaling", input.to_str().unwrap(), out.to_str().unwrap()]);
+    // llama.cpp's Llama 3 GGUF holds its rope scaling as rope_freqs.weight divisors only, which
+    // do not say config.json's parameters: refused into a folder in one line naming the
+    // tensor and both paths (convert_roundtrip.rs round-trips rml's own Llama 3 GGUF).
+    let out = fresh("convert-llama3-folder");
+    let input = data("tiny-llama3/gguf/tiny-llama3-Q8_0.gguf");
+    let o = convert_with(&input, &out, "f32", &[]);
+    refused(
+        &o,
+        &out,
+        &["rope_freqs.weight", "low_freq_factor", input.to_str().unwrap(), out.to_str().unwrap()],
+    );
     // A GGUF name ending in '/' (a file cannot): refused before writing.
     let out = PathBuf::from(format!("{}/", fresh("convert-slash.gguf").display()));
     let o = convert_with(&data("tiny-llama/f32"), &out, "f32", &["--format", "gguf"]);
@@ -620,7 +626,7 @@ fn convert_refuses_up_front_what_it_cannot_write() {
     let out = fresh("convert-spm-folder");
     let o = convert_with(&data("tiny-llama-gguf/tiny-llama-F32.gguf"), &out, "f32", &[]);
     let tok = out.join("tokenizer.json");
-    refused(&o, &out, &[tok.to_str().unwrap(), "SentencePiece", ".gguf"]);
+    refused(&o, &out, &[tok.to_str().unwrap(), "SentencePiece", "tokenizer.ggml.model", ".gguf"]);
 
     // Gemma 3 from GGUF into a folder: its SentencePiece vocabulary has no tokenizer.json form
     // (convert_roundtrip.rs converts it with a tokenizer.json beside the GGUF).

@@ -14,8 +14,16 @@
 //!   for the other families it must be bit-identical too.
 //! - Mistral's sliding window (8 positions in tiny-mistral) has no GGUF form (llama.cpp writes
 //!   Mistral as `llama` without it), so its cases run 8 positions, where the window hides
-//!   nothing; tiny-llama3's `llama3` rope scaling has no GGUF key (llama.cpp writes a
-//!   `rope_freqs` tensor), so `convert` refuses it (tested in cli_convert.rs).
+//!   nothing.
+//! - tiny-llama3's `llama3` rope scaling goes into the GGUF as llama.cpp writes it (the
+//!   `rope_freqs.weight` divisors, which the GGUF's forward pass uses) plus rml's keys for the
+//!   four parameters, which bring it back into config.json; its GGUF → folder → GGUF round
+//!   trip starts from that GGUF. llama.cpp's own Llama 3 GGUF has the divisors only and is
+//!   refused into a folder (cli_convert.rs).
+//! - tiny-llama-gguf holds a SentencePiece vocabulary (`tokenizer.ggml.model = "llama"`),
+//!   which rml cannot write as a tokenizer.json, and the fixture has no tokenizer.json to put
+//!   beside it (as the Gemma 3 case below does): `convert` refuses it into a folder, naming the
+//!   keys (cli_convert.rs). Its family, Llama, round-trips through tiny-llama.
 #![cfg(feature = "cli")]
 
 mod decoder_common;
@@ -106,6 +114,7 @@ fn folders_round_trip_through_gguf_for_every_family() {
         ("tiny-qwen2", "f32", false),
         ("tiny-qwen3", "f32", false),
         ("tiny-gemma3", "f32", false),
+        ("tiny-llama3", "bf16", true),
     ] {
         let name = rel.replace('/', "-");
         let dir = scratch(&format!("roundtrip-{name}"));
@@ -122,6 +131,32 @@ fn folders_round_trip_through_gguf_for_every_family() {
         let tol = if permuted { 1e-4 } else { 0.0 };
         same(&format!("{name}: folder vs GGUF ({dtype})"), &want, &logits(&gguf), tol);
         same(&format!("{name}: folder vs folder -> GGUF -> folder"), &want, &logits(&back), 0.0);
+        if rel == "tiny-llama3" {
+            // The rope scaling came back from the GGUF's keys: the folder converts to the same
+            // GGUF again (its divisors recomputed from config.json), the GGUF -> folder -> GGUF
+            // round trip of rml's Llama 3 GGUF.
+            let again = back.join("again.gguf");
+            convert(&back, &again, dtype);
+            same(
+                &format!("{name}: GGUF vs GGUF -> folder -> GGUF"),
+                &logits(&gguf),
+                &logits(&again),
+                0.0,
+            );
+            let tensors = |p: &Path| {
+                let m = Model::open(p).unwrap();
+                let v = m.tensor("rope_freqs.weight").unwrap();
+                (v.dtype, v.data.to_vec())
+            };
+            assert_eq!(tensors(&gguf), tensors(&again), "{name}: rope_freqs.weight");
+            // The divisors are those llama.cpp's converter wrote into the fixture's GGUF.
+            let theirs = tensors(&data("tiny-llama3/gguf/tiny-llama3-Q8_0.gguf"));
+            let f32s = |b: &[u8]| {
+                b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+            };
+            let (ours, theirs): (Vec<f32>, Vec<f32>) = (f32s(&tensors(&gguf).1), f32s(&theirs.1));
+            same(&format!("{name}: rope_freqs.weight vs llama.cpp's"), &ours, &theirs, 0.0);
+        }
         let (a, b) = (Model::open(&input).unwrap(), Model::open(&back).unwrap());
         let (mut ca, mut cb) = (a.config().clone(), b.config().clone());
         if rel == "tiny-mistral" {

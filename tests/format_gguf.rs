@@ -613,8 +613,11 @@ fn smollm2_tensors() {
     assert_eq!(g.tensor("output_norm.weight").unwrap().shape.dims(), &[576]);
     assert!(g.info("output.weight").is_none(), "SmolLM2 ties its embeddings");
     // Every name maps to a Hugging Face name.
+    use rml::model::arch::ModelFormat;
     for t in infos {
-        assert!(rml::model::arch::llama::hf_tensor_name(&t.name).is_some(), "{}", t.name);
+        let spec = &rml::model::arch::llama::SPEC;
+        let mapped = spec.map_name(ModelFormat::Gguf, ModelFormat::Safetensors, &t.name);
+        assert!(matches!(mapped, Some((_, Some(_)))), "{}", t.name);
     }
 }
 

@@ -14,6 +14,8 @@
 # FIDELITY_PROMPTS=story compares that story only (fast); the default adds every prompt of
 # tests/data/agreement/prompts.json but long_code.
 # Threads: $THREADS (default 2) for llama.cpp; rml uses its pool's default.
+# FIDELITY_BIN=PATH uses an already built `fidelity` example instead of building it.
+# A type rml does not run (IQ4_XS today) gets a row saying so, and the next type runs.
 set -euo pipefail
 types=${1:-Q4_0,Q4_1,Q5_0,Q5_1,Q8_0,Q2_K,Q3_K_S,Q3_K_M,Q4_K_S,Q4_K_M,Q5_K_S,Q5_K_M,Q6_K,IQ4_NL,IQ4_XS,F16,F32}
 build=${LLAMA_BUILD:-$HOME/.cache/rml-peers/llama.cpp-build}
@@ -33,8 +35,12 @@ if [ ! -x "$peer" ] || [ tools/llamacpp_logits.c -nt "$peer" ]; then
         "$build/ggml/src/libggml-cpu.a" "$build/ggml/src/libggml-base.a" -fopenmp -lpthread -lm
 fi
 
-cargo build --release --features cli --example fidelity
-fid=target/release/examples/fidelity
+if [ -n "${FIDELITY_BIN:-}" ]; then
+    fid=$FIDELITY_BIN
+else
+    cargo build --release --features cli --example fidelity
+    fid=target/release/examples/fidelity
+fi
 if [ "${FIDELITY_PROMPTS:-all}" = story ]; then
     rm -f "$work"/logits/*.tokens
 else
@@ -47,6 +53,7 @@ pairs() { # IN.tokens OUT.f32 pairs for suffix $1
 
 : >"$work/table.md"
 : >"$work/story.txt"
+: >"$work/refused.md"
 header=1
 for ty in ${types//,/ }; do
     q=$work/requant/SmolLM2.$ty.gguf
@@ -73,9 +80,17 @@ sys.stdout.buffer.write(struct.pack("<%dI" % len(ids), *ids))' >"$work/logits/st
     # shellcheck disable=SC2046
     "$peer" -t "$threads" "$q" $(pairs llama-q) >/dev/null
     echo "$ty:" >>"$work/story.txt"
-    RML_FIDELITY_HEADER=$header "$fid" compare "$ty" "$q" "$deq" "$work/logits" \
-        2>>"$work/story.txt" | tee -a "$work/table.md"
-    header=0
+    if RML_FIDELITY_HEADER=$header "$fid" compare "$ty" "$q" "$deq" "$work/logits" \
+        2>"$work/compare.err" | tee -a "$work/table.md"; then
+        header=0
+    else
+        # rml refused the file (a dtype it does not run): a row after the table, and go on.
+        why=$(grep -o 'Error(.*' "$work/compare.err" | tail -1 | tr '|' '/' || true)
+        echo "$ty: rml refused it: $why" >&2
+        echo "| $ty | rml does not run this file: \`$why\` | | | | |" >>"$work/refused.md"
+    fi
+    cat "$work/compare.err" >>"$work/story.txt"
     rm -f "$work"/logits/*.llama-f32.f32 "$work"/logits/*.llama-q.f32
 done
+cat "$work/refused.md" >>"$work/table.md"
 echo "table: $work/table.md; story prompt: $work/story.txt"

@@ -16,7 +16,9 @@
 //! per prompt, over the short prompts (all but `long_code`) and over all positions: argmax agreement (the share of positions whose top token is the f32
 //! one), and the mean and largest absolute logit difference. If `OUT_DIR/NAME.llama.f32`
 //! exists (llama.cpp's logits for the same ids, `positions × vocab` f32 little-endian, as
-//! written by `tools/llamacpp_logits.py`), llama.cpp is compared with the same yardstick.
+//! written by `tools/llamacpp_logits.c` with its defaults, llama.cpp's own int8 path:
+//! `target/fidelity/llamacpp_logits MODEL.gguf OUT_DIR/NAME.tokens OUT_DIR/NAME.llama.f32
+//! ...`, built by `tools/fidelity.sh`), llama.cpp is compared with the same yardstick.
 
 use std::path::{Path, PathBuf};
 

@@ -44,7 +44,10 @@ fuzz_target!(|data: &[u8]| {
             }
             FileDType::Unsupported(_) => assert!(g.tensor(&info.name).is_err()),
         }
-        let _ = rml::model::arch::llama::hf_tensor_name(&info.name);
+        for spec in rml::model::arch::FAMILIES {
+            use rml::model::arch::ModelFormat::{Gguf, Safetensors};
+            let _ = spec.map_name(Gguf, Safetensors, &info.name);
+        }
     }
     let _ = g.tensor_names();
 });

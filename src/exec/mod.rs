@@ -35,17 +35,13 @@ pub use pool::{JoinHook, PoolStats, ThreadPool, ThreadPoolBuilder, DEFAULT_SPIN_
 /// **The default** ([`Schedule::default`]) is [`Schedule::Static`], and it is the one default
 /// everywhere: [`Executor::schedule`], a fresh [`ThreadPool`], the `rml` command line (without
 /// `--schedule` or a tuned winner) and the C ABI (`RML_SCHEDULE_DEFAULT`, value 0). Why: it
-/// was the fastest measured. Interleaved `rml bench` runs on a quiet 2-vCPU Xeon (SmolLM2
-/// Q4_1/Q8_0/Q4_K_M, 2 threads, 64-token prompt, 128 decode steps, medians of 4-5 rounds,
-/// 2026-12-04) decoded 3.5-5% faster with it than with `Proportional2`, level on Gemma 3 270M;
+/// was the fastest measured. In interleaved `rml bench` runs (SmolLM2 and Gemma 3 270M, two
+/// threads) it decoded a few percent faster than `Proportional2` or level with it, and
 /// `Owned` and finer chunks (`Proportional4`, `Grain(1)`) were slower: each chunk restarts the
-/// GEMV's row streams and is claimed from a shared counter. A re-run on 2026-12-06 on the
-/// same kind of machine under heavy load from other processes (load average 6-9 on 2 CPUs,
-/// six interleaved rounds, SmolLM2 Q4_1, 2 threads, pp64 + 64 decode steps; medians):
-/// decode 56.2 tok/s `Static`, 56.5 `Proportional2`, 50.0 `Proportional4`, 47.7 `Grain(1)`;
-/// prefill 273 / 290 / 265 / 275 tok/s: `Static` and `Proportional2` level within that noise,
-/// both ahead of the finer schedules. With one thread every schedule runs one chunk, so the
-/// choice cannot matter there. Results are the same bits under every schedule.
+/// GEMV's row streams and is claimed from a shared counter. The figures, machines and dates
+/// are in docs/perf/notes-cli-exec.md ("The default schedule"). With one thread every
+/// schedule runs one chunk, so the choice cannot matter there. Results are the same bits
+/// under every schedule.
 ///
 /// **Integer codes** ([`Schedule::code`], [`Schedule::from_code`]): the one integer encoding,
 /// used by the C ABI's `RmlSchedule` and the pool's stored default.

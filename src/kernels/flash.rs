@@ -365,9 +365,9 @@ pub(crate) unsafe fn run<L: Lanes>(b: &Block) {
                 off += 64;
             }
         };
-        // The first tile before any work (at short depth it is the whole call: 30% of a
-        // SmolLM2 decode step's attention at depth 1-64 was waiting for its demand loads),
-        // then each next tile while the current one is computed.
+        // The first tile before any work (at short depth it is the whole call, which otherwise
+        // waits on its demand loads; docs/perf/notes-kernels.md), then each next tile while
+        // the current one is computed.
         prefetch_tile(a);
         while a < kmax {
             let w = (a + KT).min(kmax) - a;

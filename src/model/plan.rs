@@ -19,8 +19,9 @@
 //!
 //! A global allocator is still needed at init: the layer table, the decoder's copy of the
 //! config's lists and the file parsers (safetensors header, GGUF metadata, `config.json`)
-//! allocate. The MCU firmware (features/mcu) gives them a 32 KiB heap (14.5 KiB peak for the
-//! tiny Llama, 1.7 KiB kept) and checks that prefill and decode never call the allocator.
+//! allocate. The MCU firmware (features/mcu) gives them a fixed heap (its peak and what stays
+//! allocated for the tiny Llama are in docs/perf/notes-ops-decoder.md) and checks that
+//! prefill and decode never call the allocator.
 
 use core::fmt;
 

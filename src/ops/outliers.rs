@@ -16,10 +16,9 @@
 //!
 //! Cost: the flags need one pass over the input (`Σ x²` per row); the correction reads one
 //! block of `nb` per outlier block and weight row, as a column of strided blocks that the
-//! kernels decode and transpose 16 rows at a time: about 2-3 blocks' worth of the plain
-//! product's time each. Over the agreement prompts SmolLM2's normalized inputs have 1.27
-//! outlier blocks per 576-wide row (mostly at a few fixed column blocks); what the correction
-//! costs in speed is measured in `docs/perf/notes-ops-decoder.md`.
+//! kernels decode and transpose 16 rows at a time. Real models' normalized inputs have few
+//! outlier blocks per row, mostly at a few fixed column blocks; how many, and what the
+//! correction costs in speed, are in `docs/perf/notes-ops-decoder.md`.
 //! The worst case is bounded by the rule: with blocks of 32 fewer than half a row's blocks can
 //! be outliers; with super-blocks of 256 (K-quants) every block can be (one large value in a
 //! row of 256 flags it), which runs the product about twice.
@@ -32,8 +31,8 @@ use crate::quant::{q8_acts_bytes_as, ActFormat, Q8Acts};
 /// its activation row (so a row has fewer than `k / 64` values that large; for blocks of 32,
 /// fewer than half its blocks are outliers).
 ///
-/// 8 measured best on the SmolLM2 agreement prompts among 2, 6, 8 and 10 (teacher-forced
-/// top-1 agreement with f32 activations; see the README's int8 accuracy table).
+/// Chosen by teacher-forced top-1 agreement with f32 activations on the SmolLM2 agreement
+/// prompts among 2, 6, 8 and 10 (docs/perf/2026-12-02-int8-accuracy.md).
 pub const OUTLIER_RATIO: f32 = 8.0;
 
 /// How the correction reads column block `b` of a weight row: the kernel and the byte offset

@@ -386,7 +386,9 @@ impl Tokenizer {
                 .save(path, false)
                 .map_err(|e| Error::invalid_argument(format_args!("{}: {e}", path.display()))),
             _spm => Err(Error::unimplemented(format_args!(
-                "{}: a SentencePiece vocabulary from GGUF is not written as tokenizer.json",
+                "{}: a SentencePiece vocabulary from GGUF (tokenizer.ggml.model \"llama\": \
+                 tokenizer.ggml.tokens, .scores, .token_type, .add_space_prefix) is not written \
+                 as tokenizer.json: rml has no writer for Hugging Face's SentencePiece form",
                 path.display()
             )))
         )

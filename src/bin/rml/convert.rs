@@ -26,21 +26,31 @@
 //! ([`rml::model::config::config_json`]).
 //!
 //! Tensor names, q/k row order and norm weights follow the container, as the family's
-//! [`ArchSpec`] says: Hugging Face names and rotate-half rows in safetensors, llama.cpp names
-//! and (for Llama and Mistral) interleaved rows in GGUF
-//! ([`rml::model::arch::llama::unpermute_qk_rows`] and its inverse); Gemma's RMSNorm weights
-//! are `w` in safetensors and `1 + w` in GGUF ([`ArchSpec::norm_offset`]).
+//! [`rml::model::arch::ArchSpec`] says: Hugging Face names and rotate-half rows in
+//! safetensors, llama.cpp names and (for Llama and Mistral) interleaved rows in GGUF
+//! ([`rml::model::arch::llama::permute_qk_rows`] and its inverse); Gemma's RMSNorm weights
+//! are `w` in safetensors and `1 + w` in GGUF ([`rml::model::arch::ArchSpec::norm_offset`]).
 //!
-//! Every tensor the family's loader may ask for is carried (the names of
-//! [`rml::model::arch::ArchSpec::names`]: q/k norms, biases, Gemma's norms after attention and
-//! after the MLP, `rope_freqs`); tensors no loader reads are left out and listed on stderr.
+//! Every tensor the family's loader may ask for is carried, renamed by the family's
+//! [`rml::model::arch::ArchSpec::map_name`] (q/k norms, biases, Gemma's norms after
+//! attention and after the MLP, `rope_freqs`); tensors no loader reads are left out and
+//! listed on stderr.
+//!
+//! Llama 3's `llama3` rope scaling: into a GGUF, the `rope_freqs.weight` divisors llama.cpp
+//! writes ([`rml::model::config::write::gguf_rope_freqs`]) plus the four parameters under
+//! rml's own keys ([`rml::model::config::write::LLAMA3_KEYS`]); from a GGUF into a folder, the
+//! parameters go back into `config.json` and the tensor is dropped after checking that they
+//! give it bit for bit. A GGUF with the tensor but not the keys (llama.cpp's own) is refused
+//! into a folder: the divisors alone do not determine the parameters.
+//!
 //! Every family converts both ways. What cannot be written is refused before any tensor is
-//! converted, with exit 1: a config GGUF metadata cannot express (Llama 3's rope scaling,
-//! a Gemma layer pattern or `query_pre_attn_scalar` other than llama.cpp's rule; Mistral's
-//! sliding window is dropped, as llama.cpp does), a tensor the output container has no name
-//! for, a folder with a
-//! `tokenizer.json` into a GGUF elsewhere (which would have no tokenizer), a SentencePiece vocabulary
-//! from GGUF into a folder (no tokenizer.json form), an output whose folder does not exist.
+//! converted, with exit 1: a config GGUF metadata cannot express (a Gemma layer pattern or
+//! `query_pre_attn_scalar` other than llama.cpp's rule; Mistral's sliding window is dropped,
+//! as llama.cpp does), a tensor the output container has no name for (`rope_freqs.weight`
+//! without rml's keys), a folder with a `tokenizer.json` into a GGUF elsewhere (which would
+//! have no tokenizer), a SentencePiece vocabulary from GGUF into a folder (its
+//! `tokenizer.ggml.*` keys have no `tokenizer.json` form here), an output whose folder does
+//! not exist.
 //! Errors name OUT, never the temporary.
 //!
 //! The output is atomic: it is written under a hidden temporary name beside OUT and renamed to
@@ -60,8 +70,10 @@ use rml::format::write::{safetensors_header, GgufWriter, SafetensorsEntry, Value
 use rml::format::TensorSource;
 use rml::load::{Container, ModelFormat};
 use rml::mem::BufferPool;
-use rml::model::arch::llama::{qk_gguf_row, unpermute_qk_rows};
-use rml::model::arch::{ArchSpec, Part, TensorNames};
+use rml::model::arch::llama::{permute_qk_rows, unpermute_qk_rows};
+use rml::model::arch::TensorKind;
+use rml::model::config::gguf::llama3_scaling;
+use rml::model::config::write::{gguf_rope_freqs, LLAMA3_KEYS};
 use rml::model::config::{config_json, gguf_metadata, ModelConfig};
 use rml::model::packed::{self, PackedSource};
 use rml::{DType, Error, Result};
@@ -144,7 +156,10 @@ enum Rows {
 
 /// One tensor to write.
 struct Job {
+    /// The input tensor's name; empty for a tensor `convert` computes (`values`).
     source: String,
+    /// The values of a computed tensor (a Llama 3 GGUF's `rope_freqs.weight`).
+    values: Option<Vec<f32>>,
     name: String,
     shape: Vec<usize>,
     out: DType,
@@ -226,96 +241,6 @@ fn carried_config_json(model: &Container, dtype: OutDType) -> Result<serde_json:
     Ok(v)
 }
 
-/// Every layer tensor a family may have ([`TensorNames::layer`]).
-const PARTS: [Part; 16] = [
-    Part::AttnNorm,
-    Part::Q,
-    Part::K,
-    Part::V,
-    Part::O,
-    Part::QBias,
-    Part::KBias,
-    Part::VBias,
-    Part::QNorm,
-    Part::KNorm,
-    Part::PostAttnNorm,
-    Part::FfnNorm,
-    Part::PostFfnNorm,
-    Part::Gate,
-    Part::Up,
-    Part::Down,
-];
-
-/// What an input tensor is to the loader of its family.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Named {
-    /// A name the loader may ask for: its name in the output container (`None`: that
-    /// container has no place for it), whether it is the output head, whether it is a q or k
-    /// projection.
-    Known { out: Option<String>, head: bool, qk: bool },
-    /// A name the loader never asks for.
-    Unknown,
-}
-
-/// `name` (a tensor of `spec` in container `from`) in container `to`: the family's tables
-/// ([`ArchSpec::names`]) both ways, so every tensor the loader may ask for is recognized.
-fn map_name(spec: &ArchSpec, from: ModelFormat, to: ModelFormat, name: &str) -> Named {
-    let (src, dst): (&TensorNames, &TensorNames) = (spec.names(from), spec.names(to));
-    let known = |out: Option<&str>, head: bool| Named::Known {
-        out: out.map(str::to_string),
-        head,
-        qk: false,
-    };
-    if name == src.embedding {
-        return known(Some(dst.embedding), false);
-    }
-    if name == src.final_norm {
-        return known(Some(dst.final_norm), false);
-    }
-    if name == src.output {
-        return known(Some(dst.output), true);
-    }
-    if src.rope_freqs == Some(name) {
-        return known(dst.rope_freqs, false);
-    }
-    let Some((layer, _)) = name.strip_prefix(src.layer_prefix).and_then(|r| r.split_once('.'))
-    else {
-        return Named::Unknown;
-    };
-    let Ok(l) = layer.parse::<usize>() else { return Named::Unknown };
-    for part in PARTS {
-        if src.layer(l, part).as_str() == name {
-            return Named::Known {
-                out: Some(dst.layer(l, part).as_str().to_string()),
-                head: false,
-                qk: matches!(part, Part::Q | Part::K),
-            };
-        }
-    }
-    Named::Unknown
-}
-
-/// Whether `name` (in `names`) is an RMSNorm weight: the final norm or a layer's norm.
-fn is_norm(names: &TensorNames, name: &str) -> bool {
-    const NORMS: [Part; 6] = [
-        Part::AttnNorm,
-        Part::FfnNorm,
-        Part::PostAttnNorm,
-        Part::PostFfnNorm,
-        Part::QNorm,
-        Part::KNorm,
-    ];
-    if name == names.final_norm {
-        return true;
-    }
-    let Some((layer, _)) = name.strip_prefix(names.layer_prefix).and_then(|r| r.split_once('.'))
-    else {
-        return false;
-    };
-    let Ok(l) = layer.parse::<usize>() else { return false };
-    NORMS.iter().any(|&p| names.layer(l, p).as_str() == name)
-}
-
 /// Converts `input` into `output` (see the module docs).
 ///
 /// # Errors
@@ -334,7 +259,7 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType, format: Option<OutForma
         }
     });
     let model = Container::open(input)?;
-    let config = model.model_config()?;
+    let mut config = model.model_config()?;
     check_parent(output)?;
     if format == OutFormat::Gguf && output.as_os_str().to_string_lossy().ends_with('/') {
         return Err(Error::invalid_argument(format_args!(
@@ -356,6 +281,13 @@ pub fn run(input: &Path, output: &Path, dtype: OutDType, format: Option<OutForma
     }
     let from_gguf = model.format() == ModelFormat::Gguf;
     let to_gguf = format == OutFormat::Gguf;
+    // A Llama 3 GGUF runs its rope scaling through `rope_freqs.weight`; into a folder, the
+    // scaling's parameters go back into config.json when rml wrote them (checked in `plan`).
+    if let (Some(g), false) = (model.gguf(), to_gguf) {
+        if let Some(s) = llama3_scaling(&g?)? {
+            config.rope_scaling = s;
+        }
+    }
     // rml finds a tokenizer.json beside a GGUF: only a GGUF written into the folder itself
     // keeps it.
     let beside_input = || {
@@ -649,15 +581,36 @@ fn plan(
 ) -> Result<(Vec<Job>, Vec<String>)> {
     let mut jobs = Vec::new();
     let mut skipped = Vec::new();
+    let mut skipped_rope = false;
     let side = |gguf: bool| if gguf { ModelFormat::Gguf } else { ModelFormat::Safetensors };
     let (from, to) = (side(from_gguf), side(to_gguf));
+    // Llama 3's rope scaling in a GGUF from a folder: the divisors tensor llama.cpp writes,
+    // first (where llama.cpp's converter puts it).
+    if let (Some(values), false, true) = (gguf_rope_freqs(c), from_gguf, to_gguf) {
+        let name = c.arch.names(to).rope_freqs.ok_or_else(|| Error::internal("rope_freqs"))?;
+        jobs.push(Job {
+            source: String::new(),
+            name: name.to_string(),
+            shape: vec![values.len()],
+            out: DType::F32,
+            rows: Rows::Keep,
+            bytes: values.len() * 4,
+            add: 0.0,
+            values: Some(values),
+        });
+    }
     for info in model.tensor_infos() {
-        let (name, head, qk) = match map_name(c.arch, from, to, &info.name) {
-            Named::Unknown => {
+        let (kind, name) = match c.arch.map_name(from, to, &info.name) {
+            None => {
                 skipped.push(info.name.clone());
                 continue;
             }
-            Named::Known { out: None, .. } => {
+            Some((TensorKind::RopeFreqs, None)) => {
+                rope_freqs_into_config(source, c, &info.name)?;
+                skipped_rope = true;
+                continue;
+            }
+            Some((_, None)) => {
                 return Err(Error::unimplemented(format_args!(
                     "tensor {:?}: rml's {} loader uses it and a {} has no place for it; \
                      write a {} instead",
@@ -667,17 +620,14 @@ fn plan(
                     if from_gguf { "GGUF file" } else { "Hugging Face folder" },
                 )))
             }
-            Named::Known { out: Some(n), head, qk } => (n, head, qk),
+            Some((kind, Some(n))) => (kind, n.as_str().to_string()),
         };
-        if c.tie_word_embeddings && head {
+        if c.tie_word_embeddings && kind == TensorKind::Output {
             continue;
         }
-        let add = if is_norm(c.arch.names(from), &info.name) {
-            c.arch.norm_offset(from) - c.arch.norm_offset(to)
-        } else {
-            0.0
-        };
-        let rows = match (qk && c.arch.gguf_qk_permuted, from_gguf, to_gguf) {
+        let add =
+            if kind.is_norm() { c.arch.norm_offset(from) - c.arch.norm_offset(to) } else { 0.0 };
+        let rows = match (kind.is_qk() && c.arch.gguf_qk_permuted, from_gguf, to_gguf) {
             (true, true, false) => Rows::ToHf(c.head_dim),
             (true, false, true) => Rows::ToGguf(c.head_dim),
             _ => Rows::Keep,
@@ -703,7 +653,22 @@ fn plan(
             ([rows, k], b) if b > 1 => rows * out.row_bytes(*k)?,
             _ => numel * out.block_bytes(),
         };
-        jobs.push(Job { source: info.name.clone(), name, shape, out, rows, bytes, add });
+        jobs.push(Job {
+            source: info.name.clone(),
+            values: None,
+            name,
+            shape,
+            out,
+            rows,
+            bytes,
+            add,
+        });
+    }
+    if gguf_rope_freqs(c).is_some() && from_gguf && !to_gguf && !skipped_rope {
+        return Err(Error::data_loss(format_args!(
+            "the GGUF has rml's llama3 rope-scaling keys ({}, ...) but no rope_freqs.weight",
+            LLAMA3_KEYS[0]
+        )));
     }
     // safetensors: sorted by name (the order does not depend on the input's); GGUF: the
     // input's order (llama.cpp keeps it).
@@ -713,25 +678,47 @@ fn plan(
     Ok((jobs, skipped))
 }
 
+/// Checks that a GGUF's `rope_freqs.weight` (`name`) is what `c`'s `llama3` rope scaling
+/// gives ([`gguf_rope_freqs`]), so that a folder with that scaling in its config.json runs
+/// the same model without the tensor.
+///
+/// # Errors
+///
+/// [`rml::Code::Unimplemented`] naming the tensor when the file does not say the scaling's
+/// parameters (llama.cpp's own Llama 3 files: the divisors alone do not determine them) or
+/// when the divisors differ from the parameters'.
+fn rope_freqs_into_config(source: &PackedSource<'_>, c: &ModelConfig, name: &str) -> Result<()> {
+    let Some(want) = gguf_rope_freqs(c) else {
+        return Err(Error::unimplemented(format_args!(
+            "tensor {name:?} (Llama 3 rope scaling as llama.cpp writes it: one divisor per \
+             frequency) has no config.json form without the scaling's parameters (factor, \
+             low_freq_factor, high_freq_factor, original_max_position_embeddings), and this \
+             GGUF does not carry them ({}..., which rml writes); convert it to a GGUF instead",
+            LLAMA3_KEYS[0].trim_end_matches("factor")
+        )));
+    };
+    let view = source.tensor(name)?;
+    let mut have = vec![0f32; view.shape.numel()];
+    view.dequantize_into(&mut have).map_err(|e| e.context(format_args!("tensor {name:?}")))?;
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    if bits(&have) != bits(&want) {
+        return Err(Error::unimplemented(format_args!(
+            "tensor {name:?}: its divisors differ from those of the file's llama3 rope \
+             scaling keys ({:?}), so config.json could not say them; convert it to a GGUF \
+             instead",
+            c.rope_scaling
+        )));
+    }
+    Ok(())
+}
+
 /// Moves whole rows of a q/k matrix between GGUF and Hugging Face order.
 fn move_rows(rows: Rows, data: &[u8], out: &mut [u8], n_rows: usize) -> Result<()> {
     let row_bytes = data.len() / n_rows.max(1);
     match rows {
         Rows::Keep => out.copy_from_slice(data),
         Rows::ToHf(hd) => unpermute_qk_rows(data, out, n_rows, row_bytes, hd)?,
-        Rows::ToGguf(hd) => {
-            if hd == 0 || n_rows % hd != 0 {
-                return Err(Error::invalid_argument(format_args!(
-                    "{n_rows} rows are not whole heads of {hd}"
-                )));
-            }
-            for r in 0..n_rows {
-                let (head, j) = (r / hd, r % hd);
-                let to = head * hd + qk_gguf_row(j, hd);
-                out[to * row_bytes..][..row_bytes]
-                    .copy_from_slice(&data[r * row_bytes..][..row_bytes]);
-            }
-        }
+        Rows::ToGguf(hd) => permute_qk_rows(data, out, n_rows, row_bytes, hd)?,
     }
     Ok(())
 }
@@ -759,6 +746,10 @@ fn write_tensor(
     f: &mut impl Write,
     path: &Path,
 ) -> Result<()> {
+    if let Some(v) = &j.values {
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        return f.write_all(&bytes).map_err(io(path));
+    }
     let ctx = |e: Error| e.context(format_args!("tensor {:?}", j.source));
     let view = source.tensor(&j.source).map_err(ctx)?;
     let n_rows = j.shape.first().copied().unwrap_or(1);
@@ -810,57 +801,6 @@ fn write_tensor(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rml::model::arch::{self, llama};
-
-    #[test]
-    fn names_map_both_ways_for_every_family() {
-        use ModelFormat::{Gguf, Safetensors as Hf};
-        let known = |n: &str| Named::Known { out: Some(n.to_string()), head: false, qk: false };
-        for spec in arch::FAMILIES {
-            for from in [Gguf, Hf] {
-                let to = if from == Gguf { Hf } else { Gguf };
-                let (src, dst) = (spec.names(from), spec.names(to));
-                for part in PARTS {
-                    let n = src.layer(17, part);
-                    let Named::Known { out: Some(o), qk, .. } =
-                        map_name(spec, from, to, n.as_str())
-                    else {
-                        panic!("{}: {n} unknown", spec.name)
-                    };
-                    assert_eq!(o, dst.layer(17, part).as_str());
-                    assert_eq!(qk, matches!(part, Part::Q | Part::K));
-                    assert_eq!(
-                        map_name(spec, to, from, &o),
-                        Named::Known { out: Some(n.as_str().to_string()), head: false, qk }
-                    );
-                }
-                assert_eq!(map_name(spec, from, to, src.embedding), known(dst.embedding));
-                assert!(matches!(
-                    map_name(spec, from, to, src.output),
-                    Named::Known { head: true, .. }
-                ));
-            }
-        }
-        let gemma = &arch::gemma3::SPEC;
-        assert_eq!(
-            map_name(gemma, Gguf, Hf, "blk.3.post_ffw_norm.weight"),
-            known("model.layers.3.post_feedforward_layernorm.weight")
-        );
-        assert_eq!(
-            map_name(gemma, Gguf, Gguf, "blk.0.attn_q_norm.weight"),
-            known("blk.0.attn_q_norm.weight")
-        );
-        // rope_freqs has no Hugging Face name: the caller refuses it.
-        assert_eq!(
-            map_name(&llama::SPEC, Gguf, Hf, "rope_freqs.weight"),
-            Named::Known { out: None, head: false, qk: false }
-        );
-        assert_eq!(
-            map_name(&llama::SPEC, Hf, Gguf, "model.layers.x.mlp.up_proj.weight"),
-            Named::Unknown
-        );
-        assert_eq!(map_name(&llama::SPEC, Hf, Gguf, "pooler.dense.weight"), Named::Unknown);
-    }
 
     #[test]
     fn qk_rows_round_trip() {

@@ -7,44 +7,11 @@
 //! them as stored and rotates interleaved pairs. Llama 3.x GGUFs carry the `llama3` scaling as
 //! `rope_freqs.weight` (divisors of each inverse frequency) instead of keys.
 
-use alloc::string::String;
-
 use super::{ArchSpec, LLAMA_LIKE};
 use crate::error::{Error, Result};
 
 /// The Llama family.
 pub const SPEC: ArchSpec = ArchSpec { gguf_qk_permuted: true, ..LLAMA_LIKE };
-
-/// The Hugging Face name of a llama.cpp tensor name of a Llama GGUF
-/// (`blk.3.attn_q.weight` → `model.layers.3.self_attn.q_proj.weight`, `token_embd.weight` →
-/// `model.embed_tokens.weight`, `output_norm.weight` → `model.norm.weight`, `output.weight`
-/// → `lm_head.weight`), or `None` for names outside the Llama set.
-pub fn hf_tensor_name(gguf_name: &str) -> Option<String> {
-    match gguf_name {
-        "token_embd.weight" => return Some(String::from("model.embed_tokens.weight")),
-        "output_norm.weight" => return Some(String::from("model.norm.weight")),
-        "output.weight" => return Some(String::from("lm_head.weight")),
-        _ => {}
-    }
-    let rest = gguf_name.strip_prefix("blk.")?;
-    let (layer, part) = rest.split_once('.')?;
-    if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let hf = match part {
-        "attn_norm.weight" => "input_layernorm.weight",
-        "ffn_norm.weight" => "post_attention_layernorm.weight",
-        "attn_q.weight" => "self_attn.q_proj.weight",
-        "attn_k.weight" => "self_attn.k_proj.weight",
-        "attn_v.weight" => "self_attn.v_proj.weight",
-        "attn_output.weight" => "self_attn.o_proj.weight",
-        "ffn_gate.weight" => "mlp.gate_proj.weight",
-        "ffn_up.weight" => "mlp.up_proj.weight",
-        "ffn_down.weight" => "mlp.down_proj.weight",
-        _ => return None,
-    };
-    Some(alloc::format!("model.layers.{layer}.{hf}"))
-}
 
 /// For a q or k projection of a Llama GGUF with heads of `head_dim` rows: the GGUF row that
 /// holds Hugging Face row `hf_row`. Within a head, HF row `j * head_dim/2 + i` (`j` in 0..2,
@@ -101,9 +68,50 @@ pub fn unpermute_qk_rows(
     Ok(())
 }
 
+/// The inverse of [`unpermute_qk_rows`]: copies a q or k weight in Hugging Face's
+/// rotate-half row order (`src`) into `dst` in a Llama GGUF's order, as llama.cpp's converter
+/// writes it.
+///
+/// # Errors
+///
+/// As [`unpermute_qk_rows`].
+///
+/// # Panics
+///
+/// As [`unpermute_qk_rows`].
+pub fn permute_qk_rows(
+    src: &[u8],
+    dst: &mut [u8],
+    rows: usize,
+    row_bytes: usize,
+    head_dim: usize,
+) -> Result<()> {
+    let total = rows.checked_mul(row_bytes);
+    assert!(
+        total == Some(src.len()) && total == Some(dst.len()),
+        "permute_qk_rows: src {} / dst {} bytes for {rows} rows of {row_bytes}",
+        src.len(),
+        dst.len()
+    );
+    if head_dim == 0 || head_dim % 2 != 0 || rows % head_dim != 0 {
+        return Err(Error::invalid_argument(format_args!(
+            "q/k permute: head_dim {head_dim} must be even, non-zero and divide {rows} rows"
+        )));
+    }
+    if row_bytes == 0 {
+        return Ok(());
+    }
+    for (hf_row, row) in src.chunks_exact(row_bytes).enumerate() {
+        let g = qk_gguf_row(hf_row, head_dim);
+        dst[g * row_bytes..(g + 1) * row_bytes].copy_from_slice(row);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec;
     use alloc::vec::Vec;
 
     #[test]
@@ -131,13 +139,15 @@ mod tests {
     }
 
     #[test]
-    fn hf_names() {
-        assert_eq!(
-            hf_tensor_name("blk.12.attn_k.weight").as_deref(),
-            Some("model.layers.12.self_attn.k_proj.weight")
-        );
-        assert_eq!(hf_tensor_name("output.weight").as_deref(), Some("lm_head.weight"));
-        assert_eq!(hf_tensor_name("blk.x.attn_k.weight"), None);
-        assert_eq!(hf_tensor_name("rope_freqs.weight"), None);
+    fn permute_inverts_unpermute() {
+        let (hd, heads, rb) = (8, 3, 5);
+        let n = hd * heads;
+        let data: Vec<u8> = (0..n * rb).map(|i| i as u8).collect();
+        let (mut g, mut back) = (vec![0u8; data.len()], vec![0u8; data.len()]);
+        permute_qk_rows(&data, &mut g, n, rb, hd).unwrap();
+        assert_ne!(g, data);
+        unpermute_qk_rows(&g, &mut back, n, rb, hd).unwrap();
+        assert_eq!(back, data);
+        assert!(permute_qk_rows(&data, &mut g, n, rb, 7).is_err());
     }
 }

@@ -6,22 +6,23 @@
 //! the MLP activation, the RoPE layout of GGUF q/k rows, the embedding scale, the rule that
 //! makes layers sliding-window ones, and transformers' defaults for keys a `config.json` may
 //! leave out. This module is the only place that names a family; adding one is one file here
-//! and one entry in [`FAMILIES`].
+//! and one entry in [`FAMILIES`]. Tensor names in both containers, and the mapping between
+//! them ([`ArchSpec::map_name`]), are in `names.rs`.
 //!
 //! Semantics come from transformers' modeling code (`models/<family>/modeling_<family>.py`),
 //! GGUF names and conventions from llama.cpp's `convert_hf_to_gguf.py`.
 
-use core::fmt::Write as _;
-
 use crate::error::{Error, Result};
-use crate::model::weights::TensorName;
 use crate::ops::RopeLayout;
 
 pub mod gemma3;
 pub mod llama;
 pub mod mistral;
+mod names;
 pub mod qwen2;
 pub mod qwen3;
+
+pub use names::{Part, TensorKind, TensorNames, GGUF_NAMES, HF_NAMES};
 
 /// Every family rml runs, in the order error messages list them.
 pub const FAMILIES: &[&ArchSpec] =
@@ -56,170 +57,6 @@ pub enum ModelFormat {
     /// A GGUF file: llama.cpp's tensor names, metadata keys and conventions.
     Gguf,
 }
-
-/// The tensors of one decoder layer (which of them a family has is in its [`ArchSpec`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Part {
-    /// RMSNorm before attention.
-    AttnNorm,
-    /// Query projection.
-    Q,
-    /// Key projection.
-    K,
-    /// Value projection.
-    V,
-    /// Attention output projection.
-    O,
-    /// Query bias (`ArchSpec::qkv_bias`).
-    QBias,
-    /// Key bias.
-    KBias,
-    /// Value bias.
-    VBias,
-    /// Per-head RMSNorm of the queries (`ArchSpec::qk_norm`).
-    QNorm,
-    /// Per-head RMSNorm of the keys.
-    KNorm,
-    /// RMSNorm of the attention output before the residual add (`ArchSpec::sandwich_norms`).
-    PostAttnNorm,
-    /// RMSNorm before the MLP.
-    FfnNorm,
-    /// RMSNorm of the MLP output before the residual add (`ArchSpec::sandwich_norms`).
-    PostFfnNorm,
-    /// MLP gate projection.
-    Gate,
-    /// MLP up projection.
-    Up,
-    /// MLP down projection.
-    Down,
-}
-
-/// Tensor names in one container. Layer tensors are `{layer_prefix}{l}.{part}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TensorNames {
-    /// Token embedding.
-    pub embedding: &'static str,
-    /// Final norm.
-    pub final_norm: &'static str,
-    /// Output head (absent when tied).
-    pub output: &'static str,
-    /// Precomputed RoPE frequency divisors (llama.cpp's `rope_freqs.weight`), if the container
-    /// can carry them.
-    pub rope_freqs: Option<&'static str>,
-    /// Prefix of layer tensors, followed by the layer number and a dot.
-    pub layer_prefix: &'static str,
-    /// The suffix of each [`Part`] (after `{prefix}{l}.`).
-    pub attn_norm: &'static str,
-    /// See [`Part::Q`].
-    pub q: &'static str,
-    /// See [`Part::K`].
-    pub k: &'static str,
-    /// See [`Part::V`].
-    pub v: &'static str,
-    /// See [`Part::O`].
-    pub o: &'static str,
-    /// See [`Part::QBias`].
-    pub q_bias: &'static str,
-    /// See [`Part::KBias`].
-    pub k_bias: &'static str,
-    /// See [`Part::VBias`].
-    pub v_bias: &'static str,
-    /// See [`Part::QNorm`].
-    pub q_norm: &'static str,
-    /// See [`Part::KNorm`].
-    pub k_norm: &'static str,
-    /// See [`Part::PostAttnNorm`].
-    pub post_attn_norm: &'static str,
-    /// See [`Part::FfnNorm`].
-    pub ffn_norm: &'static str,
-    /// See [`Part::PostFfnNorm`].
-    pub post_ffn_norm: &'static str,
-    /// See [`Part::Gate`].
-    pub gate: &'static str,
-    /// See [`Part::Up`].
-    pub up: &'static str,
-    /// See [`Part::Down`].
-    pub down: &'static str,
-}
-
-impl TensorNames {
-    /// The full name of `part` in layer `l` (built inline, no heap).
-    pub fn layer(&self, l: usize, part: Part) -> TensorName {
-        let s = match part {
-            Part::AttnNorm => self.attn_norm,
-            Part::Q => self.q,
-            Part::K => self.k,
-            Part::V => self.v,
-            Part::O => self.o,
-            Part::QBias => self.q_bias,
-            Part::KBias => self.k_bias,
-            Part::VBias => self.v_bias,
-            Part::QNorm => self.q_norm,
-            Part::KNorm => self.k_norm,
-            Part::PostAttnNorm => self.post_attn_norm,
-            Part::FfnNorm => self.ffn_norm,
-            Part::PostFfnNorm => self.post_ffn_norm,
-            Part::Gate => self.gate,
-            Part::Up => self.up,
-            Part::Down => self.down,
-        };
-        let mut n = TensorName::new("");
-        let _ = write!(n, "{}{l}.{s}", self.layer_prefix);
-        n
-    }
-}
-
-/// Hugging Face names (`LlamaForCausalLM` and the families that copy it).
-pub const HF_NAMES: TensorNames = TensorNames {
-    embedding: "model.embed_tokens.weight",
-    final_norm: "model.norm.weight",
-    output: "lm_head.weight",
-    rope_freqs: None,
-    layer_prefix: "model.layers.",
-    attn_norm: "input_layernorm.weight",
-    q: "self_attn.q_proj.weight",
-    k: "self_attn.k_proj.weight",
-    v: "self_attn.v_proj.weight",
-    o: "self_attn.o_proj.weight",
-    q_bias: "self_attn.q_proj.bias",
-    k_bias: "self_attn.k_proj.bias",
-    v_bias: "self_attn.v_proj.bias",
-    q_norm: "self_attn.q_norm.weight",
-    k_norm: "self_attn.k_norm.weight",
-    // Llama's `post_attention_layernorm` is the norm before the MLP (`ffn_norm` below);
-    // Gemma renames these two (see gemma3.rs).
-    post_attn_norm: "post_attention_norm.weight",
-    ffn_norm: "post_attention_layernorm.weight",
-    post_ffn_norm: "post_feedforward_layernorm.weight",
-    gate: "mlp.gate_proj.weight",
-    up: "mlp.up_proj.weight",
-    down: "mlp.down_proj.weight",
-};
-
-/// llama.cpp's GGUF names (`LLM_TENSOR_NAMES` / `gguf-py`'s `MODEL_TENSORS`).
-pub const GGUF_NAMES: TensorNames = TensorNames {
-    embedding: "token_embd.weight",
-    final_norm: "output_norm.weight",
-    output: "output.weight",
-    rope_freqs: Some("rope_freqs.weight"),
-    layer_prefix: "blk.",
-    attn_norm: "attn_norm.weight",
-    q: "attn_q.weight",
-    k: "attn_k.weight",
-    v: "attn_v.weight",
-    o: "attn_output.weight",
-    q_bias: "attn_q.bias",
-    k_bias: "attn_k.bias",
-    v_bias: "attn_v.bias",
-    q_norm: "attn_q_norm.weight",
-    k_norm: "attn_k_norm.weight",
-    post_attn_norm: "post_attention_norm.weight",
-    ffn_norm: "ffn_norm.weight",
-    post_ffn_norm: "post_ffw_norm.weight",
-    gate: "ffn_gate.weight",
-    up: "ffn_up.weight",
-    down: "ffn_down.weight",
-};
 
 /// Which layers attend through a sliding window, when `config.json` has no `layer_types`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

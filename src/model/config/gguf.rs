@@ -169,3 +169,30 @@ fn from_gguf_inner(g: &Gguf<'_>) -> Result<ModelConfig> {
     cfg.validate()?;
     Ok(cfg)
 }
+
+/// The `llama3` rope scaling rml wrote into a GGUF file under
+/// [`super::write::LLAMA3_KEYS`] (all four keys), or `None` when the file has none of them
+/// (llama.cpp's own files: their `rope_freqs.weight` divisors do not say the parameters).
+/// [`from_gguf`] does not read these keys: in a GGUF the scaling is applied through the
+/// `rope_freqs.weight` tensor, which the weights read; a conversion to `config.json` needs
+/// them.
+///
+/// # Errors
+///
+/// [`crate::Code::DataLoss`] naming a key that is missing (when another is present) or not a
+/// number.
+pub fn llama3_scaling(g: &Gguf<'_>) -> Result<Option<RopeScaling>> {
+    let [k0, k1, k2, k3] = super::write::LLAMA3_KEYS;
+    let keys = super::write::LLAMA3_KEYS;
+    if keys.iter().all(|k| g.get(k).is_none()) {
+        return Ok(None);
+    }
+    let missing = |k: &str| Error::data_loss(format_args!("GGUF: {k} is missing"));
+    let f = |k: &str| g.get_f64(k)?.ok_or_else(|| missing(k));
+    Ok(Some(RopeScaling::Llama3 {
+        factor: f(k0)?,
+        low_freq_factor: f(k1)?,
+        high_freq_factor: f(k2)?,
+        original_max_position_embeddings: g.get_usize(k3)?.ok_or_else(|| missing(k3))?,
+    }))
+}

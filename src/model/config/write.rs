@@ -7,6 +7,15 @@
 //! does. GGUF cannot say everything a `config.json` can: what it cannot carry is refused by
 //! [`gguf_metadata`] (naming the field), except Mistral's sliding window, which llama.cpp drops
 //! too (see [`crate::model::arch::mistral`]).
+//!
+//! Llama 3's `llama3` rope scaling has no llama.cpp key: llama.cpp's converter writes the
+//! scaled frequencies as a `rope_freqs.weight` tensor of divisors ([`gguf_rope_freqs`]), which
+//! is what llama.cpp and rml run. rml writes that tensor too, and also the scaling's four
+//! parameters under its own keys ([`LLAMA3_KEYS`], read back by [`super::gguf::llama3_scaling`])
+//! so that a GGUF → folder conversion can write them back into `config.json`. They are not
+//! under `{arch}.rope.scaling.*`: llama.cpp reads `rope.scaling.type` (and refuses a type it
+//! does not know) and applies `rope.scaling.factor` to every frequency, which would scale the
+//! model a second time there.
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -16,6 +25,52 @@ use serde_json::{json, Value as Json};
 use crate::error::{Error, Result};
 use crate::format::write::Value;
 use crate::model::config::{LayerKind, ModelConfig, RopeScaling};
+use crate::ops::rope_inv_freq;
+
+/// rml's GGUF keys for a `llama3` rope scaling (see the module docs), each holding the
+/// `config.json` field of the same name: `factor`, `low_freq_factor`, `high_freq_factor` as
+/// f64, `original_max_position_embeddings` as u64.
+pub const LLAMA3_KEYS: [&str; 4] = [
+    "rml.rope_scaling.llama3.factor",
+    "rml.rope_scaling.llama3.low_freq_factor",
+    "rml.rope_scaling.llama3.high_freq_factor",
+    "rml.rope_scaling.llama3.original_max_position_embeddings",
+];
+
+/// The `rope_freqs.weight` tensor a GGUF of `c` carries (`head_dim / 2` f32 values, each the
+/// divisor of one RoPE inverse frequency), or `None` unless `c` has `llama3` rope scaling.
+/// llama.cpp's converter's formula (`LlamaModel.generate_extra_tensors`) on rml's inverse
+/// frequencies ([`rope_inv_freq`]): 1 where the wavelength `2π / f` is below
+/// `original_max_position_embeddings / high_freq_factor`, `factor` above
+/// `original_max_position_embeddings / low_freq_factor`, and `1 / ((1 - s) / factor + s)` in
+/// between, `s = (original_max_position_embeddings / wavelength - low_freq_factor) /
+/// (high_freq_factor - low_freq_factor)`; computed in f64, rounded to f32.
+pub fn gguf_rope_freqs(c: &ModelConfig) -> Option<Vec<f32>> {
+    let RopeScaling::Llama3 {
+        factor,
+        low_freq_factor: low,
+        high_freq_factor: high,
+        original_max_position_embeddings: old,
+    } = c.rope_scaling
+    else {
+        return None;
+    };
+    let mut f = alloc::vec![0f32; c.head_dim / 2];
+    rope_inv_freq(c.rope_theta as f32, c.head_dim, &mut f);
+    let old = old as f64;
+    for x in f.iter_mut() {
+        let wavelen = 2.0 * core::f64::consts::PI / *x as f64;
+        *x = if wavelen < old / high {
+            1.0
+        } else if wavelen > old / low {
+            factor as f32
+        } else {
+            let s = (old / wavelen - low) / (high - low);
+            (1.0 / ((1.0 - s) / factor + s)) as f32
+        };
+    }
+    Some(f)
+}
 
 /// The GGUF metadata of `c`: `general.architecture` ([`crate::model::arch::ArchSpec::gguf_architecture`])
 /// and the `{arch}.*` keys [`super::from_gguf`] reads (sizes, heads, head width as
@@ -23,12 +78,12 @@ use crate::model::config::{LayerKind, ModelConfig, RopeScaling};
 /// `attention.layer_norm_rms_epsilon`, `context_length`, `vocab_size`, linear
 /// `rope.scaling.*`; for sliding-window families `attention.sliding_window`,
 /// `rope.freq_base_swa`, `final_logit_softcapping`), plus `tokenizer.ggml.bos_token_id` /
-/// `eos_token_id` when known. Keys in sorted order.
+/// `eos_token_id` when known, and for `llama3` rope scaling rml's [`LLAMA3_KEYS`] (the file
+/// also needs the [`gguf_rope_freqs`] tensor). Keys in sorted order.
 ///
 /// # Errors
 ///
-/// [`crate::Code::Unimplemented`] for what a GGUF file cannot say, naming it: `llama3` rope
-/// scaling (llama.cpp stores it as a `rope_freqs.weight` tensor), a layer pattern or
+/// [`crate::Code::Unimplemented`] for what a GGUF file cannot say, naming it: a layer pattern or
 /// `query_pre_attn_scalar` other than the family's llama.cpp rule; a sliding window on a
 /// family whose GGUF has none other than Mistral; [`crate::Code::InvalidArgument`] for a
 /// size above `u32::MAX`.
@@ -42,13 +97,20 @@ pub fn gguf_metadata(c: &ModelConfig) -> Result<Vec<(String, Value)>> {
             Error::invalid_argument(format_args!("GGUF output: {k} {v} does not fit a u32"))
         })
     };
-    if let RopeScaling::Llama3 { .. } = c.rope_scaling {
-        return Err(cannot(format_args!(
-            "rope_scaling {:?} (llama.cpp stores it as a rope_freqs tensor)",
-            c.rope_scaling
-        )));
-    }
     let mut m: Vec<(String, Value)> = Vec::new();
+    if let RopeScaling::Llama3 {
+        factor,
+        low_freq_factor,
+        high_freq_factor,
+        original_max_position_embeddings,
+    } = c.rope_scaling
+    {
+        let [k0, k1, k2, k3] = LLAMA3_KEYS;
+        m.push((k0.to_string(), Value::F64(factor)));
+        m.push((k1.to_string(), Value::F64(low_freq_factor)));
+        m.push((k2.to_string(), Value::F64(high_freq_factor)));
+        m.push((k3.to_string(), Value::U64(original_max_position_embeddings as u64)));
+    }
     let mut put = |k: &str, v: Value| m.push((alloc::format!("{a}.{k}"), v));
     put("vocab_size", u32v(c.vocab_size, "vocab_size")?);
     put("context_length", u32v(c.max_position_embeddings, "max_position_embeddings")?);

@@ -8,7 +8,7 @@
 //! Q4_0, Q4_1; a misaligned f32 matrix is copied once into an aligned block. With
 //! [`WeightFormat::Q8_0`], f32 / f16 / bf16 matrices are quantized to Q8_0 at load instead.
 //! A decoder built with [`crate::model::DecoderOptions::repack_weights`] (on AVX-512, int8
-//! activations) copies the layers' Q5_0 matrices into [`DType::Q5_0x2`], the layout its int8
+//! activations) copies the layers' Q5_0 matrices into [`crate::tensor::DType::Q5_0x2`], the layout its int8
 //! kernel reads fastest; [`Weights::load`] itself never repacks.
 //! Norm vectors and biases are small and always widened to f32; norm weights get the family's
 //! offset (Gemma's `1 + w`) added at load, so the forward pass multiplies by them as they are.
@@ -23,189 +23,26 @@
 //! The output head: with `tie_word_embeddings` the embedding is the head and an `lm_head`
 //! in the file is ignored (transformers ties them the same way); without it the file's
 //! output matrix (`lm_head.weight` / `output.weight`) is required.
+//!
+//! By concept: this file walks a family's tensors into [`Weights`]; `tensors` holds the
+//! loaded forms ([`Linear`], [`Vector`], [`TensorName`]) and what loading does to one stored
+//! matrix; `plan` counts the buffers loading will make, for the memory plan.
 
 use alloc::vec::Vec;
-use core::fmt::Write as _;
 
 use crate::error::{Error, Result};
 use crate::format::{TensorSource, TensorView};
 use crate::mem::place::Place;
-use crate::mem::AlignedBlock;
 use crate::model::arch::{ArchSpec, ModelFormat, Part, TensorNames};
 use crate::model::config::ModelConfig;
-use crate::ops::{Matrix, RopeLayout};
-use crate::quant::quantize_row_q8_0;
-use crate::tensor::DType;
+use crate::ops::RopeLayout;
 
-/// How matrices are kept in memory.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum WeightFormat {
-    /// As stored in the file (no copy unless an f32 matrix is misaligned).
-    #[default]
-    AsStored,
-    /// f32 / f16 / bf16 matrices quantized to Q8_0 at load (already-quantized ones kept;
-    /// matrices whose rows are not a multiple of 32 long stay as stored).
-    Q8_0,
-}
+mod plan;
+mod tensors;
 
-/// A tensor's bytes: borrowed from the file, or owned (converted or realigned at load).
-#[derive(Debug)]
-enum Bytes<'a> {
-    Borrowed(&'a [u8]),
-    Owned(AlignedBlock),
-}
-
-impl Bytes<'_> {
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            Bytes::Borrowed(b) => b,
-            Bytes::Owned(b) => b.as_slice(),
-        }
-    }
-}
-
-/// A tensor name kept inline (no heap): up to [`TensorName::CAPACITY`] bytes, longer names
-/// cut at a character boundary (they only label messages and lookups).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct TensorName {
-    buf: [u8; TensorName::CAPACITY],
-    len: u8,
-}
-
-impl TensorName {
-    /// The longest name kept whole, in bytes.
-    pub const CAPACITY: usize = 96;
-
-    /// The name `s` (cut to [`TensorName::CAPACITY`] bytes at a character boundary).
-    pub fn new(s: &str) -> Self {
-        let mut n = TensorName { buf: [0; Self::CAPACITY], len: 0 };
-        let _ = n.write_str(s);
-        n
-    }
-
-    /// The name.
-    pub fn as_str(&self) -> &str {
-        // Only whole characters are ever copied in (`write_str`).
-        core::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("")
-    }
-}
-
-impl core::fmt::Write for TensorName {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        let room = Self::CAPACITY - self.len as usize;
-        let mut take = s.len().min(room);
-        while !s.is_char_boundary(take) {
-            take -= 1;
-        }
-        let at = self.len as usize;
-        self.buf[at..at + take].copy_from_slice(&s.as_bytes()[..take]);
-        self.len += take as u8;
-        Ok(())
-    }
-}
-
-impl core::fmt::Debug for TensorName {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        core::fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-impl core::fmt::Display for TensorName {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A weight matrix, `rows × k` row-major (PyTorch's `nn.Linear.weight`).
-#[derive(Debug)]
-pub struct Linear<'a> {
-    name: TensorName,
-    dtype: DType,
-    rows: usize,
-    k: usize,
-    bytes: Bytes<'a>,
-}
-
-impl Linear<'_> {
-    /// The kernels' view of the matrix (checked once at load, so this does not fail for a
-    /// loaded [`Linear`]).
-    ///
-    /// # Errors
-    ///
-    /// As [`Matrix::new`].
-    pub fn matrix(&self) -> Result<Matrix<'_>> {
-        Matrix::new(self.dtype, self.rows, self.k, self.bytes.as_slice())
-    }
-
-    /// The tensor's name in the file.
-    pub fn name(&self) -> &str {
-        self.name.as_str()
-    }
-
-    /// Storage dtype.
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    /// Output features.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// Input features.
-    pub fn k(&self) -> usize {
-        self.k
-    }
-
-    /// Bytes of storage.
-    pub fn size_bytes(&self) -> usize {
-        self.bytes.as_slice().len()
-    }
-
-    /// `true` if the bytes are the file's own (not a copy).
-    pub fn is_borrowed(&self) -> bool {
-        matches!(self.bytes, Bytes::Borrowed(_))
-    }
-}
-
-/// An f32 vector owned in an aligned block (the norm weights).
-#[derive(Debug)]
-pub struct Vector {
-    block: AlignedBlock,
-}
-
-impl Vector {
-    fn from_view(
-        name: &str,
-        view: &TensorView<'_>,
-        len: usize,
-        offset: f32,
-        place: &mut Place<'_>,
-    ) -> Result<Self> {
-        check_shape(name, view, &[len])?;
-        // Norm weights and biases are float vectors in every file the reference tools write
-        // (llama.cpp's converter and quantizer never quantize a 1-D tensor); a block dtype here
-        // is a damaged file whose bytes would read as plausible but wrong values.
-        if view.dtype.is_quantized() {
-            return Err(Error::data_loss(format_args!(
-                "tensor {name:?}: a norm or bias vector must be F32, F16 or BF16, found {}",
-                view.dtype
-            )));
-        }
-        let mut block = place.block(len * 4, name)?;
-        let v: &mut [f32] = crate::tensor::cast_slice_mut(block.as_mut_slice());
-        view.dequantize_into(v).map_err(|e| e.context(format_args!("tensor {name:?}")))?;
-        if offset != 0.0 {
-            v.iter_mut().for_each(|x| *x += offset);
-        }
-        Ok(Vector { block })
-    }
-
-    /// The values.
-    pub fn as_slice(&self) -> &[f32] {
-        crate::tensor::cast_slice(self.block.as_slice())
-    }
-}
+pub(crate) use plan::plan_weights;
+use tensors::linear;
+pub use tensors::{Linear, TensorName, Vector, WeightFormat};
 
 /// One decoder layer's weights. Which optional tensors are present is the family's
 /// ([`ArchSpec::qkv_bias`], [`ArchSpec::qk_norm`], [`ArchSpec::sandwich_norms`]).
@@ -296,103 +133,6 @@ pub struct Weights<'a> {
     pub rope_freqs: Option<Vector>,
 }
 
-fn check_shape(name: &str, view: &TensorView<'_>, want: &[usize]) -> Result<()> {
-    if view.shape.dims() != want {
-        return Err(Error::invalid_argument(format_args!(
-            "tensor {name:?}: shape {:?}, expected {want:?} from the config",
-            view.shape.dims()
-        )));
-    }
-    Ok(())
-}
-
-/// What loading does with a `rows × k` matrix stored as `dtype` (its bytes at `data`):
-/// `Some((dtype, bytes))` when it is converted or copied into a new buffer of that size,
-/// `None` when it is used in place. With `repack`, a Q5_0 matrix whose rows are whole pairs
-/// of blocks (`k % 64 == 0`) is copied into [`DType::Q5_0x2`] (the same bytes, repacked).
-/// [`Weights::load`] and the memory plan both ask this.
-///
-/// # Errors
-///
-/// [`crate::Code::ResourceExhausted`] if the converted size overflows.
-pub(crate) fn conversion(
-    dtype: DType,
-    data: *const u8,
-    rows: usize,
-    k: usize,
-    format: WeightFormat,
-    repack: bool,
-) -> Result<Option<(DType, usize)>> {
-    let overflow = || Error::resource_exhausted(format_args!("{rows} x {k} matrix overflows"));
-    Ok(match (dtype, format) {
-        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0)
-            if k % DType::Q8_0.block_size() == 0 =>
-        {
-            let row = DType::Q8_0.row_bytes(k)?;
-            Some((DType::Q8_0, row.checked_mul(rows).ok_or_else(overflow)?))
-        }
-        (DType::F32, _) if data as usize % 4 != 0 => Some((
-            DType::F32,
-            rows.checked_mul(k).and_then(|n| n.checked_mul(4)).ok_or_else(overflow)?,
-        )),
-        (DType::Q5_0, _) if repack && k % DType::Q5_0x2.block_size() == 0 => {
-            let row = DType::Q5_0x2.row_bytes(k)?;
-            Some((DType::Q5_0x2, row.checked_mul(rows).ok_or_else(overflow)?))
-        }
-        _ => None,
-    })
-}
-
-fn linear<'s: 'a, 'a>(
-    src: &dyn TensorSource<'s>,
-    name: &str,
-    rows: usize,
-    k: usize,
-    format: WeightFormat,
-    repack: bool,
-    place: &mut Place<'a>,
-) -> Result<Linear<'a>> {
-    let view = src.tensor(name)?;
-    check_shape(name, &view, &[rows, k])?;
-    let ctx = |e: Error| e.context(format_args!("tensor {name:?}"));
-    let (dtype, bytes) =
-        match conversion(view.dtype, view.data.as_ptr(), rows, k, format, repack).map_err(ctx)? {
-            Some((DType::Q8_0, total)) => {
-                let mut block = place.block(total, name)?;
-                // Block by block (32 values on the stack): no temporary heap buffer.
-                const QK: usize = crate::quant::QK;
-                let elem = view.dtype.block_bytes();
-                let one = crate::tensor::Shape::new(&[QK])?;
-                let mut vals = [0f32; QK];
-                let q8 = DType::Q8_0.block_bytes();
-                for (b, out) in block.as_mut_slice().chunks_exact_mut(q8).enumerate() {
-                    let src = TensorView {
-                        dtype: view.dtype,
-                        shape: one,
-                        data: &view.data[b * QK * elem..(b + 1) * QK * elem],
-                    };
-                    src.dequantize_into(&mut vals).map_err(ctx)?;
-                    quantize_row_q8_0(&vals, out).map_err(ctx)?;
-                }
-                (DType::Q8_0, Bytes::Owned(block))
-            }
-            Some((DType::Q5_0x2, total)) => {
-                let mut block = place.block(total, name)?;
-                crate::quant::q5_0x2::repack(view.data, block.as_mut_slice()).map_err(ctx)?;
-                (DType::Q5_0x2, Bytes::Owned(block))
-            }
-            Some((dt, total)) => {
-                let mut block = place.block(total, name)?;
-                block.as_mut_slice().copy_from_slice(view.data);
-                (dt, Bytes::Owned(block))
-            }
-            None => (view.dtype, Bytes::Borrowed(view.data)),
-        };
-    let lin = Linear { name: TensorName::new(name), dtype, rows, k, bytes };
-    Matrix::new(lin.dtype, rows, k, lin.bytes.as_slice()).map_err(ctx)?;
-    Ok(lin)
-}
-
 impl<'a> Weights<'a> {
     /// Looks up and checks every tensor the config calls for.
     ///
@@ -413,7 +153,7 @@ impl<'a> Weights<'a> {
 
     /// [`Weights::load`] with every buffer it makes (norms, converted matrices) taken from
     /// `place`, in the order [`plan_weights`] counts them; with `repack`, the layers' Q5_0
-    /// matrices are repacked ([`conversion`]).
+    /// matrices are repacked ([`tensors::conversion`]).
     pub(crate) fn load_placed<'s: 'a>(
         config: &ModelConfig,
         src: &dyn TensorSource<'s>,
@@ -592,114 +332,4 @@ fn rope_freqs_view<'a>(
         Err(e) if e.code() == crate::Code::NotFound => Ok(None),
         Err(e) => Err(e),
     }
-}
-
-/// The buffers [`Weights::load_placed`] makes, in its order: norm vectors (f32 copies) and
-/// matrices converted or copied at load.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct WeightBuffers {
-    /// Bytes of the f32 norm vectors.
-    pub norms: usize,
-    /// Bytes of converted or copied matrices.
-    pub converted: usize,
-}
-
-/// Counts the buffers loading `config`'s weights makes, calling `each(bytes, n)` for `n`
-/// buffers of `bytes` each (in load order, except that without `src` one layer's buffers
-/// stand for every layer's, with `n` the layer count). With `src`, each matrix's stored
-/// dtype and alignment decide (as [`Weights::load`] will); without, every matrix is taken to
-/// be stored as aligned f32 / f16 / bf16 (Hugging Face's files) and the head to be present
-/// unless tied, so all layers are alike and the cost does not grow with the layer count.
-/// Allocates nothing (names are built inline), apart from what `src` does to report a
-/// missing head.
-///
-/// # Errors
-///
-/// As [`Weights::load`] for tensors missing or mis-shaped in `src`; overflow as
-/// [`crate::Code::ResourceExhausted`].
-pub(crate) fn plan_weights<'a>(
-    config: &ModelConfig,
-    format: WeightFormat,
-    repack: bool,
-    src: Option<&dyn TensorSource<'a>>,
-    mut each: impl FnMut(usize, usize) -> Result<()>,
-) -> Result<WeightBuffers> {
-    config.validate()?;
-    let c = config;
-    let naming = match src {
-        Some(s) => detect_container(c.arch, s)?,
-        None => ModelFormat::Safetensors,
-    };
-    let names = c.arch.names(naming);
-    let (h, q_rows, kv_rows, i) = (
-        c.hidden_size,
-        c.num_attention_heads * c.head_dim,
-        c.num_key_value_heads * c.head_dim,
-        c.intermediate_size,
-    );
-    let mut out = WeightBuffers::default();
-    // Bytes loading makes for one matrix (0 when it is used in place).
-    let matrix = |name: &str, rows: usize, k: usize, repack: bool| -> Result<usize> {
-        let conv = match src {
-            Some(s) => {
-                let view = s.tensor(name)?;
-                check_shape(name, &view, &[rows, k])?;
-                conversion(view.dtype, view.data.as_ptr(), rows, k, format, repack)?
-            }
-            None => conversion(DType::F32, core::ptr::null(), rows, k, format, repack)?,
-        };
-        Ok(conv.map_or(0, |(_, bytes)| bytes))
-    };
-    // `n` buffers of `bytes` each.
-    let mut add_n = |field: &mut usize, bytes: usize, n: usize| -> Result<()> {
-        if bytes != 0 && n != 0 {
-            let total = bytes.checked_mul(n).ok_or_else(overflow)?;
-            *field = field.checked_add(total).ok_or_else(overflow)?;
-            each(bytes, n)?;
-        }
-        Ok(())
-    };
-    add_n(&mut out.converted, matrix(names.embedding, c.vocab_size, h, false)?, 1)?;
-    let norm = h.checked_mul(4).ok_or_else(overflow)?;
-    // Without `src` every layer is alike: plan one and count it `num_hidden_layers` times.
-    let (layers, per) = match src {
-        Some(_) => (c.num_hidden_layers, 1),
-        None => (c.num_hidden_layers.min(1), c.num_hidden_layers),
-    };
-    let mut add = |field: &mut usize, bytes: usize| add_n(field, bytes, per);
-    for l in 0..layers {
-        for (p, rows, k) in [
-            (Part::Q, q_rows, h),
-            (Part::K, kv_rows, h),
-            (Part::V, kv_rows, h),
-            (Part::O, h, q_rows),
-            (Part::Gate, i, h),
-            (Part::Up, i, h),
-            (Part::Down, h, i),
-        ] {
-            add(&mut out.converted, matrix(names.layer(l, p).as_str(), rows, k, repack)?)?;
-        }
-        add(&mut out.norms, norm)?;
-        add(&mut out.norms, norm)?;
-        for (_, len, _) in layer_vectors(c, naming) {
-            add(&mut out.norms, len.checked_mul(4).ok_or_else(overflow)?)?;
-        }
-    }
-    add_n(&mut out.norms, norm, 1)?;
-    if !c.tie_word_embeddings {
-        if let Some(s) = src {
-            output_view(names, s)?;
-        }
-        add_n(&mut out.converted, matrix(names.output, c.vocab_size, h, false)?, 1)?;
-    }
-    if let Some(s) = src {
-        if rope_freqs_view(names, s)?.is_some() {
-            add_n(&mut out.norms, c.head_dim / 2 * 4, 1)?;
-        }
-    }
-    Ok(out)
-}
-
-fn overflow() -> Error {
-    Error::resource_exhausted("weight buffer sizes overflow usize")
 }

@@ -1,0 +1,286 @@
+//! The forms a weight takes once loaded: a matrix ([`Linear`], borrowed from the file or
+//! converted at load, see [`conversion`]), an f32 vector ([`Vector`]: norm weights and
+//! biases), and the inline name that labels them ([`TensorName`]).
+
+use core::fmt::Write as _;
+
+use crate::error::{Error, Result};
+use crate::format::TensorSource;
+use crate::format::TensorView;
+use crate::mem::place::Place;
+use crate::mem::AlignedBlock;
+use crate::ops::Matrix;
+use crate::quant::quantize_row_q8_0;
+use crate::tensor::DType;
+
+/// How matrices are kept in memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    /// As stored in the file (no copy unless an f32 matrix is misaligned).
+    #[default]
+    AsStored,
+    /// f32 / f16 / bf16 matrices quantized to Q8_0 at load (already-quantized ones kept;
+    /// matrices whose rows are not a multiple of 32 long stay as stored).
+    Q8_0,
+}
+
+/// A tensor's bytes: borrowed from the file, or owned (converted or realigned at load).
+#[derive(Debug)]
+enum Bytes<'a> {
+    Borrowed(&'a [u8]),
+    Owned(AlignedBlock),
+}
+
+impl Bytes<'_> {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Borrowed(b) => b,
+            Bytes::Owned(b) => b.as_slice(),
+        }
+    }
+}
+
+/// A tensor name kept inline (no heap): up to [`TensorName::CAPACITY`] bytes, longer names
+/// cut at a character boundary (they only label messages and lookups).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TensorName {
+    buf: [u8; TensorName::CAPACITY],
+    len: u8,
+}
+
+impl TensorName {
+    /// The longest name kept whole, in bytes.
+    pub const CAPACITY: usize = 96;
+
+    /// The name `s` (cut to [`TensorName::CAPACITY`] bytes at a character boundary).
+    pub fn new(s: &str) -> Self {
+        let mut n = TensorName { buf: [0; Self::CAPACITY], len: 0 };
+        let _ = n.write_str(s);
+        n
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        // Only whole characters are ever copied in (`write_str`).
+        core::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl core::fmt::Write for TensorName {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let room = Self::CAPACITY - self.len as usize;
+        let mut take = s.len().min(room);
+        while !s.is_char_boundary(take) {
+            take -= 1;
+        }
+        let at = self.len as usize;
+        self.buf[at..at + take].copy_from_slice(&s.as_bytes()[..take]);
+        self.len += take as u8;
+        Ok(())
+    }
+}
+
+impl core::fmt::Debug for TensorName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl core::fmt::Display for TensorName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A weight matrix, `rows × k` row-major (PyTorch's `nn.Linear.weight`).
+#[derive(Debug)]
+pub struct Linear<'a> {
+    name: TensorName,
+    dtype: DType,
+    rows: usize,
+    k: usize,
+    bytes: Bytes<'a>,
+}
+
+impl Linear<'_> {
+    /// The kernels' view of the matrix (checked once at load, so this does not fail for a
+    /// loaded [`Linear`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Matrix::new`].
+    pub fn matrix(&self) -> Result<Matrix<'_>> {
+        Matrix::new(self.dtype, self.rows, self.k, self.bytes.as_slice())
+    }
+
+    /// The tensor's name in the file.
+    pub fn name(&self) -> &str {
+        self.name.as_str()
+    }
+
+    /// Storage dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes of storage.
+    pub fn size_bytes(&self) -> usize {
+        self.bytes.as_slice().len()
+    }
+
+    /// `true` if the bytes are the file's own (not a copy).
+    pub fn is_borrowed(&self) -> bool {
+        matches!(self.bytes, Bytes::Borrowed(_))
+    }
+}
+
+/// An f32 vector owned in an aligned block (the norm weights).
+#[derive(Debug)]
+pub struct Vector {
+    block: AlignedBlock,
+}
+
+impl Vector {
+    /// Reads the norm or bias vector `name` (`len` values) into an f32 block from `place`,
+    /// adding `offset` to every value.
+    pub(super) fn from_view(
+        name: &str,
+        view: &TensorView<'_>,
+        len: usize,
+        offset: f32,
+        place: &mut Place<'_>,
+    ) -> Result<Self> {
+        check_shape(name, view, &[len])?;
+        // Norm weights and biases are float vectors in every file the reference tools write
+        // (llama.cpp's converter and quantizer never quantize a 1-D tensor); a block dtype here
+        // is a damaged file whose bytes would read as plausible but wrong values.
+        if view.dtype.is_quantized() {
+            return Err(Error::data_loss(format_args!(
+                "tensor {name:?}: a norm or bias vector must be F32, F16 or BF16, found {}",
+                view.dtype
+            )));
+        }
+        let mut block = place.block(len * 4, name)?;
+        let v: &mut [f32] = crate::tensor::cast_slice_mut(block.as_mut_slice());
+        view.dequantize_into(v).map_err(|e| e.context(format_args!("tensor {name:?}")))?;
+        if offset != 0.0 {
+            v.iter_mut().for_each(|x| *x += offset);
+        }
+        Ok(Vector { block })
+    }
+
+    /// The values.
+    pub fn as_slice(&self) -> &[f32] {
+        crate::tensor::cast_slice(self.block.as_slice())
+    }
+}
+
+/// Fails unless `view` has shape `want`, naming the tensor.
+pub(super) fn check_shape(name: &str, view: &TensorView<'_>, want: &[usize]) -> Result<()> {
+    if view.shape.dims() != want {
+        return Err(Error::invalid_argument(format_args!(
+            "tensor {name:?}: shape {:?}, expected {want:?} from the config",
+            view.shape.dims()
+        )));
+    }
+    Ok(())
+}
+
+/// What loading does with a `rows × k` matrix stored as `dtype` (its bytes at `data`):
+/// `Some((dtype, bytes))` when it is converted or copied into a new buffer of that size,
+/// `None` when it is used in place. With `repack`, a Q5_0 matrix whose rows are whole pairs
+/// of blocks (`k % 64 == 0`) is copied into [`DType::Q5_0x2`] (the same bytes, repacked).
+/// [`super::Weights::load`] and the memory plan both ask this.
+///
+/// # Errors
+///
+/// [`crate::Code::ResourceExhausted`] if the converted size overflows.
+pub(crate) fn conversion(
+    dtype: DType,
+    data: *const u8,
+    rows: usize,
+    k: usize,
+    format: WeightFormat,
+    repack: bool,
+) -> Result<Option<(DType, usize)>> {
+    let overflow = || Error::resource_exhausted(format_args!("{rows} x {k} matrix overflows"));
+    Ok(match (dtype, format) {
+        (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0)
+            if k % DType::Q8_0.block_size() == 0 =>
+        {
+            let row = DType::Q8_0.row_bytes(k)?;
+            Some((DType::Q8_0, row.checked_mul(rows).ok_or_else(overflow)?))
+        }
+        (DType::F32, _) if data as usize % 4 != 0 => Some((
+            DType::F32,
+            rows.checked_mul(k).and_then(|n| n.checked_mul(4)).ok_or_else(overflow)?,
+        )),
+        (DType::Q5_0, _) if repack && k % DType::Q5_0x2.block_size() == 0 => {
+            let row = DType::Q5_0x2.row_bytes(k)?;
+            Some((DType::Q5_0x2, row.checked_mul(rows).ok_or_else(overflow)?))
+        }
+        _ => None,
+    })
+}
+
+/// Loads the matrix `name`, `rows × k`, converting or copying it as [`conversion`] says
+/// (new buffers from `place`).
+pub(super) fn linear<'s: 'a, 'a>(
+    src: &dyn TensorSource<'s>,
+    name: &str,
+    rows: usize,
+    k: usize,
+    format: WeightFormat,
+    repack: bool,
+    place: &mut Place<'a>,
+) -> Result<Linear<'a>> {
+    let view = src.tensor(name)?;
+    check_shape(name, &view, &[rows, k])?;
+    let ctx = |e: Error| e.context(format_args!("tensor {name:?}"));
+    let (dtype, bytes) =
+        match conversion(view.dtype, view.data.as_ptr(), rows, k, format, repack).map_err(ctx)? {
+            Some((DType::Q8_0, total)) => {
+                let mut block = place.block(total, name)?;
+                // Block by block (32 values on the stack): no temporary heap buffer.
+                const QK: usize = crate::quant::QK;
+                let elem = view.dtype.block_bytes();
+                let one = crate::tensor::Shape::new(&[QK])?;
+                let mut vals = [0f32; QK];
+                let q8 = DType::Q8_0.block_bytes();
+                for (b, out) in block.as_mut_slice().chunks_exact_mut(q8).enumerate() {
+                    let src = TensorView {
+                        dtype: view.dtype,
+                        shape: one,
+                        data: &view.data[b * QK * elem..(b + 1) * QK * elem],
+                    };
+                    src.dequantize_into(&mut vals).map_err(ctx)?;
+                    quantize_row_q8_0(&vals, out).map_err(ctx)?;
+                }
+                (DType::Q8_0, Bytes::Owned(block))
+            }
+            Some((DType::Q5_0x2, total)) => {
+                let mut block = place.block(total, name)?;
+                crate::quant::q5_0x2::repack(view.data, block.as_mut_slice()).map_err(ctx)?;
+                (DType::Q5_0x2, Bytes::Owned(block))
+            }
+            Some((dt, total)) => {
+                let mut block = place.block(total, name)?;
+                block.as_mut_slice().copy_from_slice(view.data);
+                (dt, Bytes::Owned(block))
+            }
+            None => (view.dtype, Bytes::Borrowed(view.data)),
+        };
+    let lin = Linear { name: TensorName::new(name), dtype, rows, k, bytes };
+    Matrix::new(lin.dtype, rows, k, lin.bytes.as_slice()).map_err(ctx)?;
+    Ok(lin)
+}
