@@ -16,6 +16,10 @@
 //! the shared row loop of `avx2_k.rs` ([`avx2_k::matmul`]); prefill goes in tiles of one weight row × up to eight
 //! activation rows ([`tile`]): the super-block decoded once for all of them, their sums reduced
 //! together ([`reduce8x16`]) and their f32 terms one 8-lane vector (lane = activation row).
+//!
+//! Why one file of over 1,000 lines: the six K-quant decoders share one decoded form
+//! ([`K512`]), the same scale spreading and the same two drivers; a file per type would repeat
+//! the drivers or import them back from one another.
 
 use core::arch::x86_64::*;
 use core::marker::PhantomData;

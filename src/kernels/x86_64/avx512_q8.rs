@@ -33,6 +33,11 @@
 //!
 //! The block decoders read their fields at [`crate::quant::BlockLayout`]'s offsets (the pair
 //! layout's at [`crate::quant::q5_0x2`]'s).
+//!
+//! Why one file of over 1,000 lines: the three tiers' entries, the 16-row tile and the
+//! Q5_0x2 pair and half kernels all run on the same block decoders ([`VBlock`]) and reductions
+//! ([`reduce2`], [`transpose16`]); split by tier or by tile, every part would import most of
+//! the others' private items. The drivers themselves are in the kernel frame.
 
 use core::arch::x86_64::*;
 
