@@ -46,26 +46,7 @@ pub fn unpermute_qk_rows(
     row_bytes: usize,
     head_dim: usize,
 ) -> Result<()> {
-    let total = rows.checked_mul(row_bytes);
-    assert!(
-        total == Some(src.len()) && total == Some(dst.len()),
-        "unpermute_qk_rows: src {} / dst {} bytes for {rows} rows of {row_bytes}",
-        src.len(),
-        dst.len()
-    );
-    if head_dim == 0 || head_dim % 2 != 0 || rows % head_dim != 0 {
-        return Err(Error::invalid_argument(format_args!(
-            "q/k un-permute: head_dim {head_dim} must be even, non-zero and divide {rows} rows"
-        )));
-    }
-    if row_bytes == 0 {
-        return Ok(());
-    }
-    for (hf_row, out) in dst.chunks_exact_mut(row_bytes).enumerate() {
-        let g = qk_gguf_row(hf_row, head_dim);
-        out.copy_from_slice(&src[g * row_bytes..(g + 1) * row_bytes]);
-    }
-    Ok(())
+    reorder_qk_rows(src, dst, rows, row_bytes, head_dim, false)
 }
 
 /// The inverse of [`unpermute_qk_rows`]: copies a q or k weight in Hugging Face's
@@ -86,24 +67,44 @@ pub fn permute_qk_rows(
     row_bytes: usize,
     head_dim: usize,
 ) -> Result<()> {
+    reorder_qk_rows(src, dst, rows, row_bytes, head_dim, true)
+}
+
+/// [`permute_qk_rows`] (`to_gguf`) or [`unpermute_qk_rows`]: row `r` of the Hugging Face order
+/// is row [`qk_gguf_row`]`(r)` of the GGUF order.
+fn reorder_qk_rows(
+    src: &[u8],
+    dst: &mut [u8],
+    rows: usize,
+    row_bytes: usize,
+    head_dim: usize,
+    to_gguf: bool,
+) -> Result<()> {
+    let what = if to_gguf { "permute" } else { "un-permute" };
     let total = rows.checked_mul(row_bytes);
     assert!(
         total == Some(src.len()) && total == Some(dst.len()),
-        "permute_qk_rows: src {} / dst {} bytes for {rows} rows of {row_bytes}",
+        "q/k {what}: src {} / dst {} bytes for {rows} rows of {row_bytes}",
         src.len(),
         dst.len()
     );
     if head_dim == 0 || head_dim % 2 != 0 || rows % head_dim != 0 {
         return Err(Error::invalid_argument(format_args!(
-            "q/k permute: head_dim {head_dim} must be even, non-zero and divide {rows} rows"
+            "q/k {what}: head_dim {head_dim} must be even, non-zero and divide {rows} rows"
         )));
     }
     if row_bytes == 0 {
         return Ok(());
     }
-    for (hf_row, row) in src.chunks_exact(row_bytes).enumerate() {
+    for hf_row in 0..rows {
         let g = qk_gguf_row(hf_row, head_dim);
-        dst[g * row_bytes..(g + 1) * row_bytes].copy_from_slice(row);
+        let (hf, gguf) =
+            (hf_row * row_bytes..(hf_row + 1) * row_bytes, g * row_bytes..(g + 1) * row_bytes);
+        if to_gguf {
+            dst[gguf].copy_from_slice(&src[hf]);
+        } else {
+            dst[hf].copy_from_slice(&src[gguf]);
+        }
     }
     Ok(())
 }
