@@ -15,9 +15,8 @@ use std::io::Read;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use decoder_common::smollm2_gguf;
 use serde_json::{json, Value};
-use serve::{connect, http, write_request, Reply, Server};
+use serve::{connect, generate, http, write_request, Reply, Server};
 
 fn chat_body(user: &str, max_tokens: usize, stream: bool) -> Value {
     json!({
@@ -49,28 +48,6 @@ fn answer_text(r: &Reply) -> String {
         let v = r.json();
         let c = &v["choices"][0];
         c["message"]["content"].as_str().or(c["text"].as_str()).unwrap().to_string()
-    }
-}
-
-/// `rml generate`'s reply to `prompt`, greedy, `n` tokens (chat template when `chat`).
-fn generate(prompt: &str, n: usize, chat: bool) -> String {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rml"));
-    cmd.arg("generate")
-        .arg("-m")
-        .arg(smollm2_gguf())
-        .args(["-p", prompt, "-n", &n.to_string(), "--temperature", "0", "-t", "1"])
-        .env("RML_TUNE", "off");
-    if chat {
-        cmd.arg("--chat");
-    }
-    let o = cmd.output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let out = String::from_utf8(o.stdout).unwrap();
-    let out = out.strip_suffix('\n').unwrap();
-    if chat {
-        out.to_string()
-    } else {
-        out.strip_prefix(prompt).unwrap().to_string()
     }
 }
 

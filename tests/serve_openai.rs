@@ -15,8 +15,7 @@ mod serve;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use decoder_common::smollm2_gguf;
-use serve::Server;
+use serve::{generate, Server};
 
 /// The pinned client version.
 const OPENAI: &str = "openai==3.51.0";
@@ -50,27 +49,6 @@ fn python() -> PathBuf {
     assert!(pip.is_ok_and(|s| s.success()), "pip could not install {OPENAI}: {manual}");
     assert!(has_client(&py), "{OPENAI} is not importable after pip: {manual}");
     py
-}
-
-fn generate(prompt: &str, n: usize, chat: bool) -> String {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rml"));
-    cmd.arg("generate")
-        .arg("-m")
-        .arg(smollm2_gguf())
-        .args(["-p", prompt, "-n", &n.to_string(), "--temperature", "0", "-t", "1"])
-        .env("RML_TUNE", "off");
-    if chat {
-        cmd.arg("--chat");
-    }
-    let o = cmd.output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let out = String::from_utf8(o.stdout).unwrap();
-    let out = out.strip_suffix('\n').unwrap();
-    if chat {
-        out.to_string()
-    } else {
-        out.strip_prefix(prompt).unwrap().to_string()
-    }
 }
 
 #[test]

@@ -200,3 +200,25 @@ pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body
     s.read_to_end(&mut raw).unwrap();
     parse_reply(&raw)
 }
+
+/// `rml generate`'s reply to `prompt`, greedy, `n` tokens (chat template when `chat`).
+pub fn generate(prompt: &str, n: usize, chat: bool) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rml"));
+    cmd.arg("generate")
+        .arg("-m")
+        .arg(smollm2_gguf())
+        .args(["-p", prompt, "-n", &n.to_string(), "--temperature", "0", "-t", "1"])
+        .env("RML_TUNE", "off");
+    if chat {
+        cmd.arg("--chat");
+    }
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let out = out.strip_suffix('\n').unwrap();
+    if chat {
+        out.to_string()
+    } else {
+        out.strip_prefix(prompt).unwrap().to_string()
+    }
+}
