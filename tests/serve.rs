@@ -335,7 +335,7 @@ fn disconnect_frees_the_slot_and_a_full_queue_answers_503() {
         if m.contains("rml_requests_deferred 1") {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(30), "{m}");
+        assert!(t0.elapsed() < Duration::from_secs(120), "{m}");
         std::thread::sleep(Duration::from_millis(20));
     }
     let r = s.post("/v1/chat/completions", &chat_body("Say hi.", 4, false));
@@ -372,12 +372,13 @@ fn shutdown_with_requests_in_flight_exits_zero() {
     std::thread::sleep(Duration::from_millis(1500));
     let pid = s.child.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    // A hang guard, not a speed bound: the server drains for 3 s, then cancels what is left.
     let t0 = Instant::now();
     let status = loop {
         if let Some(st) = s.child.try_wait().unwrap() {
             break st;
         }
-        assert!(t0.elapsed() < Duration::from_secs(15), "still running: {}", s.log());
+        assert!(t0.elapsed() < Duration::from_secs(60), "still running: {}", s.log());
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status}: {}", s.log());
@@ -388,7 +389,7 @@ fn shutdown_with_requests_in_flight_exits_zero() {
     }
     // The log reader thread sees the end of stderr a moment after the exit.
     let t0 = Instant::now();
-    while !s.log().contains("shutting down") && t0.elapsed() < Duration::from_secs(10) {
+    while !s.log().contains("shutting down") && t0.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(s.log().contains("shutting down"), "{}", s.log());
