@@ -267,11 +267,6 @@ typedef uint32_t RmlRepack;
 #endif // __cplusplus
 
 /**
- * A model family: everything the decoder and the config readers need to know about it.
- */
-typedef struct ArchSpec ArchSpec;
-
-/**
  * A decoder (opaque): a model's forward pass with a KV cache and a thread pool. Made by
  * `rml_decoder_new`, released by `rml_decoder_free`.
  */
