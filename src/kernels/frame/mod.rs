@@ -9,6 +9,10 @@
 //!   ([`q8_entries`](q8::q8_entries)), over a tier's [`q8::Q8Tier`]: how it decodes a group of
 //!   blocks and dots it with the activations. The AVX2, AVX-VNNI, AVX-512 (+ GFNI), NEON and
 //!   NEON + SDOT tiers implement it.
+//! - [`f32`]: the f32-activation product (weights widened or dequantized on the fly): the
+//!   register tiles, their schedule (8-row GEMV, `4 × 3` prefill tiles, K blocking) and the
+//!   entry glue ([`f32_entries`](f32::f32_entries)), over a tier's [`f32::F32Lanes`] and its
+//!   [`f32::F32Decode`] of each weight format. The AVX2 and NEON tiers implement them.
 //! - This module: the prefetch policy's constants and the two prefetch patterns, over a
 //!   tier's [`Prefetch`] instruction (the AVX-512 K-quant and f32 kernels use them too).
 //!
@@ -17,6 +21,7 @@
 //! arithmetic order ([`crate::quant::reference`]), so every tier stays bit-identical to the
 //! scalar table whatever tile computes an output.
 
+pub(crate) mod f32;
 pub(crate) mod q8;
 
 /// How far ahead of its reads a multi-row GEMV prefetches each weight row, in bytes.

@@ -1,19 +1,16 @@
-//! AVX2 + FMA matmul with f32 activations, for f32, f16, bf16 weights (widened on the fly)
-//! and every quantized type (dequantized on the fly: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by
-//! block; the K-quants by runs of 32 inside their super-blocks).
-//!
-//! Both operands are contiguous along K (`W` is `rows × k` row-major, `X` is `n × k`), so
-//! the micro-kernel is a register tile of `R` weight rows × `N` activation rows, each output
-//! with one 8-lane accumulator: lane `j` accumulates the products of the elements
-//! `i ≡ j (mod 8)` in order with FMA, a K tail shorter than 8 goes through zero-filled lanes,
-//! and the lanes are summed by `hsum4` (four outputs at a time, each lane from its own
-//! accumulator). Every output sees exactly that sequence of
-//! operations whatever the tile shape, so a row's result does not depend on which rows share
-//! its tile or chunk: results are bit-identical for every schedule and thread count.
+//! AVX2 + FMA + F16C bodies of the f32-activation product (the kernel frame's
+//! `kernels/frame/f32.rs` runs the tiles): how f32, f16, bf16 weights widen and every
+//! quantized type dequantizes to 8 f32 lanes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by block;
+//! the K-quants by runs of 32 inside their super-blocks), and the lanes themselves
+//! ([`Avx2F32`]: one 8-lane accumulator per output, `_mm256_fmadd_ps` per chunk, the lanes
+//! summed by [`hsum4`], four outputs at a time, each lane from its own accumulator).
 
 use core::arch::x86_64::*;
 
 use super::mask;
+use crate::kernels::frame::f32::{
+    f32_entries, Bf16Weights, F16Weights, F32Decode, F32Lanes, F32Weights,
+};
 use crate::quant::iq4_nl::BlockIq4Nl;
 use crate::quant::q2_k::BlockQ2K;
 use crate::quant::q3_k::BlockQ3K;
@@ -26,64 +23,6 @@ use crate::quant::BlockQ4_1;
 use crate::quant::BlockQ5_0;
 use crate::quant::BlockQ5_1;
 use crate::quant::BlockQ8_0;
-
-/// A weight encoding: how 8 consecutive elements of a row become 8 f32 lanes. Elements are
-/// addressed in units of 32 (a quantization block, or a run of 32 inside a K-quant
-/// super-block) and 8-element chunks inside them. An encoding implements [`Weights::chunk`]
-/// or [`Weights::block`] (each defaults to the other).
-trait Weights {
-    /// Whether rows may end with a partial unit (f32/f16/bf16: any `k`; quantized: `k % 32
-    /// == 0`).
-    const TAIL: bool = false;
-    /// Bytes per element for the unblocked encodings (tail addressing).
-    const ELEM_BYTES: usize = 0;
-    /// Decoding a unit costs more than its four chunks' loads (the K-quants' scales, Q5's
-    /// fifth bits): tiles with several activation rows decode each unit once per weight row
-    /// ([`Weights::block`]) instead of chunk by chunk. The FMAs per output are the same.
-    const DECODE_ONCE: bool = false;
-
-    /// Elements `32 b + 8 c .. + 8` of the row at `row` (`c < 4`).
-    ///
-    /// # Safety
-    ///
-    /// Those elements are in bounds; AVX2, FMA and F16C are available.
-    #[inline(always)]
-    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
-        // SAFETY: forwarded caller contract.
-        unsafe { Self::block(row, b)[c] }
-    }
-
-    /// `len < 8` elements starting at element `i` (unblocked encodings only, called only
-    /// when [`Weights::TAIL`]), the other lanes zero.
-    ///
-    /// # Safety
-    ///
-    /// As [`Weights::chunk`].
-    #[inline(always)]
-    unsafe fn tail(_row: *const u8, _i: usize, _len: usize) -> __m256 {
-        // SAFETY: register-only.
-        unsafe { _mm256_setzero_ps() }
-    }
-
-    /// The four chunks of unit `b` at once (the same values as [`Weights::chunk`]; the
-    /// quantized encodings override it to decode the unit's bytes once).
-    ///
-    /// # Safety
-    ///
-    /// As [`Weights::chunk`].
-    #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: forwarded caller contract.
-        unsafe {
-            [
-                Self::chunk(row, b, 0),
-                Self::chunk(row, b, 1),
-                Self::chunk(row, b, 2),
-                Self::chunk(row, b, 3),
-            ]
-        }
-    }
-}
 
 /// Copies `len < 8` 16-bit values into a zero-filled 8-lane buffer.
 ///
@@ -100,14 +39,7 @@ unsafe fn load_u16_tail(p: *const u8, len: usize) -> __m128i {
     }
 }
 
-struct F32W;
-struct F16W;
-struct Bf16W;
-struct Q8_0W;
-struct Q4_0W;
-struct Q4_1W;
-
-impl Weights for F32W {
+impl F32Decode<F32Weights> for Avx2F32 {
     const TAIL: bool = true;
     const ELEM_BYTES: usize = 4;
 
@@ -124,7 +56,7 @@ impl Weights for F32W {
     }
 }
 
-impl Weights for F16W {
+impl F32Decode<F16Weights> for Avx2F32 {
     const TAIL: bool = true;
     const ELEM_BYTES: usize = 2;
 
@@ -152,7 +84,7 @@ unsafe fn widen_bf16(v: __m128i) -> __m256 {
     unsafe { _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(v))) }
 }
 
-impl Weights for Bf16W {
+impl F32Decode<Bf16Weights> for Avx2F32 {
     const TAIL: bool = true;
     const ELEM_BYTES: usize = 2;
 
@@ -217,7 +149,7 @@ unsafe fn nibbles_block(qs: *const u8) -> [__m256; 4] {
     }
 }
 
-impl Weights for Q8_0W {
+impl F32Decode<BlockQ8_0> for Avx2F32 {
     #[inline(always)]
     unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
         // SAFETY: block `b` is in bounds (caller contract). `d * q` is exact in f32 (11 + 8
@@ -231,7 +163,7 @@ impl Weights for Q8_0W {
     }
 }
 
-impl Weights for Q4_0W {
+impl F32Decode<BlockQ4_0> for Avx2F32 {
     #[inline(always)]
     unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
         // SAFETY: block `b` is in bounds (caller contract); `(q - 8) * d` is exact.
@@ -258,7 +190,7 @@ impl Weights for Q4_0W {
     }
 }
 
-impl Weights for Q4_1W {
+impl F32Decode<BlockQ4_1> for Avx2F32 {
     #[inline(always)]
     unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
         // SAFETY: block `b` is in bounds (caller contract). `d * q` is exact, so the fused
@@ -351,16 +283,7 @@ unsafe fn scale_min4(v: [__m256; 4], dl: [__m256; 2], ml: [__m256; 2]) -> [__m25
     }
 }
 
-struct Q5_0W;
-struct Q5_1W;
-struct Iq4NlW;
-struct Q2KW;
-struct Q3KW;
-struct Q4KW;
-struct Q5KW;
-struct Q6KW;
-
-impl Weights for Q5_0W {
+impl F32Decode<BlockQ5_0> for Avx2F32 {
     const DECODE_ONCE: bool = true;
 
     #[inline(always)]
@@ -379,7 +302,7 @@ impl Weights for Q5_0W {
     }
 }
 
-impl Weights for Q5_1W {
+impl F32Decode<BlockQ5_1> for Avx2F32 {
     const DECODE_ONCE: bool = true;
 
     #[inline(always)]
@@ -399,7 +322,7 @@ impl Weights for Q5_1W {
     }
 }
 
-impl Weights for Iq4NlW {
+impl F32Decode<BlockIq4Nl> for Avx2F32 {
     const DECODE_ONCE: bool = true;
 
     #[inline(always)]
@@ -446,7 +369,7 @@ unsafe fn q2_unit(qs: *const u8, u: usize) -> __m256i {
     }
 }
 
-impl Weights for Q2KW {
+impl F32Decode<BlockQ2K> for Avx2F32 {
     const DECODE_ONCE: bool = true;
 
     #[inline(always)]
@@ -469,7 +392,7 @@ impl Weights for Q2KW {
     }
 }
 
-impl Weights for Q3KW {
+impl F32Decode<BlockQ3K> for Avx2F32 {
     const DECODE_ONCE: bool = true;
 
     #[inline(always)]
@@ -524,7 +447,7 @@ unsafe fn k4_unit(blk: *const u8, qs: *const u8, u: usize, extra: __m256i) -> [_
     }
 }
 
-impl Weights for Q4KW {
+impl F32Decode<BlockQ4K> for Avx2F32 {
     const DECODE_ONCE: bool = true;
 
     #[inline(always)]
@@ -538,7 +461,7 @@ impl Weights for Q4KW {
     }
 }
 
-impl Weights for Q5KW {
+impl F32Decode<BlockQ5K> for Avx2F32 {
     const DECODE_ONCE: bool = true;
 
     #[inline(always)]
@@ -559,7 +482,7 @@ impl Weights for Q5KW {
     }
 }
 
-impl Weights for Q6KW {
+impl F32Decode<BlockQ6K> for Avx2F32 {
     const DECODE_ONCE: bool = true;
 
     #[inline(always)]
@@ -606,374 +529,82 @@ unsafe fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
     }
 }
 
-/// `R × N` accumulators, one 8-lane vector per output.
-type Acc<const R: usize, const N: usize> = [[__m256; N]; R];
+/// The AVX2 tier's f32 lanes and weight decoders ([`F32Lanes`], [`F32Decode`]; the AVX-512
+/// tier keeps these for f32, f16 and bf16 weights).
+pub(super) struct Avx2F32;
 
-/// Adds the products of elements `k0..k1` into `acc` (`k0` a multiple of 32; `k1` either a
-/// multiple of 32 or `k`, in which case the tail past the last whole block is included).
-///
-/// # Safety
-///
-/// `w` points to `R` rows of `rb` bytes holding `k` elements, `x` to `N` rows of `k` floats;
-/// AVX2, FMA and F16C are available.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn accumulate<W: Weights, const R: usize, const N: usize>(
-    acc: &mut Acc<R, N>,
-    w: *const u8,
-    rb: usize,
-    k: usize,
-    x: *const f32,
-    k0: usize,
-    k1: usize,
-) {
-    // SAFETY: every pointer below stays inside the rows described by the caller contract:
-    // blocks below `k1 / 32 <= k / 32`, 8-element steps below `k`, a masked tail of `k % 8`.
-    unsafe {
-        if N == 1 {
-            // One activation row (GEMV): decode each weight block once, then the same FMAs
-            // in the same order as below.
-            for b in k0 / 32..k1 / 32 {
-                let p = x.add(b * 32);
-                let xv = [
-                    _mm256_loadu_ps(p),
-                    _mm256_loadu_ps(p.add(8)),
-                    _mm256_loadu_ps(p.add(16)),
-                    _mm256_loadu_ps(p.add(24)),
-                ];
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let wv = W::block(w.add(r * rb), b);
-                    for c in 0..4 {
-                        acc[0] = _mm256_fmadd_ps(wv[c], xv[c], acc[0]);
-                    }
-                }
-            }
-        }
-        for b in (k0 / 32..k1 / 32).filter(|_| N != 1 && W::DECODE_ONCE) {
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let wv = W::block(w.add(r * rb), b);
-                for (c, wv) in wv.iter().enumerate() {
-                    for (t, a) in acc.iter_mut().enumerate() {
-                        let xv = _mm256_loadu_ps(x.add(t * k + b * 32 + c * 8));
-                        *a = _mm256_fmadd_ps(*wv, xv, *a);
-                    }
-                }
-            }
-        }
-        for b in (k0 / 32..k1 / 32).filter(|_| N != 1 && !W::DECODE_ONCE) {
-            for c in 0..4 {
-                let mut xv = [_mm256_setzero_ps(); N];
-                for (t, xv) in xv.iter_mut().enumerate() {
-                    *xv = _mm256_loadu_ps(x.add(t * k + b * 32 + c * 8));
-                }
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let wv = W::chunk(w.add(r * rb), b, c);
-                    for (a, xv) in acc.iter_mut().zip(&xv) {
-                        *a = _mm256_fmadd_ps(wv, *xv, *a);
-                    }
-                }
-            }
-        }
-        if W::TAIL && k1 == k {
-            let mut i = k / 32 * 32;
-            while i < k {
-                let len = (k - i).min(8);
-                let m = mask(len);
-                let mut xv = [_mm256_setzero_ps(); N];
-                for (t, xv) in xv.iter_mut().enumerate() {
-                    *xv = _mm256_maskload_ps(x.add(t * k + i), m);
-                }
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let row = w.add(r * rb);
-                    let wv = if len == 8 {
-                        W::chunk(row.add(i * W::ELEM_BYTES), 0, 0)
+impl F32Lanes for Avx2F32 {
+    type V = __m256;
+    type Acc = __m256;
+
+    #[inline(always)]
+    unsafe fn zero() -> __m256 {
+        // SAFETY: register-only AVX intrinsic (caller contract).
+        unsafe { _mm256_setzero_ps() }
+    }
+
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m256 {
+        // SAFETY: 8 readable floats (caller contract); unaligned load.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_tail(p: *const f32, len: usize) -> __m256 {
+        // SAFETY: masked lanes are not read; `len` floats at `p` are (caller contract).
+        unsafe { _mm256_maskload_ps(p, mask(len)) }
+    }
+
+    #[inline(always)]
+    unsafe fn fma(acc: __m256, w: __m256, x: __m256) -> __m256 {
+        // SAFETY: register-only FMA intrinsic (caller contract).
+        unsafe { _mm256_fmadd_ps(w, x, acc) }
+    }
+
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn store<const R: usize, const N: usize>(
+        acc: &[[__m256; N]; R],
+        y: *mut f32,
+        ldy: usize,
+    ) {
+        // SAFETY: writes only the `R × N` outputs of the caller contract.
+        unsafe {
+            for t in 0..N {
+                let mut r = 0;
+                while r < R {
+                    let g = |i: usize| if r + i < R { acc[r + i][t] } else { _mm256_setzero_ps() };
+                    let sums = hsum4(g(0), g(1), g(2), g(3));
+                    let out = y.add(t * ldy + r);
+                    if R - r >= 4 {
+                        _mm_storeu_ps(out, sums);
                     } else {
-                        W::tail(row, i, len)
-                    };
-                    for (a, xv) in acc.iter_mut().zip(&xv) {
-                        *a = _mm256_fmadd_ps(wv, *xv, *a);
-                    }
-                }
-                i += 8;
-            }
-        }
-    }
-}
-
-/// Writes `y[t * ldy + r] = Σ lanes of acc[r][t]`, four rows at a time.
-///
-/// # Safety
-///
-/// Every `y[t * ldy + r]`, `r < R`, `t < N`, is writable; AVX available.
-#[inline(always)]
-#[allow(clippy::needless_range_loop)]
-unsafe fn finish<const R: usize, const N: usize>(acc: &Acc<R, N>, y: *mut f32, ldy: usize) {
-    // SAFETY: writes only the `R × N` outputs of the caller contract.
-    unsafe {
-        for t in 0..N {
-            let mut r = 0;
-            while r < R {
-                let g = |i: usize| if r + i < R { acc[r + i][t] } else { _mm256_setzero_ps() };
-                let sums = hsum4(g(0), g(1), g(2), g(3));
-                let out = y.add(t * ldy + r);
-                if R - r >= 4 {
-                    _mm_storeu_ps(out, sums);
-                } else {
-                    let mut v = [0f32; 4];
-                    _mm_storeu_ps(v.as_mut_ptr(), sums);
-                    for (i, v) in v.iter().enumerate().take(R - r) {
-                        *out.add(i) = *v;
-                    }
-                }
-                r += 4;
-            }
-        }
-    }
-}
-
-/// One `R × N` tile over all of K: `y[t * ldy + r] = W[r] · x[t]` for `r < R`, `t < N`.
-///
-/// # Safety
-///
-/// `w` points to `R` rows of `rb` bytes holding `k` elements, `x` to `N` rows of `k` floats,
-/// every `y[t * ldy + r]` is writable; AVX2, FMA and F16C are available.
-#[inline(always)]
-unsafe fn tile<W: Weights, const R: usize, const N: usize>(
-    w: *const u8,
-    rb: usize,
-    k: usize,
-    x: *const f32,
-    y: *mut f32,
-    ldy: usize,
-) {
-    // SAFETY: forwarded caller contract (AVX2, FMA and F16C available).
-    unsafe {
-        let mut acc = [[_mm256_setzero_ps(); N]; R];
-        accumulate::<W, R, N>(&mut acc, w, rb, k, x, 0, k);
-        finish(&acc, y, ldy);
-    }
-}
-
-/// K is cut into chunks of this many elements when it exceeds [`KC_MIN`] (a multiple of 32).
-const KC: usize = 256;
-/// Below this K the whole row fits L1 next to the activation rows: no K blocking.
-const KC_MIN: usize = 768;
-/// Activation tiles (of 3 rows) whose accumulators stay live across the K chunks.
-const MACRO_TILES: usize = 16;
-
-/// Accumulators of one tile, parked in `store` between K chunks (the values are stored and
-/// reloaded unchanged, so the arithmetic is exactly [`tile`]'s).
-///
-/// # Safety
-///
-/// As [`accumulate`]; `store` holds at least `R * N` vectors.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn accumulate_parked<W: Weights, const R: usize, const N: usize>(
-    store: &mut [__m256],
-    w: *const u8,
-    rb: usize,
-    k: usize,
-    x: *const f32,
-    k0: usize,
-    k1: usize,
-) {
-    let mut acc: Acc<R, N> = core::array::from_fn(|r| core::array::from_fn(|t| store[r * N + t]));
-    // SAFETY: forwarded caller contract.
-    unsafe { accumulate::<W, R, N>(&mut acc, w, rb, k, x, k0, k1) };
-    for (r, acc) in acc.iter().enumerate() {
-        store[r * N..r * N + N].copy_from_slice(acc);
-    }
-}
-
-/// Four weight rows × `n` activation rows with K blocking: for each group of up to
-/// `3 * MACRO_TILES` activation rows, K chunks of [`KC`] run over all the group's tiles, so
-/// the 4 × `KC` weights stay in L1 while the activations stream from L2. Same per-output
-/// arithmetic as [`tile`].
-///
-/// # Safety
-///
-/// As [`super::super::MatmulF32Fn`] for 4 rows; AVX2, FMA and F16C are available.
-#[inline(always)]
-unsafe fn rows4_kblocked<W: Weights>(
-    w: *const u8,
-    rb: usize,
-    k: usize,
-    x: *const f32,
-    n: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
-    // SAFETY: AVX is available (caller contract).
-    let zero = unsafe { _mm256_setzero_ps() };
-    let mut store = [zero; 12 * MACRO_TILES];
-    let mut t0 = 0;
-    while t0 < n {
-        let tn = (n - t0).min(3 * MACRO_TILES);
-        store.fill(zero);
-        let mut k0 = 0;
-        while k0 < k {
-            let k1 = if k - k0 > KC { k0 + KC } else { k };
-            let mut t = 0;
-            while t < tn {
-                // SAFETY: activation rows `t0 + t .. + 3 <= n` (caller contract).
-                unsafe {
-                    let xt = x.add((t0 + t) * k);
-                    if tn - t >= 3 {
-                        accumulate_parked::<W, 4, 3>(&mut store[t * 4..], w, rb, k, xt, k0, k1);
-                    } else {
-                        // The last one or two activation rows, each a 4 × 1 tile parked at
-                        // `4 * (t + i)` (inside the 12 vectors a 4 × 3 tile would take).
-                        for i in 0..tn - t {
-                            let s = &mut store[(t + i) * 4..];
-                            accumulate_parked::<W, 4, 1>(s, w, rb, k, xt.add(i * k), k0, k1);
+                        let mut v = [0f32; 4];
+                        _mm_storeu_ps(v.as_mut_ptr(), sums);
+                        for (i, v) in v.iter().enumerate().take(R - r) {
+                            *out.add(i) = *v;
                         }
                     }
-                }
-                t += 3;
-            }
-            k0 = k1;
-        }
-        let mut t = 0;
-        while t < tn {
-            // SAFETY: outputs of activation rows `t0 + t ..` (caller contract).
-            unsafe {
-                let yt = y.add((t0 + t) * ldy);
-                if tn - t >= 3 {
-                    let s = &store[t * 4..];
-                    let acc = core::array::from_fn(|r| [s[3 * r], s[3 * r + 1], s[3 * r + 2]]);
-                    finish::<4, 3>(&acc, yt, ldy);
-                } else {
-                    for i in 0..tn - t {
-                        let s = &store[(t + i) * 4..];
-                        finish::<4, 1>(&core::array::from_fn(|r| [s[r]]), yt.add(i * ldy), ldy);
-                    }
+                    r += 4;
                 }
             }
-            t += 3;
-        }
-        t0 += tn;
-    }
-}
-
-/// Four weight rows against `n` activation rows: `4 × 3` micro-tiles, the last one or two
-/// activation rows one at a time (`4 × 1`; the same per-output arithmetic).
-///
-/// # Safety
-///
-/// As [`super::super::MatmulF32Fn`] for 4 rows; AVX2, FMA and F16C are available.
-#[inline(always)]
-unsafe fn rows4<W: Weights>(
-    w: *const u8,
-    rb: usize,
-    k: usize,
-    x: *const f32,
-    n: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
-    // SAFETY: tiles stay inside 4 rows and `n` activation rows (caller contract).
-    unsafe {
-        let mut t = 0;
-        while t + 3 <= n {
-            tile::<W, 4, 3>(w, rb, k, x.add(t * k), y.add(t * ldy), ldy);
-            t += 3;
-        }
-        while t < n {
-            tile::<W, 4, 1>(w, rb, k, x.add(t * k), y.add(t * ldy), ldy);
-            t += 1;
         }
     }
 }
 
-/// The whole block of rows: 8-row tiles for one activation row (GEMV), 4-row tiles with up
-/// to 3 activation rows otherwise; rows left over go through `4 × 1` and `1 × 1` tiles with
-/// the same per-output arithmetic (few tile shapes: each is inlined into all 14 entries).
-///
-/// # Safety
-///
-/// As [`super::super::MatmulF32Fn`]; AVX2, FMA and F16C are available.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn matmul<W: Weights>(
-    w: *const u8,
-    rb: usize,
-    rows: usize,
-    k: usize,
-    x: *const f32,
-    n: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
-    // SAFETY: each call covers rows `r..r + R < rows` (caller contract).
-    unsafe {
-        let mut r = 0;
-        if n == 1 {
-            while r + 8 <= rows {
-                tile::<W, 8, 1>(w.add(r * rb), rb, k, x, y.add(r), ldy);
-                r += 8;
-            }
-            if r + 4 <= rows {
-                tile::<W, 4, 1>(w.add(r * rb), rb, k, x, y.add(r), ldy);
-                r += 4;
-            }
-        } else {
-            while r + 4 <= rows {
-                if k > KC_MIN {
-                    rows4_kblocked::<W>(w.add(r * rb), rb, k, x, n, y.add(r), ldy);
-                } else {
-                    rows4::<W>(w.add(r * rb), rb, k, x, n, y.add(r), ldy);
-                }
-                r += 4;
-            }
-        }
-        // The last rows (at most 3), one weight row × one activation row at a time.
-        while r < rows {
-            for t in 0..n {
-                tile::<W, 1, 1>(w.add(r * rb), rb, k, x.add(t * k), y.add(t * ldy + r), ldy);
-            }
-            r += 1;
-        }
-    }
+f32_entries! { Avx2, Avx2F32, "AVX2 table entry (f32 activations).";
+    matmul_f32, F32Weights;
+    matmul_f16, F16Weights;
+    matmul_bf16, Bf16Weights;
+    matmul_q8_0, BlockQ8_0;
+    matmul_q4_0, BlockQ4_0;
+    matmul_q4_1, BlockQ4_1;
+    matmul_q5_0, BlockQ5_0;
+    matmul_q5_1, BlockQ5_1;
+    matmul_iq4_nl, BlockIq4Nl;
+    matmul_q2_k, BlockQ2K;
+    matmul_q3_k, BlockQ3K;
+    matmul_q4_k, BlockQ4K;
+    matmul_q5_k, BlockQ5K;
+    matmul_q6_k, BlockQ6K;
 }
-
-macro_rules! entry {
-    ($name:ident, $w:ty) => {
-        tier_fn! { Avx2;
-            /// AVX2 table entry (see [`super::super::MatmulF32Fn`]).
-            ///
-            /// # Safety
-            ///
-            /// As [`super::super::MatmulF32Fn`]; the CPU has AVX2, FMA and F16C.
-            #[allow(clippy::too_many_arguments)]
-            pub(super) unsafe fn $name(
-                w: *const u8,
-                rb: usize,
-                rows: usize,
-                k: usize,
-                x: *const f32,
-                n: usize,
-                y: *mut f32,
-                ldy: usize,
-            ) {
-                // SAFETY: forwarded caller contract; the features are enabled here.
-                unsafe { matmul::<$w>(w, rb, rows, k, x, n, y, ldy) }
-            }
-        }
-    };
-}
-
-entry!(matmul_f32, F32W);
-entry!(matmul_f16, F16W);
-entry!(matmul_bf16, Bf16W);
-entry!(matmul_q8_0, Q8_0W);
-entry!(matmul_q4_0, Q4_0W);
-entry!(matmul_q4_1, Q4_1W);
-entry!(matmul_q5_0, Q5_0W);
-entry!(matmul_q5_1, Q5_1W);
-entry!(matmul_iq4_nl, Iq4NlW);
-entry!(matmul_q2_k, Q2KW);
-entry!(matmul_q3_k, Q3KW);
-entry!(matmul_q4_k, Q4KW);
-entry!(matmul_q5_k, Q5KW);
-entry!(matmul_q6_k, Q6KW);

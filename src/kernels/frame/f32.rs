@@ -1,0 +1,481 @@
+//! The f32-activation product (weights widened or dequantized on the fly, activations f32),
+//! written once: the register tiles and their schedule over a block of weight rows ×
+//! activation rows ([`matmul`]), the K blocking of prompts and the entry glue
+//! ([`f32_entries`]), generic over a tier's [`F32Lanes`] (how 8 f32 lanes are loaded,
+//! multiplied-added and summed) and its [`F32Decode`] of each weight format (how 8, or 32,
+//! consecutive weights of a row become f32 lanes). The AVX2 and NEON tiers implement them
+//! (the AVX-512 tier's quantized f32 kernels factor the block scales out of the inner sums,
+//! another arithmetic: `x86_64/avx512_f32.rs`).
+//!
+//! Both operands are contiguous along K (`W` is `rows × k` row-major, `X` is `n × k`); a tile
+//! holds `R` weight rows × `N` activation rows, each output with one accumulator
+//! ([`F32Lanes::Acc`]). The arithmetic of one output, whatever the tile: K is read in units
+//! of 32 weights (a quantization block, or a run of 32 inside a K-quant super-block), each
+//! unit as four chunks of 8 in order, each chunk added by the tier's [`F32Lanes::fma`] (its
+//! lanes: element `i` of a chunk into lane `i` of the vector; NEON splits it into two 4-lane
+//! FMAs); an unblocked row's (f32/f16/bf16) K tail goes by 8-element chunks, the last one
+//! zero-filled; then the tier's fixed horizontal sum ([`F32Lanes::store`]). So a row's
+//! result does not depend on which rows share its tile or chunk: results are bit-identical
+//! for every schedule and thread count, per tier.
+
+/// The f32 weight format (`DType::F32`), a marker for [`F32Decode`].
+pub(crate) struct F32Weights;
+/// The IEEE half weight format (`DType::F16`), a marker for [`F32Decode`].
+pub(crate) struct F16Weights;
+/// The bfloat16 weight format (`DType::BF16`), a marker for [`F32Decode`].
+pub(crate) struct Bf16Weights;
+
+/// A tier's f32 lanes: 8 f32 values ([`F32Lanes::V`]), an output's accumulator and the
+/// operations the tiles use on them.
+pub(crate) trait F32Lanes {
+    /// 8 consecutive f32 values (a chunk).
+    type V: Copy;
+    /// One output's accumulator.
+    type Acc: Copy;
+
+    /// A zero accumulator.
+    ///
+    /// # Safety
+    ///
+    /// The tier's features are available.
+    unsafe fn zero() -> Self::Acc;
+
+    /// The 8 floats at `p`.
+    ///
+    /// # Safety
+    ///
+    /// 8 readable floats at `p`; the tier's features are available.
+    unsafe fn load(p: *const f32) -> Self::V;
+
+    /// The `len < 8` floats at `p`, the other lanes zero.
+    ///
+    /// # Safety
+    ///
+    /// `len` readable floats at `p`; the tier's features are available.
+    unsafe fn load_tail(p: *const f32, len: usize) -> Self::V;
+
+    /// `acc + w ⊙ x` lane by lane, in the tier's fused order.
+    ///
+    /// # Safety
+    ///
+    /// The tier's features are available.
+    unsafe fn fma(acc: Self::Acc, w: Self::V, x: Self::V) -> Self::Acc;
+
+    /// Writes `y[t * ldy + r]` = the tier's fixed horizontal sum of `acc[r][t]` for `r < R`,
+    /// `t < N`.
+    ///
+    /// # Safety
+    ///
+    /// Those outputs are writable; the tier's features are available.
+    unsafe fn store<const R: usize, const N: usize>(
+        acc: &[[Self::Acc; N]; R],
+        y: *mut f32,
+        ldy: usize,
+    );
+}
+
+/// A tier's decoder of the weight format `W` (a block layout of `crate::quant`, or
+/// [`F32Weights`], [`F16Weights`], [`Bf16Weights`]) to its f32 lanes. Elements are
+/// addressed in units of 32 (a quantization block, or a run of 32 inside a K-quant
+/// super-block) and 8-element chunks inside them. An implementation supplies
+/// [`F32Decode::chunk`] or [`F32Decode::block`] (each defaults to the other), and both give
+/// the same values (the dequantized weights, exactly as the scalar oracle's where the
+/// oracle's dequantization is exact).
+pub(crate) trait F32Decode<W>: F32Lanes {
+    /// Whether rows may end with a partial unit (f32/f16/bf16: any `k`; quantized: `k % 32
+    /// == 0`).
+    const TAIL: bool = false;
+    /// Bytes per element of the unblocked formats (tail addressing).
+    const ELEM_BYTES: usize = 0;
+    /// Decoding a unit costs more than its four chunks' loads (the K-quants' scales, Q5's
+    /// fifth bits): tiles with several activation rows decode each unit once per weight row
+    /// ([`F32Decode::block`]) instead of chunk by chunk. The FMAs per output are the same.
+    const DECODE_ONCE: bool = false;
+
+    /// Elements `32 b + 8 c .. + 8` of the row at `row` (`c < 4`).
+    ///
+    /// # Safety
+    ///
+    /// Those elements are in bounds; the tier's features are available.
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> Self::V {
+        // SAFETY: forwarded caller contract.
+        unsafe { Self::block(row, b)[c] }
+    }
+
+    /// The four chunks of unit `b` at once (the same values as [`F32Decode::chunk`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`F32Decode::chunk`].
+    #[inline(always)]
+    unsafe fn block(row: *const u8, b: usize) -> [Self::V; 4] {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            [
+                Self::chunk(row, b, 0),
+                Self::chunk(row, b, 1),
+                Self::chunk(row, b, 2),
+                Self::chunk(row, b, 3),
+            ]
+        }
+    }
+
+    /// `len < 8` elements starting at element `i` (unblocked formats only, called only when
+    /// [`F32Decode::TAIL`]), the other lanes zero. By default the elements copied into a
+    /// zero-filled buffer, then [`F32Decode::chunk`] of it.
+    ///
+    /// # Safety
+    ///
+    /// As [`F32Decode::chunk`].
+    #[inline(always)]
+    unsafe fn tail(row: *const u8, i: usize, len: usize) -> Self::V {
+        let mut buf = [0u32; 8];
+        // SAFETY: `len · ELEM_BYTES <= 28` readable bytes (caller contract) into a 32-byte,
+        // 4-byte aligned buffer, which holds 8 elements of at most 4 bytes.
+        unsafe {
+            let dst = buf.as_mut_ptr().cast::<u8>();
+            core::ptr::copy_nonoverlapping(
+                row.add(i * Self::ELEM_BYTES),
+                dst,
+                len * Self::ELEM_BYTES,
+            );
+            Self::chunk(buf.as_ptr().cast(), 0, 0)
+        }
+    }
+}
+
+/// `R × N` accumulators, one per output.
+type Acc<T, const R: usize, const N: usize> = [[<T as F32Lanes>::Acc; N]; R];
+
+/// Adds the products of elements `k0..k1` into `acc` (`k0` a multiple of 32; `k1` either a
+/// multiple of 32 or `k`, in which case the tail past the last whole unit is included), in
+/// the order of the module docs.
+///
+/// # Safety
+///
+/// `w` points to `R` rows of `rb` bytes holding `k` elements, `x` to `N` rows of `k` floats;
+/// the tier's features are available.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accumulate<T: F32Decode<W>, W, const R: usize, const N: usize>(
+    acc: &mut Acc<T, R, N>,
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    x: *const f32,
+    k0: usize,
+    k1: usize,
+) {
+    // SAFETY: every pointer below stays inside the rows described by the caller contract:
+    // units below `k1 / 32 <= k / 32`, 8-element steps below `k`, a tail of `k % 8`.
+    unsafe {
+        if N == 1 {
+            // One activation row (GEMV): decode each weight unit once, then the same FMAs
+            // in the same order as below.
+            for b in k0 / 32..k1 / 32 {
+                let p = x.add(b * 32);
+                let xv = [T::load(p), T::load(p.add(8)), T::load(p.add(16)), T::load(p.add(24))];
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let wv = T::block(w.add(r * rb), b);
+                    for c in 0..4 {
+                        acc[0] = T::fma(acc[0], wv[c], xv[c]);
+                    }
+                }
+            }
+        }
+        for b in (k0 / 32..k1 / 32).filter(|_| N != 1 && T::DECODE_ONCE) {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let wv = T::block(w.add(r * rb), b);
+                for (c, wv) in wv.iter().enumerate() {
+                    for (t, a) in acc.iter_mut().enumerate() {
+                        let xv = T::load(x.add(t * k + b * 32 + c * 8));
+                        *a = T::fma(*a, *wv, xv);
+                    }
+                }
+            }
+        }
+        for b in (k0 / 32..k1 / 32).filter(|_| N != 1 && !T::DECODE_ONCE) {
+            for c in 0..4 {
+                let xv: [T::V; N] =
+                    core::array::from_fn(|t| T::load(x.add(t * k + b * 32 + c * 8)));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let wv = T::chunk(w.add(r * rb), b, c);
+                    for (a, xv) in acc.iter_mut().zip(&xv) {
+                        *a = T::fma(*a, wv, *xv);
+                    }
+                }
+            }
+        }
+        if T::TAIL && k1 == k {
+            let mut i = k / 32 * 32;
+            while i < k {
+                let len = (k - i).min(8);
+                let xv: [T::V; N] = core::array::from_fn(|t| {
+                    let p = x.add(t * k + i);
+                    if len == 8 {
+                        T::load(p)
+                    } else {
+                        T::load_tail(p, len)
+                    }
+                });
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let row = w.add(r * rb);
+                    let wv = if len == 8 {
+                        T::chunk(row.add(i * T::ELEM_BYTES), 0, 0)
+                    } else {
+                        T::tail(row, i, len)
+                    };
+                    for (a, xv) in acc.iter_mut().zip(&xv) {
+                        *a = T::fma(*a, wv, *xv);
+                    }
+                }
+                i += 8;
+            }
+        }
+    }
+}
+
+/// One `R × N` tile over all of K: `y[t * ldy + r] = W[r] · x[t]` for `r < R`, `t < N`.
+///
+/// # Safety
+///
+/// `w` points to `R` rows of `rb` bytes holding `k` elements, `x` to `N` rows of `k` floats,
+/// every `y[t * ldy + r]` is writable; the tier's features are available.
+#[inline(always)]
+unsafe fn tile<T: F32Decode<W>, W, const R: usize, const N: usize>(
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    x: *const f32,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        let mut acc = [[T::zero(); N]; R];
+        accumulate::<T, W, R, N>(&mut acc, w, rb, k, x, 0, k);
+        T::store(&acc, y, ldy);
+    }
+}
+
+/// K is cut into chunks of this many elements when it exceeds [`KC_MIN`] (a multiple of 32).
+const KC: usize = 256;
+/// Below this K the whole row fits L1 next to the activation rows: no K blocking.
+const KC_MIN: usize = 768;
+/// Activation tiles (of 3 rows) whose accumulators stay live across the K chunks.
+const MACRO_TILES: usize = 16;
+
+/// Accumulators of one tile, parked in `store` between K chunks (the values are stored and
+/// reloaded unchanged, so the arithmetic is exactly [`tile`]'s).
+///
+/// # Safety
+///
+/// As [`accumulate`]; `store` holds at least `R * N` accumulators.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accumulate_parked<T: F32Decode<W>, W, const R: usize, const N: usize>(
+    store: &mut [T::Acc],
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    x: *const f32,
+    k0: usize,
+    k1: usize,
+) {
+    let mut acc: Acc<T, R, N> =
+        core::array::from_fn(|r| core::array::from_fn(|t| store[r * N + t]));
+    // SAFETY: forwarded caller contract.
+    unsafe { accumulate::<T, W, R, N>(&mut acc, w, rb, k, x, k0, k1) };
+    for (r, acc) in acc.iter().enumerate() {
+        store[r * N..r * N + N].copy_from_slice(acc);
+    }
+}
+
+/// Four weight rows × `n` activation rows with K blocking: for each group of up to
+/// `3 * MACRO_TILES` activation rows, K chunks of [`KC`] run over all the group's tiles, so
+/// the 4 × `KC` weights stay in L1 while the activations stream from L2. Same per-output
+/// arithmetic as [`tile`].
+///
+/// # Safety
+///
+/// As [`crate::kernels::MatmulF32Fn`] for 4 rows; the tier's features are available.
+#[inline(always)]
+unsafe fn rows4_kblocked<T: F32Decode<W>, W>(
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    x: *const f32,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: the tier's features are available (caller contract).
+    let zero = unsafe { T::zero() };
+    let mut store = [zero; 12 * MACRO_TILES];
+    let mut t0 = 0;
+    while t0 < n {
+        let tn = (n - t0).min(3 * MACRO_TILES);
+        store.fill(zero);
+        let mut k0 = 0;
+        while k0 < k {
+            let k1 = if k - k0 > KC { k0 + KC } else { k };
+            let mut t = 0;
+            while t < tn {
+                // SAFETY: activation rows `t0 + t .. + 3 <= n` (caller contract).
+                unsafe {
+                    let xt = x.add((t0 + t) * k);
+                    if tn - t >= 3 {
+                        let s = &mut store[t * 4..];
+                        accumulate_parked::<T, W, 4, 3>(s, w, rb, k, xt, k0, k1);
+                    } else {
+                        // The last one or two activation rows, each a 4 × 1 tile parked at
+                        // `4 * (t + i)` (inside the 12 accumulators a 4 × 3 tile would take).
+                        for i in 0..tn - t {
+                            let s = &mut store[(t + i) * 4..];
+                            accumulate_parked::<T, W, 4, 1>(s, w, rb, k, xt.add(i * k), k0, k1);
+                        }
+                    }
+                }
+                t += 3;
+            }
+            k0 = k1;
+        }
+        let mut t = 0;
+        while t < tn {
+            // SAFETY: outputs of activation rows `t0 + t ..` (caller contract).
+            unsafe {
+                let yt = y.add((t0 + t) * ldy);
+                if tn - t >= 3 {
+                    let s = &store[t * 4..];
+                    let acc: Acc<T, 4, 3> =
+                        core::array::from_fn(|r| [s[3 * r], s[3 * r + 1], s[3 * r + 2]]);
+                    T::store(&acc, yt, ldy);
+                } else {
+                    for i in 0..tn - t {
+                        let s = &store[(t + i) * 4..];
+                        let acc: Acc<T, 4, 1> = core::array::from_fn(|r| [s[r]]);
+                        T::store(&acc, yt.add(i * ldy), ldy);
+                    }
+                }
+            }
+            t += 3;
+        }
+        t0 += tn;
+    }
+}
+
+/// Four weight rows against `n` activation rows: `4 × 3` tiles, the last one or two
+/// activation rows one at a time (`4 × 1`; the same per-output arithmetic).
+///
+/// # Safety
+///
+/// As [`crate::kernels::MatmulF32Fn`] for 4 rows; the tier's features are available.
+#[inline(always)]
+unsafe fn rows4<T: F32Decode<W>, W>(
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    x: *const f32,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: tiles stay inside 4 rows and `n` activation rows (caller contract).
+    unsafe {
+        let mut t = 0;
+        while t + 3 <= n {
+            tile::<T, W, 4, 3>(w, rb, k, x.add(t * k), y.add(t * ldy), ldy);
+            t += 3;
+        }
+        while t < n {
+            tile::<T, W, 4, 1>(w, rb, k, x.add(t * k), y.add(t * ldy), ldy);
+            t += 1;
+        }
+    }
+}
+
+/// The whole block of rows: 8-row tiles for one activation row (GEMV), 4-row tiles with up
+/// to 3 activation rows otherwise (K-blocked past [`KC_MIN`]); rows left over go through
+/// `4 × 1` and `1 × 1` tiles with the same per-output arithmetic (few tile shapes: each is
+/// inlined into every entry).
+///
+/// # Safety
+///
+/// As [`crate::kernels::MatmulF32Fn`] for `W`'s dtype; the tier's features are available.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn matmul<T: F32Decode<W>, W>(
+    w: *const u8,
+    rb: usize,
+    rows: usize,
+    k: usize,
+    x: *const f32,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: each call covers rows `r..r + R <= rows` (caller contract).
+    unsafe {
+        let mut r = 0;
+        if n == 1 {
+            while r + 8 <= rows {
+                tile::<T, W, 8, 1>(w.add(r * rb), rb, k, x, y.add(r), ldy);
+                r += 8;
+            }
+            if r + 4 <= rows {
+                tile::<T, W, 4, 1>(w.add(r * rb), rb, k, x, y.add(r), ldy);
+                r += 4;
+            }
+        } else {
+            while r + 4 <= rows {
+                if k > KC_MIN {
+                    rows4_kblocked::<T, W>(w.add(r * rb), rb, k, x, n, y.add(r), ldy);
+                } else {
+                    rows4::<T, W>(w.add(r * rb), rb, k, x, n, y.add(r), ldy);
+                }
+                r += 4;
+            }
+        }
+        // The last rows (at most 3), one weight row × one activation row at a time.
+        while r < rows {
+            for t in 0..n {
+                tile::<T, W, 1, 1>(w.add(r * rb), rb, k, x.add(t * k), y.add(t * ldy + r), ldy);
+            }
+            r += 1;
+        }
+    }
+}
+
+/// Defines a tier's [`crate::kernels::MatmulF32Fn`] entries: `f32_entries! { Tier,
+/// TierType, "doc"; name, Format; ... }` gives each `name` as a `tier_fn!` of `Tier` (its
+/// `#[target_feature]`s from the tier declaration) running [`matmul`] over `TierType`'s
+/// [`F32Decode`] of `Format`.
+macro_rules! f32_entries {
+    ($tier:ident, $t:ty, $doc:literal; $($name:ident, $w:ty;)*) => { $(
+        tier_fn! { $tier;
+            #[doc = $doc]
+            ///
+            /// # Safety
+            ///
+            /// As [`crate::kernels::MatmulF32Fn`]; the CPU has the features enabled here.
+            #[allow(clippy::too_many_arguments)]
+            pub(super) unsafe fn $name(
+                w: *const u8,
+                rb: usize,
+                rows: usize,
+                k: usize,
+                x: *const f32,
+                n: usize,
+                y: *mut f32,
+                ldy: usize,
+            ) {
+                // SAFETY: forwarded caller contract; the features are enabled here.
+                unsafe {
+                    $crate::kernels::frame::f32::matmul::<$t, $w>(w, rb, rows, k, x, n, y, ldy)
+                }
+            }
+        }
+    )* };
+}
+pub(crate) use f32_entries;
