@@ -626,6 +626,30 @@ fn gemv_streams(kern: &Kernels) {
     }
 }
 
+/// The f32-activation GEMV from 64 rows, where the AVX2 tier reads the rows as four streams
+/// side by side (rows `j, j + q, ..`; the GEMV's partial last groups of eight units and the
+/// leftover rows), for every weight format with f32 activations, the unblocked ones with a
+/// ragged K tail: every output within the oracle's bound, and two activation rows (the GEMM
+/// tiles) bit-identical to the GEMV.
+fn f32_gemv_streams(kern: &Kernels) {
+    let shapes: [(usize, usize); 4] = [(64, 1), (67, 9), (131, 3), (259, 17)];
+    let mut dtypes = vec![DType::F32, DType::F16, DType::BF16];
+    dtypes.extend(
+        [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL]
+            .iter()
+            .chain(&K_QUANTS),
+    );
+    for dtype in dtypes {
+        for (i, &(rows, units)) in shapes.iter().enumerate() {
+            let k = match dtype.block_size() {
+                1 => units * 32 + 5,
+                b => units.div_ceil(b / 32) * b,
+            };
+            check_f32(kern, dtype, &Case { rows, k, n: 2, seed: 400 + i as u64 }).unwrap();
+        }
+    }
+}
+
 /// Rows and activation rows for the outlier-block correction: up to 40 weight rows (the
 /// 16-row tiles and their remainders) and 1..=9 activation rows of `1..=max` blocks.
 fn case_outliers(block: usize) -> impl Strategy<Value = Case> {
@@ -967,6 +991,11 @@ fn int8_rows_of_sixteen() {
 #[test]
 fn int8_gemv_streams() {
     every(gemv_streams);
+}
+
+#[test]
+fn f32_acts_gemv_streams() {
+    every(f32_gemv_streams);
 }
 
 #[test]

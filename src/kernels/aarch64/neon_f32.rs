@@ -285,6 +285,7 @@ pub(super) struct NeonF32;
 impl F32Lanes for NeonF32 {
     type V = Pair;
     type Acc = float32x4_t;
+    type Prefetch = super::NeonPrefetch;
 
     #[inline(always)]
     unsafe fn zero() -> float32x4_t {

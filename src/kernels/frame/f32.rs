@@ -18,6 +18,11 @@
 //! result does not depend on which rows share its tile or chunk: results are bit-identical
 //! for every schedule and thread count, per tier.
 
+use super::{
+    prefetch_ahead, Prefetch, GEMV_STREAMS, GEMV_STREAM_MIN_ROWS, PREFETCH_AHEAD,
+    PREFETCH_MIN_BYTES,
+};
+
 /// The f32 weight format (`DType::F32`), a marker for [`F32Decode`].
 pub(crate) struct F32Weights;
 /// The IEEE half weight format (`DType::F16`), a marker for [`F32Decode`].
@@ -32,6 +37,14 @@ pub(crate) trait F32Lanes {
     type V: Copy;
     /// One output's accumulator.
     type Acc: Copy;
+    /// The tier's prefetch instruction (the GEMV's prefetches of large matrices).
+    type Prefetch: Prefetch;
+    /// Weight rows per GEMV tile (one activation row): 8, or 4 ([`GEMV_STREAMS`]), which
+    /// also runs a GEMV of [`GEMV_STREAM_MIN_ROWS`] rows or more as the int8 GEMV's four
+    /// streams, each prefetched ahead. Each row takes one accumulator next to the four
+    /// activation chunks and the decode's temporaries: a tier with 16 vector registers
+    /// (AVX2) takes 4, as 8 rows spill.
+    const GEMV_ROWS: usize = 8;
 
     /// A zero accumulator.
     ///
@@ -259,6 +272,91 @@ unsafe fn tile<T: F32Decode<W>, W, const R: usize, const N: usize>(
     }
 }
 
+/// How a GEMV tile prefetches its weights.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum GemvPrefetch {
+    /// No software prefetch.
+    None,
+    /// Each row [`PREFETCH_AHEAD`] bytes ahead, at most one row (then the next tile's row).
+    Ahead,
+    /// Each row [`PREFETCH_AHEAD`] bytes ahead in its stream (the tile's rows are the heads
+    /// of [`GEMV_STREAMS`] streams of consecutive rows).
+    Stream,
+}
+
+/// One `R × 1` GEMV tile over all of K (as [`tile`], the same arithmetic): rows at
+/// `w + i * rs` of `rb` bytes each, output `i` at `y[i * ys]`, K read by groups of eight
+/// units with the prefetches of `pf` before each group.
+///
+/// # Safety
+///
+/// As [`tile`] for `N = 1` with rows `rs` bytes apart; `y[i * ys]` writable for `i < R`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemv_tile<T: F32Decode<W>, W, const R: usize>(
+    w: *const u8,
+    rs: usize,
+    rb: usize,
+    k: usize,
+    x: *const f32,
+    y: *mut f32,
+    ys: usize,
+    pf: GemvPrefetch,
+) {
+    // SAFETY: forwarded caller contract: the groups cover units `0 .. k / 32` (and the tail)
+    // in order, so the FMAs per output are `tile`'s; prefetches never fault.
+    unsafe {
+        let mut acc = [[T::zero(); 1]; R];
+        let units = k / 32;
+        if pf != GemvPrefetch::None && units >= 8 {
+            // Bytes per unit of 32 weights (`rb` is the row's bytes: exact for every format).
+            let g = 8 * (rb * 32 / k);
+            let ahead = PREFETCH_AHEAD.div_ceil(g).min(units / 8) * g;
+            let mut b = 0;
+            while b < units {
+                let e = (b + 8).min(units);
+                match pf {
+                    GemvPrefetch::Ahead => {
+                        for i in 0..R {
+                            prefetch_ahead::<T::Prefetch>(w, rs, i, R, b / 8 * g, ahead, rb, g);
+                        }
+                    }
+                    GemvPrefetch::Stream => {
+                        for i in 0..R {
+                            let at = b / 8 * g;
+                            prefetch_ahead::<T::Prefetch>(
+                                w,
+                                rs,
+                                i,
+                                R,
+                                at,
+                                PREFETCH_AHEAD,
+                                usize::MAX,
+                                g,
+                            );
+                        }
+                    }
+                    GemvPrefetch::None => {}
+                }
+                let k1 = if e == units { k } else { e * 32 };
+                accumulate::<T, W, R, 1>(&mut acc, w, rs, k, x, b * 32, k1);
+                b = e;
+            }
+        } else {
+            accumulate::<T, W, R, 1>(&mut acc, w, rs, k, x, 0, k);
+        }
+        if ys == 1 {
+            T::store(&acc, y, 1);
+        } else {
+            let mut out = [0f32; R];
+            T::store(&acc, out.as_mut_ptr(), 1);
+            for (i, v) in out.iter().enumerate() {
+                *y.add(i * ys) = *v;
+            }
+        }
+    }
+}
+
 /// K is cut into chunks of this many elements when it exceeds [`KC_MIN`] (a multiple of 32).
 const KC: usize = 256;
 /// Below this K the whole row fits L1 next to the activation rows: no K blocking.
@@ -395,8 +493,10 @@ unsafe fn rows4<T: F32Decode<W>, W>(
     }
 }
 
-/// The whole block of rows: 8-row tiles for one activation row (GEMV), 4-row tiles with up
-/// to 3 activation rows otherwise (K-blocked past [`KC_MIN`]); rows left over go through
+/// The whole block of rows: [`F32Lanes::GEMV_ROWS`]-row tiles for one activation row (GEMV,
+/// [`gemv_tile`]: with 4-row tiles from [`GEMV_STREAM_MIN_ROWS`] rows as [`GEMV_STREAMS`]
+/// streams prefetched ahead, else each row prefetched ahead from [`PREFETCH_MIN_BYTES`]),
+/// 4-row tiles with up to 3 activation rows otherwise (K-blocked past [`KC_MIN`]); rows left over go through
 /// `4 × 1` and `1 × 1` tiles with the same per-output arithmetic (few tile shapes: each is
 /// inlined into every entry).
 ///
@@ -419,12 +519,30 @@ pub(crate) unsafe fn matmul<T: F32Decode<W>, W>(
     unsafe {
         let mut r = 0;
         if n == 1 {
-            while r + 8 <= rows {
-                tile::<T, W, 8, 1>(w.add(r * rb), rb, k, x, y.add(r), ldy);
-                r += 8;
+            let pf = if rows * rb >= PREFETCH_MIN_BYTES {
+                GemvPrefetch::Ahead
+            } else {
+                GemvPrefetch::None
+            };
+            if T::GEMV_ROWS == GEMV_STREAMS && rows >= GEMV_STREAM_MIN_ROWS {
+                // Four streams side by side (the int8 GEMV's scheme): tile `j` takes rows
+                // `j + i q` (`i < 4`), each row prefetched ahead in its quarter.
+                const _: () = assert!(GEMV_STREAMS == 4);
+                let q = rows / GEMV_STREAMS;
+                for j in 0..q {
+                    let (wj, yj) = (w.add(j * rb), y.add(j));
+                    gemv_tile::<T, W, 4>(wj, q * rb, rb, k, x, yj, q, GemvPrefetch::Stream);
+                }
+                r = GEMV_STREAMS * q;
             }
-            if r + 4 <= rows {
-                tile::<T, W, 4, 1>(w.add(r * rb), rb, k, x, y.add(r), ldy);
+            if T::GEMV_ROWS >= 8 {
+                while r + 8 <= rows {
+                    gemv_tile::<T, W, 8>(w.add(r * rb), rb, rb, k, x, y.add(r), 1, pf);
+                    r += 8;
+                }
+            }
+            while r + 4 <= rows {
+                gemv_tile::<T, W, 4>(w.add(r * rb), rb, rb, k, x, y.add(r), 1, pf);
                 r += 4;
             }
         } else {

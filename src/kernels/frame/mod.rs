@@ -10,7 +10,7 @@
 //!   blocks and dots it with the activations. The AVX2, AVX-VNNI, AVX-512 (+ GFNI), NEON and
 //!   NEON + SDOT tiers implement it.
 //! - [`f32`]: the f32-activation product (weights widened or dequantized on the fly): the
-//!   register tiles, their schedule (8-row GEMV, `4 × 3` prefill tiles, K blocking) and the
+//!   register tiles, their schedule (8- or 4-row GEMV, `4 × 3` prefill tiles, K blocking) and the
 //!   entry glue ([`f32_entries`](f32::f32_entries)), over a tier's [`f32::F32Lanes`] and its
 //!   [`f32::F32Decode`] of each weight format. The AVX2 and NEON tiers implement them.
 //! - This module: the prefetch policy's constants and the two prefetch patterns, over a
@@ -42,8 +42,8 @@ pub(crate) const PREFETCH_AHEAD: usize = 2560;
 pub(crate) const PREFETCH_MIN_BYTES: usize = 4 << 20;
 
 /// How many streams a GEMV of at least [`GEMV_STREAM_MIN_ROWS`] rows reads side by side
-/// (the 32-element types' GEMV; the AVX-512 K-quant one reads one per row of its group of
-/// four or eight rows).
+/// (the 32-element types' int8 GEMV and the f32-activation GEMV of tiers with 4-row GEMV
+/// tiles; the AVX-512 K-quant one reads one per row of its group of four or eight rows).
 ///
 /// A GEMV over one activation row reads its weights once, so past the caches it runs at the
 /// pace memory delivers one core's reads. Row by row, a matrix is one sequential stream and

@@ -131,7 +131,9 @@ unsafe fn nibbles(qs: *const u8, c: usize) -> __m256i {
     }
 }
 
-/// All four chunks of [`nibbles`] from one 16-byte load.
+/// All four chunks of [`nibbles`] as f32: bytes 0..8 and 8..16 each zero-extended to 8 i32
+/// straight from memory, then the low nibble masked out and the high one shifted down (no
+/// shuffles of a loaded register: the widening loads do the lane moves).
 ///
 /// # Safety
 ///
@@ -140,12 +142,16 @@ unsafe fn nibbles(qs: *const u8, c: usize) -> __m256i {
 unsafe fn nibbles_block(qs: *const u8) -> [__m256; 4] {
     // SAFETY: 16 bytes readable (caller contract); the rest is register-only.
     unsafe {
-        let v = _mm_loadu_si128(qs.cast());
-        let m = _mm_set1_epi8(0x0F);
-        let lo = _mm_and_si128(v, m);
-        let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), m);
-        let f = |q| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
-        [f(lo), f(_mm_unpackhi_epi64(lo, lo)), f(hi), f(_mm_unpackhi_epi64(hi, hi))]
+        let a = _mm256_cvtepu8_epi32(_mm_loadl_epi64(qs.cast()));
+        let b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(qs.add(8).cast()));
+        let m = _mm256_set1_epi32(0x0F);
+        let f = _mm256_cvtepi32_ps;
+        [
+            f(_mm256_and_si256(a, m)),
+            f(_mm256_and_si256(b, m)),
+            f(_mm256_srli_epi32::<4>(a)),
+            f(_mm256_srli_epi32::<4>(b)),
+        ]
     }
 }
 
@@ -536,6 +542,9 @@ pub(super) struct Avx2F32;
 impl F32Lanes for Avx2F32 {
     type V = __m256;
     type Acc = __m256;
+    type Prefetch = super::X86Prefetch;
+    // 16 ymm registers: 4 accumulators, the 4 activation chunks and the decode's temporaries.
+    const GEMV_ROWS: usize = 4;
 
     #[inline(always)]
     unsafe fn zero() -> __m256 {
