@@ -51,6 +51,37 @@ fn answer_text(r: &Reply) -> String {
     }
 }
 
+/// Asserts that `v` (an answer, or the last chunk of a stream) carries a llama-server-style
+/// `timings` object consistent with its `usage` (when given): token counts equal, times
+/// non-negative (a prompt token always runs, so `prompt_ms` is positive), rates and per-token
+/// times derived from them. No bound on any time.
+fn assert_timings(v: &Value, usage: Option<&Value>) {
+    let t = &v["timings"];
+    let n = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("timings.{k}: {v}"));
+    let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("timings.{k}: {v}"));
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
+    assert!(n("prompt_n") >= 1, "{v}");
+    assert!(f("prompt_ms") > 0.0 && f("predicted_ms") >= 0.0, "{v}");
+    for (count, ms, rate, per) in [
+        ("prompt_n", "prompt_ms", "prompt_per_second", "prompt_per_token_ms"),
+        ("predicted_n", "predicted_ms", "predicted_per_second", "predicted_per_token_ms"),
+    ] {
+        let (c, m) = (n(count) as f64, f(ms));
+        if m > 0.0 {
+            assert!(close(f(rate), c * 1e3 / m), "{rate}: {v}");
+        }
+        if c > 0.0 {
+            assert!(close(f(per), m / c), "{per}: {v}");
+        }
+    }
+    if let Some(u) = usage {
+        assert_eq!(n("predicted_n"), u["completion_tokens"].as_u64().unwrap(), "{v}");
+        let cached = u["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+        assert_eq!(n("cache_n"), cached, "{v}");
+        assert_eq!(n("prompt_n") + cached, u["prompt_tokens"].as_u64().unwrap(), "{v}");
+    }
+}
+
 /// Asserts an OpenAI error body with `status` (and `param` when given).
 fn assert_error(r: &Reply, status: u16, param: Option<&str>) {
     assert_eq!(r.status, status, "{}", r.text());
@@ -102,6 +133,7 @@ fn endpoints_greedy_text_and_bad_inputs() {
     assert!(u["prompt_tokens_details"]["cached_tokens"].is_u64());
     let expected = generate(q, 12, true);
     assert_eq!(answer_text(&r), expected);
+    assert_timings(&v, Some(u));
 
     // Streaming: role chunk, content chunks, finish chunk, usage chunk, [DONE]; same text.
     let mut body = chat_body(q, 12, true);
@@ -121,17 +153,32 @@ fn endpoints_greedy_text_and_bad_inputs() {
     let fin = &chunks[chunks.len() - 2];
     assert_eq!(fin["choices"][0]["finish_reason"], "length");
     assert!(chunks[1..chunks.len() - 1].iter().all(|c| c["usage"].is_null()));
+    // The last chunk (here the usage chunk) alone carries the timings.
+    assert_timings(last, Some(&last["usage"]));
+    assert!(chunks[..chunks.len() - 1].iter().all(|c| c.get("timings").is_none()));
 
     // Completions: raw prompt, the same text as `rml generate`, streamed and not.
     let p = "Once upon a time";
     let body = json!({"prompt": p, "max_tokens": 10, "temperature": 0});
     let r = s.post("/v1/completions", &body);
-    assert_eq!(r.json()["object"], "text_completion");
+    let v = r.json();
+    assert_eq!(v["object"], "text_completion");
+    assert_timings(&v, Some(&v["usage"]));
     let expected = generate(p, 10, false);
     assert_eq!(answer_text(&r), expected);
     let mut sbody = body.clone();
     sbody["stream"] = json!(true);
-    assert_eq!(answer_text(&s.post("/v1/completions", &sbody)), expected);
+    let r = s.post("/v1/completions", &sbody);
+    assert_eq!(answer_text(&r), expected);
+    // Without a usage chunk the finish chunk carries the timings, and only it.
+    let events = r.events();
+    let chunks: Vec<Value> =
+        events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let (fin, rest) = chunks.split_last().unwrap();
+    assert_eq!(fin["choices"][0]["finish_reason"], "length");
+    assert_timings(fin, None);
+    assert_eq!(fin["timings"]["predicted_n"], 10);
+    assert!(rest.iter().all(|c| c.get("timings").is_none()));
 
     // Stop strings end the text before them.
     let cut: String = expected.chars().skip(3).take(4).collect();
