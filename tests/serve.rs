@@ -397,6 +397,55 @@ fn disconnect_frees_the_slot_and_a_full_queue_answers_503() {
     assert!(m.contains("rml_requests_processing 0"), "{m}");
 }
 
+/// The value of `name` in a /metrics text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} missing: {text}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_non_streaming_client_that_disconnects_frees_its_slot() {
+    let s =
+        Server::start(&["--api-key", "k", "--parallel", "1", "--metrics", "--ctx-size", "2048"]);
+    // A long non-streaming completion (counting: no end of text soon) takes the only slot.
+    let long = 2000;
+    let body = json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": long, "temperature": 0});
+    let mut held = connect(&s.addr);
+    write_request(
+        &mut held,
+        "POST",
+        "/v1/completions",
+        &[("Authorization", "Bearer k")],
+        body.to_string().as_bytes(),
+    );
+    // Once it is generating, its client goes away without reading an answer.
+    let t0 = Instant::now();
+    loop {
+        let m = s.get("/metrics").text();
+        if metric(&m, "rml_requests_processing") == 1.0
+            && metric(&m, "rml_tokens_predicted_total") >= 4.0
+        {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "{m}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    held.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(held);
+    // The slot serves the next request (the read timeout of `http` is the hang guard) and
+    // the long one was cancelled, not run to its end.
+    let r = s.post("/v1/chat/completions", &chat_body("Say hi.", 4, false));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let m = s.get("/metrics").text();
+    assert_eq!(metric(&m, "rml_requests_cancelled_total"), 1.0, "{m}");
+    assert_eq!(metric(&m, "rml_requests_total"), 1.0, "{m}");
+    assert_eq!(metric(&m, "rml_requests_processing"), 0.0, "{m}");
+    assert!(metric(&m, "rml_tokens_predicted_total") < (long + 4) as f64, "{m}");
+}
+
 #[test]
 fn shutdown_with_requests_in_flight_exits_zero() {
     let mut s = Server::start(&["--api-key", "k", "--parallel", "2", "--ctx-size", "2048"]);
