@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::Router;
 use rml::{Error, Result};
 use serde_json::{json, Value};
@@ -725,6 +726,11 @@ pub async fn serve(
             stopping.notify_one();
         }
     };
+    // Small writes (an SSE event per token, a short JSON answer) leave at once, not after the
+    // client's delayed ACK of the previous one (Nagle's algorithm off).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(stop);
     let deadline = async {
         stopping.notified().await;
