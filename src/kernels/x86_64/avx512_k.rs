@@ -869,8 +869,8 @@ enum RowPrefetch {
 
 /// AVX-512 K-quant matmul: the GEMV in groups of rows with one joint reduction per
 /// super-block ([`gemv_rows`]), the remaining rows through the shared row loop; more
-/// activation rows in [`tile`]s of one weight row × eight activation rows (then
-/// four, two, one), the tile's activations staying in L1 across the weight rows.
+/// activation rows in [`tile`]s of one weight row × eight activation rows (the last one to
+/// seven in one more), the tile's activations staying in L1 across the weight rows.
 ///
 /// # Safety
 ///
@@ -935,12 +935,9 @@ unsafe fn matmul_512<K: K512, Nb: Nibbles>(
     let (qs, d, sums) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.sum().as_ptr());
     let mut t = 0;
     while t < n {
-        let step = match n - t {
-            8.. => 8,
-            4..=7 => 4,
-            2 | 3 => 2,
-            _ => 1,
-        };
+        // Up to eight activation rows in one pass over the weights (a decode batch of 3, 5, 6
+        // or 7 sequences would otherwise read them two or three times).
+        let step = (n - t).min(8);
         let o = t * nb;
         for r in 0..rows {
             // SAFETY: row `r < rows` of `nb` super-blocks, activation rows `t .. t + step <=
@@ -950,7 +947,11 @@ unsafe fn matmul_512<K: K512, Nb: Nibbles>(
                 let (q, dd, s) = (qs.add(o * QK_K), d.add(o), sums.add(o * 16));
                 match step {
                     8 => tile::<K, Nb, 8>(wr, nb, q, dd, s, yr, ldy),
+                    7 => tile::<K, Nb, 7>(wr, nb, q, dd, s, yr, ldy),
+                    6 => tile::<K, Nb, 6>(wr, nb, q, dd, s, yr, ldy),
+                    5 => tile::<K, Nb, 5>(wr, nb, q, dd, s, yr, ldy),
                     4 => tile::<K, Nb, 4>(wr, nb, q, dd, s, yr, ldy),
+                    3 => tile::<K, Nb, 3>(wr, nb, q, dd, s, yr, ldy),
                     2 => tile::<K, Nb, 2>(wr, nb, q, dd, s, yr, ldy),
                     _ => tile::<K, Nb, 1>(wr, nb, q, dd, s, yr, ldy),
                 }

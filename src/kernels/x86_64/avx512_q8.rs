@@ -9,10 +9,10 @@
 //!   every activation row of the tile, read as plain 64-byte loads; two outputs' block sums are
 //!   reduced together ([`reduce2`]) and their f32 terms share one vector, the f16 block scales
 //!   picked out of the row with one or two `vpermt2w`. From 2 activation rows, whole groups
-//!   of 16 weight rows take [`tile16`] instead (`16 × 32`, `16 × 16`, `16 × 8`, `16 × 4`,
-//!   `16 × 2`): each block of the 16 rows is transposed in registers ([`transpose16`], lane =
-//!   row), so that eight `vpdpbusd` of broadcast activation dwords give the 16 rows' block
-//!   sums with no horizontal reduction.
+//!   of 16 weight rows take [`tile16`] instead (`16 × 32`, `16 × 16`, `16 × 2` to `16 × 8`):
+//!   each block of the 16 rows is transposed in registers ([`transpose16`], lane = row), so
+//!   that eight `vpdpbusd` of broadcast activation dwords give the 16 rows' block sums with no
+//!   horizontal reduction.
 //! - **AVX-512 + GFNI**: the same kernels with the 4-bit weights split into bytes by one
 //!   `vgf2p8affineqb` instead of a shift and an AND ([`super::Nibbles`]); Q8_0 keeps the
 //!   AVX-512 entry (no nibbles).
