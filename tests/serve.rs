@@ -51,6 +51,37 @@ fn answer_text(r: &Reply) -> String {
     }
 }
 
+/// Asserts that `v` (an answer, or the last chunk of a stream) carries a llama-server-style
+/// `timings` object consistent with its `usage` (when given): token counts equal, times
+/// non-negative (a prompt token always runs, so `prompt_ms` is positive), rates and per-token
+/// times derived from them. No bound on any time.
+fn assert_timings(v: &Value, usage: Option<&Value>) {
+    let t = &v["timings"];
+    let n = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("timings.{k}: {v}"));
+    let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("timings.{k}: {v}"));
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
+    assert!(n("prompt_n") >= 1, "{v}");
+    assert!(f("prompt_ms") > 0.0 && f("predicted_ms") >= 0.0, "{v}");
+    for (count, ms, rate, per) in [
+        ("prompt_n", "prompt_ms", "prompt_per_second", "prompt_per_token_ms"),
+        ("predicted_n", "predicted_ms", "predicted_per_second", "predicted_per_token_ms"),
+    ] {
+        let (c, m) = (n(count) as f64, f(ms));
+        if m > 0.0 {
+            assert!(close(f(rate), c * 1e3 / m), "{rate}: {v}");
+        }
+        if c > 0.0 {
+            assert!(close(f(per), m / c), "{per}: {v}");
+        }
+    }
+    if let Some(u) = usage {
+        assert_eq!(n("predicted_n"), u["completion_tokens"].as_u64().unwrap(), "{v}");
+        let cached = u["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+        assert_eq!(n("cache_n"), cached, "{v}");
+        assert_eq!(n("prompt_n") + cached, u["prompt_tokens"].as_u64().unwrap(), "{v}");
+    }
+}
+
 /// Asserts an OpenAI error body with `status` (and `param` when given).
 fn assert_error(r: &Reply, status: u16, param: Option<&str>) {
     assert_eq!(r.status, status, "{}", r.text());
@@ -102,6 +133,7 @@ fn endpoints_greedy_text_and_bad_inputs() {
     assert!(u["prompt_tokens_details"]["cached_tokens"].is_u64());
     let expected = generate(q, 12, true);
     assert_eq!(answer_text(&r), expected);
+    assert_timings(&v, Some(u));
 
     // Streaming: role chunk, content chunks, finish chunk, usage chunk, [DONE]; same text.
     let mut body = chat_body(q, 12, true);
@@ -121,17 +153,32 @@ fn endpoints_greedy_text_and_bad_inputs() {
     let fin = &chunks[chunks.len() - 2];
     assert_eq!(fin["choices"][0]["finish_reason"], "length");
     assert!(chunks[1..chunks.len() - 1].iter().all(|c| c["usage"].is_null()));
+    // The last chunk (here the usage chunk) alone carries the timings.
+    assert_timings(last, Some(&last["usage"]));
+    assert!(chunks[..chunks.len() - 1].iter().all(|c| c.get("timings").is_none()));
 
     // Completions: raw prompt, the same text as `rml generate`, streamed and not.
     let p = "Once upon a time";
     let body = json!({"prompt": p, "max_tokens": 10, "temperature": 0});
     let r = s.post("/v1/completions", &body);
-    assert_eq!(r.json()["object"], "text_completion");
+    let v = r.json();
+    assert_eq!(v["object"], "text_completion");
+    assert_timings(&v, Some(&v["usage"]));
     let expected = generate(p, 10, false);
     assert_eq!(answer_text(&r), expected);
     let mut sbody = body.clone();
     sbody["stream"] = json!(true);
-    assert_eq!(answer_text(&s.post("/v1/completions", &sbody)), expected);
+    let r = s.post("/v1/completions", &sbody);
+    assert_eq!(answer_text(&r), expected);
+    // Without a usage chunk the finish chunk carries the timings, and only it.
+    let events = r.events();
+    let chunks: Vec<Value> =
+        events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let (fin, rest) = chunks.split_last().unwrap();
+    assert_eq!(fin["choices"][0]["finish_reason"], "length");
+    assert_timings(fin, None);
+    assert_eq!(fin["timings"]["predicted_n"], 10);
+    assert!(rest.iter().all(|c| c.get("timings").is_none()));
 
     // Stop strings end the text before them.
     let cut: String = expected.chars().skip(3).take(4).collect();
@@ -348,6 +395,55 @@ fn disconnect_frees_the_slot_and_a_full_queue_answers_503() {
     let m = s.get("/metrics").text();
     assert!(m.contains("rml_requests_cancelled_total 1"), "{m}");
     assert!(m.contains("rml_requests_processing 0"), "{m}");
+}
+
+/// The value of `name` in a /metrics text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} missing: {text}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_non_streaming_client_that_disconnects_frees_its_slot() {
+    let s =
+        Server::start(&["--api-key", "k", "--parallel", "1", "--metrics", "--ctx-size", "2048"]);
+    // A long non-streaming completion (counting: no end of text soon) takes the only slot.
+    let long = 2000;
+    let body = json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": long, "temperature": 0});
+    let mut held = connect(&s.addr);
+    write_request(
+        &mut held,
+        "POST",
+        "/v1/completions",
+        &[("Authorization", "Bearer k")],
+        body.to_string().as_bytes(),
+    );
+    // Once it is generating, its client goes away without reading an answer.
+    let t0 = Instant::now();
+    loop {
+        let m = s.get("/metrics").text();
+        if metric(&m, "rml_requests_processing") == 1.0
+            && metric(&m, "rml_tokens_predicted_total") >= 4.0
+        {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "{m}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    held.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(held);
+    // The slot serves the next request (the read timeout of `http` is the hang guard) and
+    // the long one was cancelled, not run to its end.
+    let r = s.post("/v1/chat/completions", &chat_body("Say hi.", 4, false));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let m = s.get("/metrics").text();
+    assert_eq!(metric(&m, "rml_requests_cancelled_total"), 1.0, "{m}");
+    assert_eq!(metric(&m, "rml_requests_total"), 1.0, "{m}");
+    assert_eq!(metric(&m, "rml_requests_processing"), 0.0, "{m}");
+    assert!(metric(&m, "rml_tokens_predicted_total") < (long + 4) as f64, "{m}");
 }
 
 #[test]

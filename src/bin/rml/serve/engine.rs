@@ -108,6 +108,26 @@ pub struct Usage {
     pub completion_tokens: usize,
 }
 
+/// Where a finished request's time went inside the scheduler: the model's own time, as
+/// llama-server's `timings` object reports it (same field meanings; measured here, not taken
+/// from llama.cpp). A forward pass that carried this request counts whole, also when it ran
+/// other slots' tokens in the same step; what the time excludes (HTTP, JSON, tokenizing the
+/// prompt, waiting for a slot or for the scheduler's next tick) is the server's overhead.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timings {
+    /// Prompt tokens run through the model (the prompt less `cache_n`).
+    pub prompt_n: usize,
+    /// Prompt tokens reused from the slot's KV cache.
+    pub cache_n: usize,
+    /// Milliseconds of the forward passes that ran the prompt's tokens.
+    pub prompt_ms: f64,
+    /// Tokens generated (`usage.completion_tokens`).
+    pub predicted_n: usize,
+    /// Milliseconds of the forward passes that ran generated tokens, plus sampling (and
+    /// decoding the text of) every token this request drew, the first one included.
+    pub predicted_ms: f64,
+}
+
 /// What the scheduler tells a request's handler.
 #[derive(Debug)]
 pub enum Event {
@@ -128,6 +148,8 @@ pub enum Event {
         finish_reason: &'static str,
         /// Token counts.
         usage: Usage,
+        /// The model's own time.
+        timings: Timings,
     },
     /// Failed after it started (500, or 503 when the server is shutting down).
     Failed(ApiError),
@@ -176,6 +198,10 @@ struct Active {
     text: String,
     sent: usize,
     pending_logprobs: Vec<TokenLogprob>,
+    /// Seconds of the forward passes that ran this request's prompt tokens.
+    prompt_secs: f64,
+    /// Seconds of the forward passes that ran its generated tokens, plus its sampling.
+    predicted_secs: f64,
 }
 
 struct Slot {
@@ -356,6 +382,8 @@ pub fn run(shared: &Shared, jobs: &Receiver<Job>, model: &Model<'_>, batch: &mut
                 text: String::new(),
                 sent: 0,
                 pending_logprobs: Vec::new(),
+                prompt_secs: 0.0,
+                predicted_secs: 0.0,
                 job,
             });
         }
@@ -419,16 +447,21 @@ pub fn run(shared: &Shared, jobs: &Receiver<Job>, model: &Model<'_>, batch: &mut
             s.cached.extend_from_slice(tokens);
             let Some(a) = s.active.as_mut() else { continue };
             if a.next.is_none() {
+                a.prompt_secs += secs;
                 a.fed += tokens.len();
                 if a.fed < a.ids.len() {
                     continue;
                 }
+            } else {
+                a.predicted_secs += secs;
             }
             let generated_before = a.generated;
             let logits = batch.logits(entry);
             let position = batch.position(*slot);
+            let t1 = Instant::now();
             let done = catch_unwind(AssertUnwindSafe(|| advance(a, logits, position, ctx, model)))
                 .unwrap_or_else(|_| Err(internal("internal error while sampling (a bug in rml)")));
+            a.predicted_secs += t1.elapsed().as_secs_f64();
             if a.generated > generated_before {
                 shared.add_decode(1, 0.0);
             }
@@ -445,8 +478,16 @@ pub fn run(shared: &Shared, jobs: &Receiver<Job>, model: &Model<'_>, batch: &mut
                         cached_tokens: a.cached,
                         completion_tokens: a.generated,
                     };
+                    let timings = Timings {
+                        prompt_n: a.ids.len() - a.cached,
+                        cache_n: a.cached,
+                        prompt_ms: a.prompt_secs * 1e3,
+                        predicted_n: a.generated,
+                        predicted_ms: a.predicted_secs * 1e3,
+                    };
                     shared.requests.fetch_add(1, Ordering::Relaxed);
-                    let _ = a.job.events.send(Event::Done { finish_reason: reason, usage });
+                    let _ =
+                        a.job.events.send(Event::Done { finish_reason: reason, usage, timings });
                 }
                 Err(e) => {
                     let a = s.active.take().expect("active");
@@ -767,9 +808,12 @@ mod tests {
                     }
                 }
                 match events.last() {
-                    Some(Event::Done { finish_reason, usage }) => {
+                    Some(Event::Done { finish_reason, usage, timings }) => {
                         assert_eq!(*finish_reason, "length");
                         assert_eq!(usage.completion_tokens, 3);
+                        assert_eq!(timings.predicted_n, 3);
+                        assert_eq!(timings.prompt_n + timings.cache_n, 3);
+                        assert!(timings.prompt_ms >= 0.0 && timings.predicted_ms >= 0.0);
                     }
                     other => panic!("{other:?}"),
                 }

@@ -12,12 +12,13 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::Router;
 use rml::{Error, Result};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
-use super::engine::{EmbedJob, Event, Job, TokenLogprob, Usage};
+use super::engine::{EmbedJob, Event, Job, Timings, TokenLogprob, Usage};
 use super::request::{self, ApiError, Endpoint, Request};
 use super::{Shared, GRACE};
 
@@ -404,6 +405,24 @@ fn usage_json(u: &Usage) -> Value {
     })
 }
 
+/// llama-server's `timings` object (the field names its clients read): the model's own time
+/// for the request (see [`Timings`]); rates are 0 where no time was measured.
+fn timings_json(t: &Timings) -> Value {
+    let per_second = |n: usize, ms: f64| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
+    let per_token_ms = |n: usize, ms: f64| if n > 0 { ms / n as f64 } else { 0.0 };
+    json!({
+        "cache_n": t.cache_n,
+        "prompt_n": t.prompt_n,
+        "prompt_ms": t.prompt_ms,
+        "prompt_per_token_ms": per_token_ms(t.prompt_n, t.prompt_ms),
+        "prompt_per_second": per_second(t.prompt_n, t.prompt_ms),
+        "predicted_n": t.predicted_n,
+        "predicted_ms": t.predicted_ms,
+        "predicted_per_token_ms": per_token_ms(t.predicted_n, t.predicted_ms),
+        "predicted_per_second": per_second(t.predicted_n, t.predicted_ms),
+    })
+}
+
 fn utf8_bytes(s: &str) -> Vec<u8> {
     s.as_bytes().to_vec()
 }
@@ -454,7 +473,7 @@ async fn collect(mut rx: UnboundedReceiver<Event>, ids: &Ids) -> Response {
                 text.push_str(&t);
                 lps.extend(logprobs);
             }
-            Some(Event::Done { finish_reason, usage }) => {
+            Some(Event::Done { finish_reason, usage, timings }) => {
                 let choice = match ids.endpoint {
                     Endpoint::Chat => json!({
                         "index": 0,
@@ -477,6 +496,7 @@ async fn collect(mut rx: UnboundedReceiver<Event>, ids: &Ids) -> Response {
                     "system_fingerprint": Value::Null,
                     "choices": [choice],
                     "usage": usage_json(&usage),
+                    "timings": timings_json(&timings),
                 }));
             }
             Some(Event::Failed(e) | Event::Refused(e)) => return error_response(&e),
@@ -513,6 +533,17 @@ impl Sse {
         finish: Option<&str>,
         role: bool,
     ) -> String {
+        format!("data: {}\n\n", self.chunk_value(text, lps, finish, role))
+    }
+
+    /// The JSON of one chunk.
+    fn chunk_value(
+        &self,
+        text: Option<&str>,
+        lps: &[TokenLogprob],
+        finish: Option<&str>,
+        role: bool,
+    ) -> Value {
         let logprobs = if self.ids.logprobs && !lps.is_empty() {
             match self.ids.endpoint {
                 Endpoint::Chat => chat_logprobs(lps),
@@ -547,7 +578,7 @@ impl Sse {
         if self.ids.include_usage {
             v["usage"] = Value::Null;
         }
-        format!("data: {v}\n\n")
+        v
     }
 
     /// The frames for the next event (empty when it adds nothing).
@@ -565,8 +596,13 @@ impl Sse {
                 out.push_str(&self.chunk(Some(&text), &logprobs, None, false));
                 self.offset += text.len();
             }
-            Some(Event::Done { finish_reason, usage }) => {
-                out.push_str(&self.chunk(None, &[], Some(finish_reason), false));
+            Some(Event::Done { finish_reason, usage, timings }) => {
+                // The last chunk before [DONE] (the usage chunk when asked) carries `timings`.
+                let mut fin = self.chunk_value(None, &[], Some(finish_reason), false);
+                if !self.ids.include_usage {
+                    fin["timings"] = timings_json(&timings);
+                }
+                out.push_str(&format!("data: {fin}\n\n"));
                 if self.ids.include_usage {
                     let v = json!({
                         "id": self.ids.id,
@@ -576,6 +612,7 @@ impl Sse {
                         "system_fingerprint": Value::Null,
                         "choices": [],
                         "usage": usage_json(&usage),
+                        "timings": timings_json(&timings),
                     });
                     out.push_str(&format!("data: {v}\n\n"));
                 }
@@ -689,6 +726,11 @@ pub async fn serve(
             stopping.notify_one();
         }
     };
+    // Small writes (an SSE event per token, a short JSON answer) leave at once, not after the
+    // client's delayed ACK of the previous one (Nagle's algorithm off).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(stop);
     let deadline = async {
         stopping.notified().await;
