@@ -182,6 +182,56 @@ fn bert_gguf_gives_the_safetensors_vectors() {
     }
 }
 
+/// A copy of the committed GGUF `rel` (under tests/data) whose `{arch}.pooling_type` (a u32
+/// there, 1: mean) is `value`, written under the test's temporary folder. The key and its type
+/// are found by their bytes: GGUF stores a key as `u64 length, bytes`, then `u32 type` (4 is
+/// u32), then the value.
+fn gguf_with_pooling_type(rel: &str, arch: &str, value: u32) -> PathBuf {
+    let mut bytes = std::fs::read(data(rel)).unwrap();
+    let key = format!("{arch}.pooling_type");
+    let mut pattern = (key.len() as u64).to_le_bytes().to_vec();
+    pattern.extend_from_slice(key.as_bytes());
+    pattern.extend_from_slice(&4u32.to_le_bytes());
+    let at = bytes.windows(pattern.len()).position(|w| w == pattern).expect("no u32 pooling_type");
+    let v = at + pattern.len();
+    assert_eq!(bytes[v..v + 4], 1u32.to_le_bytes(), "{rel}: pooling_type is not 1 (mean)");
+    bytes[v..v + 4].copy_from_slice(&value.to_le_bytes());
+    let name = format!("pooling-{value}-{}", rel.rsplit('/').next().unwrap());
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn gguf_pooling_types_rml_does_not_run_are_refused_naming_key_and_value() {
+    // llama.cpp's LLAMA_POOLING_TYPE_*: 0 none (per-token vectors), 1 mean, 2 cls, 3 last,
+    // 4 rank (a reranker's head); rml pools 1-3.
+    for (rel, arch) in [
+        ("tiny-bert-gguf/tiny-bert-f32.gguf", "bert"),
+        ("tiny-bert-gguf/tiny-nomic-bert-f32.gguf", "nomic-bert"),
+    ] {
+        // the rewrite itself is sound: 2 and 3 open, with that pooling
+        for (v, want) in [(2, Pooling::Cls), (3, Pooling::Last)] {
+            let files = EncoderFiles::open(gguf_with_pooling_type(rel, arch, v)).unwrap();
+            assert_eq!(files.pooling(), want, "{rel}: pooling_type {v}");
+        }
+        for (v, code, says) in [
+            (0, Code::Unimplemented, "none"),
+            (4, Code::Unimplemented, "rank"),
+            (5, Code::DataLoss, "not a pooling type"),
+            (u32::MAX, Code::DataLoss, "not a pooling type"),
+        ] {
+            let path = gguf_with_pooling_type(rel, arch, v);
+            let e = EncoderFiles::open(&path).unwrap_err();
+            let msg = e.to_string();
+            assert_eq!(e.code(), code, "{rel}: pooling_type {v}: {msg}");
+            let named = format!("{arch}.pooling_type = {v}");
+            assert!(msg.contains(&named) && msg.contains(says), "{rel}: {v}: {msg}");
+            assert!(msg.contains(path.to_str().unwrap()), "the file is not named: {msg}");
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs all-MiniLM-L6-v2's GGUF: `bash tools/bert_gguf.sh minilm`, then \
             RML_MINILM_GGUF=target/models/all-MiniLM-L6-v2-f32.gguf cargo test --test encoder \

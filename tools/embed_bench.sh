@@ -11,12 +11,15 @@
 # Every figure of one invocation is taken on the same machine within a few minutes; on a machine
 # shared with other work compare the ratios of one run, not absolute figures across runs.
 #
-#   bash tools/embed_bench.sh        (RML=path/to/rml, default target/release/rml; VENV as
+#   cargo build --release --features cli && bash tools/embed_bench.sh
+#                                     (RML=path/to/rml, default target/release/rml; VENV as
 #                                      tools/embedding_refs.sh; LLAMA_BIN: llama.cpp's bin/;
-#                                      N=sentences (1000), REPEAT=passes per figure (3))
+#                                      N=sentences (1000), REPEAT=passes per figure (3);
+#                                      SKIP="st llama" leaves out sentence-transformers and/or
+#                                      llama-embedding, said in the output: a smoke run only)
 # Needs: target/models/all-MiniLM-L6-v2 (.ci/fetch-model.sh minilm), its GGUF
-# (tools/bert_gguf.sh minilm), the venv of tools/embedding_refs.sh, llama.cpp's binaries
-# (../shared/peers/build_llamacpp.sh).
+# (tools/bert_gguf.sh minilm), the venv of tools/embedding_refs.sh (a venv with only the
+# `tokenizers` package serves SKIP=st), llama.cpp's binaries (../shared/peers/build_llamacpp.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=target/models/all-MiniLM-L6-v2
@@ -26,7 +29,18 @@ VENV=${VENV:-$HOME/.cache/rml-embed/venv}
 LLAMA_BIN=${LLAMA_BIN:-$HOME/.cache/rml-peers/llama.cpp-build/bin}
 N=${N:-1000}
 REPEAT=${REPEAT:-3}
-for f in "$MODEL/model.safetensors" "$GGUF" "$RML" "$VENV/bin/python" "$LLAMA_BIN/llama-embedding"; do
+SKIP=${SKIP:-}
+run_st=1 run_llama=1
+for w in $SKIP; do
+    case "$w" in
+        st) run_st=0 ;;
+        llama) run_llama=0 ;;
+        *) echo "SKIP: unknown peer $w (st, llama)" >&2; exit 2 ;;
+    esac
+done
+need=("$MODEL/model.safetensors" "$RML" "$VENV/bin/python")
+[ "$run_llama" = 1 ] && need+=("$GGUF" "$LLAMA_BIN/llama-embedding")
+for f in "${need[@]}"; do
     [ -e "$f" ] || { echo "missing: $f (see the header of $0)" >&2; exit 1; }
 done
 work=$(mktemp -d)
@@ -91,7 +105,7 @@ llama_run() { # threads; prints sentences/s: llama-embedding over the corpus aga
     awk -v n="$n" -v a="$best_all" -v o="$best_one" 'BEGIN { printf "%.1f\n", (n - 1) / (a - o) }'
 }
 st_run() { # threads; prints sentences/s and the 16-token latency in ms
-    "$VENV/bin/python" - "$MODEL" "$work" "$1" "$REPEAT" 2>/dev/null <<'EOF'
+    "$VENV/bin/python" - "$MODEL" "$work" "$1" "$REPEAT" 2>"$work/st.err" <<'EOF'
 import sys, time, torch
 from sentence_transformers import SentenceTransformer
 model, work, t, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -107,13 +121,29 @@ EOF
 }
 
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+[ "$run_llama" = 1 ] || echo "llama-embedding: skipped (SKIP)"
+[ "$run_st" = 1 ] || echo "sentence-transformers: skipped (SKIP)"
+st_lat=skipped
 for t in 1 2; do
     r=$(rml_run "$t"); r8=$(rml_run "$t" --int8)
-    l=$(llama_run "$t")
-    read -r s slat <<<"$(st_run "$t")"
-    [ "$t" = 1 ] && st_lat=$slat
-    echo "threads $t: rml f32 $r sentences/s, rml int8 $r8, llama-embedding $l, sentence-transformers $s"
-    awk -v r="$r" -v r8="$r8" -v l="$l" -v s="$s" 'BEGIN { printf "  ratios: rml f32 / llama.cpp %.2f, rml int8 / llama.cpp %.2f, rml f32 / sentence-transformers %.2f, rml int8 / sentence-transformers %.2f\n", r / l, r8 / l, r / s, r8 / s }'
+    [ -n "$r" ] && [ -n "$r8" ] || { echo "rml embed gave no timing" >&2; exit 1; }
+    line="threads $t: rml f32 $r sentences/s, rml int8 $r8"
+    if [ "$run_llama" = 1 ]; then
+        l=$(llama_run "$t")
+        line+=", llama-embedding $l"
+    fi
+    if [ "$run_st" = 1 ]; then
+        st_out=$(st_run "$t") || { cat "$work/st.err" >&2; exit 1; }
+        read -r s slat <<<"$st_out"
+        [ "$t" = 1 ] && st_lat=$slat
+        line+=", sentence-transformers $s"
+    fi
+    echo "$line"
+    ratios=""
+    [ "$run_llama" = 1 ] && ratios+=$(awk -v r="$r" -v r8="$r8" -v l="$l" 'BEGIN { printf "rml f32 / llama.cpp %.2f, rml int8 / llama.cpp %.2f", r / l, r8 / l }')
+    [ "$run_llama" = 1 ] && [ "$run_st" = 1 ] && ratios+=", "
+    [ "$run_st" = 1 ] && ratios+=$(awk -v r="$r" -v r8="$r8" -v s="$s" 'BEGIN { printf "rml f32 / sentence-transformers %.2f, rml int8 / sentence-transformers %.2f", r / s, r8 / s }')
+    [ -n "$ratios" ] && echo "  ratios: $ratios"
 done
 lat=$("$RML" embed -m "$MODEL" -f "$work/sixteen.txt" -t 1 --timing --repeat 200 2>&1 >/dev/null |
     sed -n 's/.*): \([0-9.]*\) ms.*/\1/p')
