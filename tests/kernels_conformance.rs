@@ -445,6 +445,21 @@ fn rows_of_sixteen(kern: &Kernels) {
     }
 }
 
+/// Every activation row count of a decode batch, 1 to 9 (each of 2 to 8 one tile over the
+/// weights, 9 two), on every int8 type: 37 weight rows (two groups of 16 for the AVX-512
+/// `16 × N` tile, five left for the one-row tiles), K of 12 blocks (a partial last group of
+/// eight; whole pairs for Q5_0x2) or 2 super-blocks; every output the oracle's bits.
+fn every_batch_size(kern: &Kernels) {
+    let types = rml::quant::TYPES.iter().filter(|t| t.act.is_some()).map(|t| t.dtype);
+    for dtype in types {
+        let k = if K_QUANTS.contains(&dtype) { 2 * 256 } else { 12 * QK };
+        for n in 1..=9 {
+            let case = Case { rows: 37, k, n, seed: 300 + n as u64 };
+            check_int8(kern, dtype, &case).unwrap_or_else(|e| panic!("{dtype} n={n}: {e}"));
+        }
+    }
+}
+
 /// Exact ties round away from zero, the same on every path.
 fn quantize_ties(kern: &Kernels) {
     let mut x = [0f32; QK];
@@ -986,6 +1001,11 @@ fn long_k_and_many_activation_rows() {
 #[test]
 fn int8_rows_of_sixteen() {
     every(rows_of_sixteen);
+}
+
+#[test]
+fn int8_every_batch_size() {
+    every(every_batch_size);
 }
 
 #[test]

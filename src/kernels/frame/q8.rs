@@ -110,9 +110,9 @@ pub(crate) trait Q8Tier<Q> {
     /// The tier's features are available.
     unsafe fn output<const P: usize>(acc: &[Self::Acc; P], o: usize) -> f32;
 
-    /// A `16 × N` tile (`N` 2, 4, 8, 16 or 32) into `y[t * ldy + r]` (only called from
+    /// A `16 × N` tile (`N` 2 to 8, 16 or 32) into `y[t * ldy + r]` (only called from
     /// [`Q8Tier::TILE16_MIN_N`] activation rows on, with `16 · rb <= i32::MAX`). By default
-    /// the 16 rows one by one as `1 × 2`, `1 × 4` or `1 × 8` tiles.
+    /// the 16 rows one by one as [`row_tiles`].
     ///
     /// # Safety
     ///
@@ -125,25 +125,48 @@ pub(crate) trait Q8Tier<Q> {
     {
         for r in 0..ROWS16 {
             // SAFETY: row `r < 16`, activation rows `< N` and their outputs (caller contract).
-            unsafe {
-                let (wr, yr) = (w.add(r * rb), y.add(r));
-                match N {
-                    2 => tile::<Self, Q, 1, 2, 2>(wr, rb, x, yr, ldy, 1),
-                    4 => tile::<Self, Q, 1, 4, 4>(wr, rb, x, yr, ldy, 1),
-                    _ => {
-                        for c in (0..N).step_by(8) {
-                            let xc = x.rows_from(c);
-                            tile::<Self, Q, 1, 8, 8>(wr, rb, xc, yr.add(c * ldy), ldy, 1);
-                        }
-                    }
-                }
-            }
+            unsafe { row_tiles::<Self, Q>(w.add(r * rb), rb, x, N, y.add(r), ldy) };
         }
     }
 }
 
 /// Weight rows per [`Q8Tier::tile16`].
 pub(crate) const ROWS16: usize = 16;
+
+/// One weight row (at `w`) times `n` activation rows (2 to 8, 16 or 32) into `y[t * ldy]`:
+/// up to eight as one `1 × n` [`tile`] (the row's blocks decoded once for all of them), 16
+/// and 32 as `1 × 8` tiles.
+///
+/// # Safety
+///
+/// As [`Q8Tier::group`] for one weight row and `n` activation rows; `y[t * ldy]` writable for
+/// `t < n`.
+#[inline(always)]
+unsafe fn row_tiles<T: Q8Tier<Q>, Q>(
+    w: *const u8,
+    rb: usize,
+    x: TileX,
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: activation rows `< n` and their outputs (caller contract).
+    unsafe {
+        match n {
+            2 => tile::<T, Q, 1, 2, 2>(w, rb, x, y, ldy, 1),
+            3 => tile::<T, Q, 1, 3, 3>(w, rb, x, y, ldy, 1),
+            4 => tile::<T, Q, 1, 4, 4>(w, rb, x, y, ldy, 1),
+            5 => tile::<T, Q, 1, 5, 5>(w, rb, x, y, ldy, 1),
+            6 => tile::<T, Q, 1, 6, 6>(w, rb, x, y, ldy, 1),
+            7 => tile::<T, Q, 1, 7, 7>(w, rb, x, y, ldy, 1),
+            _ => {
+                for c in (0..n).step_by(8) {
+                    tile::<T, Q, 1, 8, 8>(w, rb, x.rows_from(c), y.add(c * ldy), ldy, 1);
+                }
+            }
+        }
+    }
+}
 
 /// An `R × N` tile (`P = R · N` outputs) of weight rows at `w + r * rb` times activation rows
 /// `x`, into `y[t * ldy + r * ys]` (`ys` 1, or the stream length of a GEMV run as streams,
@@ -223,10 +246,12 @@ pub(crate) unsafe fn tile<T: Q8Tier<Q>, Q, const R: usize, const N: usize, const
 }
 
 /// The block in tiles. Activation rows go 32 or 16 at a time (with 16 weight rows or more),
-/// then eight, four, two; whole groups of 16 weight rows take the tier's [`Q8Tier::tile16`]
+/// then eight, then the last two to seven together (a decode batch of that many sequences
+/// reads each weight once); whole groups of 16 weight rows take the tier's [`Q8Tier::tile16`]
 /// from [`Q8Tier::TILE16_MIN_N`] activation rows, and the other rows go one weight row at a
-/// time ([`tile`] `1 × 8`, repeated for 16 and 32; `1 × 4`, `1 × 2`: the row's blocks decoded
-/// once for the tile's activation rows), the tile's activations staying in L1 across the rows.
+/// time ([`row_tiles`]: `1 × 2` to `1 × 8`, the row's blocks decoded once for the tile's
+/// activation rows; `1 × 8` repeated for 16 and 32), the tile's activations staying in L1
+/// across the rows.
 /// A last single activation row (and `n = 1`, the GEMV) takes the weight rows four at a time
 /// (`4 × 1`: four rows in flight), the last one to three rows as `2 × 1` and `1 × 1`; from
 /// [`GEMV_STREAM_MIN_ROWS`] rows the `4 × 1` tiles take rows `j, j + q, j + 2 q, j + 3 q`
@@ -258,13 +283,13 @@ pub(crate) unsafe fn matmul<T: Q8Tier<Q>, Q>(
     };
     let mut t = 0;
     while t < n {
+        // Up to eight activation rows in one pass over the weights (a batch of 3, 5, 6 or 7
+        // sequences would otherwise read them two or three times).
         let step = match n - t {
             32.. if rows >= ROWS16 => 32,
             16.. if rows >= ROWS16 => 16,
             8.. => 8,
-            4..=7 => 4,
-            2 | 3 => 2,
-            _ => 1,
+            s => s,
         };
         // SAFETY: activation rows `t .. t + step <= n <= xq.n()`.
         let x = unsafe { x0.rows_from(t) };
@@ -294,7 +319,11 @@ pub(crate) unsafe fn matmul<T: Q8Tier<Q>, Q>(
                         32 => T::tile16::<32>(wr, rb, x, yr, ldy),
                         16 => T::tile16::<16>(wr, rb, x, yr, ldy),
                         8 => T::tile16::<8>(wr, rb, x, yr, ldy),
+                        7 => T::tile16::<7>(wr, rb, x, yr, ldy),
+                        6 => T::tile16::<6>(wr, rb, x, yr, ldy),
+                        5 => T::tile16::<5>(wr, rb, x, yr, ldy),
                         4 => T::tile16::<4>(wr, rb, x, yr, ldy),
+                        3 => T::tile16::<3>(wr, rb, x, yr, ldy),
                         _ => T::tile16::<2>(wr, rb, x, yr, ldy),
                     }
                 }
@@ -307,15 +336,7 @@ pub(crate) unsafe fn matmul<T: Q8Tier<Q>, Q>(
             unsafe {
                 let (wr, yr) = (w.add(r * rb), y.add(t * ldy + r));
                 match step {
-                    16 | 32 => {
-                        for c in (0..step).step_by(8) {
-                            let xc = x.rows_from(c);
-                            tile::<T, Q, 1, 8, 8>(wr, rb, xc, yr.add(c * ldy), ldy, 1);
-                        }
-                    }
-                    8 => tile::<T, Q, 1, 8, 8>(wr, rb, x, yr, ldy, 1),
-                    4 => tile::<T, Q, 1, 4, 4>(wr, rb, x, yr, ldy, 1),
-                    2 => tile::<T, Q, 1, 2, 2>(wr, rb, x, yr, ldy, 1),
+                    2.. => row_tiles::<T, Q>(wr, rb, x, step, yr, ldy),
                     _ if rows - r >= 4 => {
                         tile::<T, Q, 4, 1, 4>(wr, rb, x, yr, ldy, 1);
                         r += 3;

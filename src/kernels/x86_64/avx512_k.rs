@@ -693,6 +693,9 @@ unsafe fn hsum8_lanes(a: [__m256; 8]) -> [f32; 8] {
 /// sums reduced together ([`reduce8x16`]), the oracle's term `(d · dx) · isum [- (dmin · dx) ·
 /// msum]` for all rows as one vector (lane `t`) into accumulator `b % 8`; at the end the
 /// fixed sum of [`crate::kernels::scalar::hsum8`] over the eight accumulators, lane by lane.
+/// With `ahead` (the row is whole, the next rows follow it) each super-block's step also
+/// prefetches part of the next row's bytes ([`prefetch_next_tile`]): a decode batch's tiles
+/// would otherwise wait on the weights' demand misses.
 ///
 /// # Safety
 ///
@@ -703,6 +706,7 @@ unsafe fn hsum8_lanes(a: [__m256; 8]) -> [f32; 8] {
 unsafe fn tile<K: K512, Nb: Nibbles, const N: usize>(
     w: *const u8,
     nb: usize,
+    ahead: bool,
     qs: *const i8,
     d: *const f32,
     sums: *const i32,
@@ -718,6 +722,9 @@ unsafe fn tile<K: K512, Nb: Nibbles, const N: usize>(
         let mut acc = [_mm256_setzero_ps(); 8];
         for b in 0..nb {
             let blk = w.add(b * K::BYTES);
+            if ahead {
+                prefetch_next_tile(w, nb * K::BYTES, b, nb);
+            }
             let kw = K::decode::<Nb>(blk);
             let (mut is, mut ms) = ([_mm512_setzero_si512(); 8], [_mm512_setzero_si512(); 8]);
             for t in 0..N {
@@ -869,8 +876,8 @@ enum RowPrefetch {
 
 /// AVX-512 K-quant matmul: the GEMV in groups of rows with one joint reduction per
 /// super-block ([`gemv_rows`]), the remaining rows through the shared row loop; more
-/// activation rows in [`tile`]s of one weight row × eight activation rows (then
-/// four, two, one), the tile's activations staying in L1 across the weight rows.
+/// activation rows in [`tile`]s of one weight row × eight activation rows (the last one to
+/// seven in one more), the tile's activations staying in L1 across the weight rows.
 ///
 /// # Safety
 ///
@@ -933,14 +940,13 @@ unsafe fn matmul_512<K: K512, Nb: Nibbles>(
     }
     let nb = xq.nb();
     let (qs, d, sums) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.sum().as_ptr());
+    // Whole rows (not a column block, the outlier correction's) prefetch the next rows.
+    let ahead = rb == nb * K::BYTES;
     let mut t = 0;
     while t < n {
-        let step = match n - t {
-            8.. => 8,
-            4..=7 => 4,
-            2 | 3 => 2,
-            _ => 1,
-        };
+        // Up to eight activation rows in one pass over the weights (a decode batch of 3, 5, 6
+        // or 7 sequences would otherwise read them two or three times).
+        let step = (n - t).min(8);
         let o = t * nb;
         for r in 0..rows {
             // SAFETY: row `r < rows` of `nb` super-blocks, activation rows `t .. t + step <=
@@ -949,10 +955,14 @@ unsafe fn matmul_512<K: K512, Nb: Nibbles>(
                 let (wr, yr) = (w.add(r * rb), y.add(t * ldy + r));
                 let (q, dd, s) = (qs.add(o * QK_K), d.add(o), sums.add(o * 16));
                 match step {
-                    8 => tile::<K, Nb, 8>(wr, nb, q, dd, s, yr, ldy),
-                    4 => tile::<K, Nb, 4>(wr, nb, q, dd, s, yr, ldy),
-                    2 => tile::<K, Nb, 2>(wr, nb, q, dd, s, yr, ldy),
-                    _ => tile::<K, Nb, 1>(wr, nb, q, dd, s, yr, ldy),
+                    8 => tile::<K, Nb, 8>(wr, nb, ahead, q, dd, s, yr, ldy),
+                    7 => tile::<K, Nb, 7>(wr, nb, ahead, q, dd, s, yr, ldy),
+                    6 => tile::<K, Nb, 6>(wr, nb, ahead, q, dd, s, yr, ldy),
+                    5 => tile::<K, Nb, 5>(wr, nb, ahead, q, dd, s, yr, ldy),
+                    4 => tile::<K, Nb, 4>(wr, nb, ahead, q, dd, s, yr, ldy),
+                    3 => tile::<K, Nb, 3>(wr, nb, ahead, q, dd, s, yr, ldy),
+                    2 => tile::<K, Nb, 2>(wr, nb, ahead, q, dd, s, yr, ldy),
+                    _ => tile::<K, Nb, 1>(wr, nb, ahead, q, dd, s, yr, ldy),
                 }
             }
         }

@@ -9,10 +9,10 @@
 //!   every activation row of the tile, read as plain 64-byte loads; two outputs' block sums are
 //!   reduced together ([`reduce2`]) and their f32 terms share one vector, the f16 block scales
 //!   picked out of the row with one or two `vpermt2w`. From 2 activation rows, whole groups
-//!   of 16 weight rows take [`tile16`] instead (`16 × 32`, `16 × 16`, `16 × 8`, `16 × 4`,
-//!   `16 × 2`): each block of the 16 rows is transposed in registers ([`transpose16`], lane =
-//!   row), so that eight `vpdpbusd` of broadcast activation dwords give the 16 rows' block
-//!   sums with no horizontal reduction.
+//!   of 16 weight rows take [`tile16`] instead (`16 × 32`, `16 × 16`, `16 × 2` to `16 × 8`;
+//!   with at most eight rows it prefetches the next 16 rows): each block of the 16 rows is
+//!   transposed in registers ([`transpose16`], lane = row), so that eight `vpdpbusd` of
+//!   broadcast activation dwords give the 16 rows' block sums with no horizontal reduction.
 //! - **AVX-512 + GFNI**: the same kernels with the 4-bit weights split into bytes by one
 //!   `vgf2p8affineqb` instead of a shift and an AND ([`super::Nibbles`]); Q8_0 keeps the
 //!   AVX-512 entry (no nibbles).
@@ -44,7 +44,9 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::avx2_q8::{Avx2Tier, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
-use super::{hsum_ps, opaque512, GfniNibbles, Nibbles, ShiftNibbles, VexOps, X86Prefetch};
+use super::{
+    hsum_ps, opaque512, prefetch_next_tile, GfniNibbles, Nibbles, ShiftNibbles, VexOps, X86Prefetch,
+};
 use crate::kernels::frame::q8::{q8_entries, Q8Tier, TileX, ROWS16};
 use crate::quant::q5_0x2::{D_OFFSET as X2_D, QH_OFFSET as X2_QH, QS_OFFSET as X2_QS};
 use crate::quant::QK;
@@ -850,6 +852,9 @@ unsafe fn transpose16<Q: VBlock, Nb: Nibbles>(wb: *const u8, rb: usize, b: usize
     }
 }
 
+/// The most activation rows for which [`tile16`] prefetches the next 16 rows' weights.
+const TILE16_PREFETCH_MAX_N: usize = 8;
+
 /// AVX-512: a `16 × N` tile of weight rows at `w + r * rb` times activation rows `x`, into
 /// `y[t * ldy + r]`, with the weights transposed in registers so that no horizontal sum is
 /// needed: lane `r` of every vector is weight row `r`.
@@ -887,6 +892,10 @@ unsafe fn tile16<Q: VBlock, Nb: Nibbles, const N: usize>(
             rbv,
             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
         );
+        // Decode batches (up to eight activation rows) over whole rows prefetch the next 16
+        // rows: past the caches the tile is otherwise bound by its demand misses (a column
+        // block, the outlier correction's, would prefetch bytes it never reads).
+        let ahead = N <= TILE16_PREFETCH_MAX_N && rb == nb * Q::BYTES;
         // part[t][j]: lane `j`'s accumulator of activation row `t`.
         let mut part = [[_mm512_setzero_ps(); 8]; N];
         // Block `b`'s contribution (a macro, so that each use below is its own copy).
@@ -895,6 +904,9 @@ unsafe fn tile16<Q: VBlock, Nb: Nibbles, const N: usize>(
                 let b: usize = $b;
                 let j = b % 8;
                 let wb = w.add(b * Q::BYTES);
+                if ahead {
+                    prefetch_next_tile(w, ROWS16 * rb, b, nb);
+                }
                 let tw = transpose16::<Q, Nb>(wb, rb, b);
                 // Each row's scale dword: the f16 scale, then (with a minimum) the minimum.
                 let g = _mm512_i32gather_epi32::<1>(offs, Q::scale_ptr(wb, b).cast());
