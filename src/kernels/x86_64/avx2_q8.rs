@@ -20,8 +20,8 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::{
-    f16_at, fifth_bits, gather_f16, hsum_epi32, hsum_ps, iq4_values32, nibbles32, reduce8, term,
-    Avx2Ops, Dot256, X86Prefetch,
+    f16_at, fifth_bits, gather_f16, gather_f16_pairs, hsum_epi32, hsum_ps, iq4_values32, nibbles32,
+    reduce8, term, Avx2Ops, Dot256, X86Prefetch,
 };
 use crate::kernels::frame::q8::{q8_entries, Q8Tier, TileX};
 use crate::quant::iq4_nl::BlockIq4Nl;
@@ -202,8 +202,29 @@ pub(super) unsafe fn tail_blocks<Q: QBlock, D: Dot256>(
     }
 }
 
-/// Eight whole blocks `b .. b + 8` of one weight row (at `w`) · one activation row, added to
-/// `acc` in the oracle's order (block `b + j`'s term into lane `j`).
+/// The f16 scales (and with [`QBlock::MIN`] the minimums) of the eight blocks at `wb` as f32
+/// lanes (block `j` in lane `j`).
+///
+/// # Safety
+///
+/// Eight whole blocks at `wb`; AVX2 + F16C available.
+#[inline(always)]
+unsafe fn scales8<Q: QBlock>(wb: *const u8) -> (__m256, __m256) {
+    // SAFETY: the eight blocks are in bounds (caller contract).
+    unsafe {
+        if Q::MIN && Q::M == Q::D + 2 {
+            // Q4_1 / Q5_1: `d` and `m` adjacent, one u32 per block (the same f32 values).
+            gather_f16_pairs(wb.add(Q::D), Q::BYTES)
+        } else if Q::MIN {
+            (gather_f16(wb.add(Q::D), Q::BYTES), gather_f16(wb.add(Q::M), Q::BYTES))
+        } else {
+            (gather_f16(wb.add(Q::D), Q::BYTES), _mm256_setzero_ps())
+        }
+    }
+}
+
+/// Eight whole blocks `b .. b + 8` of one weight row (at `w`, their [`scales8`] `dm`) · one
+/// activation row, added to `acc` in the oracle's order (block `b + j`'s term into lane `j`).
 ///
 /// # Safety
 ///
@@ -214,6 +235,7 @@ pub(super) unsafe fn tail_blocks<Q: QBlock, D: Dot256>(
 unsafe fn group8<Q: QBlock, D: Dot256>(
     acc: __m256,
     w: *const u8,
+    dm: (__m256, __m256),
     b: usize,
     qs: *const i8,
     d: *const f32,
@@ -233,12 +255,8 @@ unsafe fn group8<Q: QBlock, D: Dot256>(
             let sx = _mm256_loadu_si256(sum.add(b).cast());
             isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(sx, _mm256_set1_epi32(Q::OFFSET)));
         }
-        let ms = if Q::MIN {
-            Some((gather_f16(wb.add(Q::M), Q::BYTES), _mm256_loadu_ps(s.add(b))))
-        } else {
-            None
-        };
-        term(acc, isum, gather_f16(wb.add(Q::D), Q::BYTES), _mm256_loadu_ps(d.add(b)), ms)
+        let ms = if Q::MIN { Some((dm.1, _mm256_loadu_ps(s.add(b)))) } else { None };
+        term(acc, isum, dm.0, _mm256_loadu_ps(d.add(b)), ms)
     }
 }
 
@@ -272,11 +290,17 @@ impl<Q: QBlock, D: Dot256> Q8Tier<Q> for Avx2Tier<D> {
         unsafe {
             for r in 0..R {
                 let wr = w.add(r * rb);
+                // The row's scales once for all `N` activation rows.
+                let dm = if m == 8 {
+                    scales8::<Q>(wr.add(b * Q::BYTES))
+                } else {
+                    (_mm256_setzero_ps(), _mm256_setzero_ps())
+                };
                 for t in 0..N {
                     let xt = x.rows_from(t);
                     let a = &mut acc[r * N + t];
                     *a = if m == 8 {
-                        group8::<Q, D>(*a, wr, b, xt.qs, xt.d, xt.s, xt.sum)
+                        group8::<Q, D>(*a, wr, dm, b, xt.qs, xt.d, xt.s, xt.sum)
                     } else {
                         tail_blocks::<Q, D>(*a, wr, b, b + m, xt.qs, xt.d, xt.s, xt.sum)
                     };
