@@ -386,22 +386,6 @@ impl Dot256 for VexOps {
     }
 }
 
-/// The total of one vector's 8 i32 lanes.
-///
-/// # Safety
-///
-/// AVX2 available.
-#[inline(always)]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    // SAFETY: register-only intrinsics.
-    unsafe {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
-    }
-}
-
 /// The eight lane totals of `v[0..8]`, in order, as one vector.
 ///
 /// # Safety
