@@ -30,6 +30,11 @@ pub(super) trait Dot {
     ///
     /// NEON available, and `dotprod` for [`Sdot`].
     unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t;
+
+    /// Whether a group of eight blocks runs as two halves of four over all its rows (see
+    /// [`NeonTier`]'s `group`): for a dot whose operands take more registers than the 32 NEON
+    /// vectors hold when eight blocks of activations are kept live across the rows.
+    const HALVES: bool;
 }
 
 /// `SDOT` (the `dotprod` extension).
@@ -38,6 +43,8 @@ pub(super) struct Sdot;
 pub(super) struct Widen;
 
 impl Dot for Sdot {
+    const HALVES: bool = false;
+
     #[inline(always)]
     unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
         let mut acc = acc;
@@ -58,6 +65,8 @@ impl Dot for Sdot {
 }
 
 impl Dot for Widen {
+    const HALVES: bool = true;
+
     #[inline(always)]
     unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
         // SAFETY: register-only NEON intrinsics.
@@ -400,19 +409,39 @@ impl<Q: QBlock, D: Dot> Q8Tier<Q> for NeonTier<D> {
         // SAFETY: blocks `b .. b + m <= nb` of rows `r < R` and activation rows `t < N`
         // (caller contract).
         unsafe {
-            for r in 0..R {
-                let wr = w.add(r * rb);
-                for t in 0..N {
-                    let xt = x.rows_from(t);
-                    let a = &mut acc[r * N + t];
-                    *a = if m == 8 {
-                        [
-                            quad::<Q, D>(a[0], wr, b, xt.qs, xt.d, xt.s),
-                            quad::<Q, D>(a[1], wr, b + 4, xt.qs, xt.d, xt.s),
-                        ]
-                    } else {
-                        tail::<Q, D>(*a, wr, b, b + m, xt.qs, xt.d, xt.s)
-                    };
+            if m == 8 && D::HALVES {
+                // One half-group (four blocks: lanes 0..4, then 4..8) over every row and
+                // activation row at a time: each accumulator lane gets the same terms in the
+                // same order as a row-by-row loop, but only four blocks of activations are
+                // live at once (eight blocks hoisted out of the row loop spill with `Widen`:
+                // there each block is four vectors, its high halves split off; with SDOT the
+                // whole group stays in registers and is faster).
+                #[allow(clippy::needless_range_loop)] // `h` picks a lane half of every accumulator
+                for h in 0..2 {
+                    for r in 0..R {
+                        let wr = w.add(r * rb);
+                        for t in 0..N {
+                            let xt = x.rows_from(t);
+                            let a = &mut acc[r * N + t][h];
+                            *a = quad::<Q, D>(*a, wr, b + 4 * h, xt.qs, xt.d, xt.s);
+                        }
+                    }
+                }
+            } else {
+                for r in 0..R {
+                    let wr = w.add(r * rb);
+                    for t in 0..N {
+                        let xt = x.rows_from(t);
+                        let a = &mut acc[r * N + t];
+                        *a = if m == 8 {
+                            [
+                                quad::<Q, D>(a[0], wr, b, xt.qs, xt.d, xt.s),
+                                quad::<Q, D>(a[1], wr, b + 4, xt.qs, xt.d, xt.s),
+                            ]
+                        } else {
+                            tail::<Q, D>(*a, wr, b, b + m, xt.qs, xt.d, xt.s)
+                        };
+                    }
                 }
             }
         }
