@@ -136,6 +136,16 @@ pub(crate) unsafe fn weighted_sum(p: &[f32], values: &[f32], out: &mut [f32]) {
 // portable lanes: separate multiplies and adds, the same reduction tree, the same `exp`.
 // ---------------------------------------------------------------------------------------------
 
+/// [`crate::ops::softmax`] compiled for AVX2 (8 lanes of its `expf`): the same bits.
+///
+/// # Safety
+///
+/// The CPU has AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn softmax(x: &mut [f32]) {
+    crate::math::softmax_body(x)
+}
+
 use crate::kernels::flash::{self, Block, Lanes};
 
 /// Eight lanes in a `__m256`.

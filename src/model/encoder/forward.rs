@@ -204,17 +204,22 @@ impl EncoderWeights<'_> {
             for r in range {
                 // SAFETY: row `r` of `y` (`rows * w` floats) belongs to this chunk alone.
                 let row = unsafe { out.slice(r * w, w) };
-                if !bias.is_empty() {
-                    ops::add_assign(row, bias);
-                }
                 match act {
-                    HiddenAct::GeluErf => ops::gelu_erf_in_place(row),
+                    HiddenAct::GeluErf => ops::bias_gelu_erf(row, bias),
                     HiddenAct::GeluTanh => {
+                        if !bias.is_empty() {
+                            ops::add_assign(row, bias);
+                        }
                         for e in row.iter_mut() {
                             *e = ops::gelu_tanh(*e);
                         }
                     }
-                    HiddenAct::SwiGlu => ops::swiglu(row, &up[r * w..(r + 1) * w]),
+                    HiddenAct::SwiGlu => {
+                        if !bias.is_empty() {
+                            ops::add_assign(row, bias);
+                        }
+                        ops::swiglu(row, &up[r * w..(r + 1) * w])
+                    }
                 }
             }
         };
