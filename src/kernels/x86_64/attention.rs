@@ -78,6 +78,16 @@ pub(crate) unsafe fn scores(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f
     }
 }
 
+/// [`crate::ops::softmax`] compiled for AVX2 (8 lanes of its `expf`): the same bits.
+///
+/// # Safety
+///
+/// The CPU has AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn softmax(x: &mut [f32]) {
+    crate::math::softmax_body(x)
+}
+
 /// `out[i] = Σ_t` in order of `out[i] + p[t] * values[t * d + i]` (the portable loop of
 /// `axpy` calls), with `out` zeroed first and `d = out.len()`.
 ///
@@ -135,16 +145,6 @@ pub(crate) unsafe fn weighted_sum(p: &[f32], values: &[f32], out: &mut [f32]) {
 // entry runs the same body with the EVEX encodings and 32 registers). Same bits as the
 // portable lanes: separate multiplies and adds, the same reduction tree, the same `exp`.
 // ---------------------------------------------------------------------------------------------
-
-/// [`crate::ops::softmax`] compiled for AVX2 (8 lanes of its `expf`): the same bits.
-///
-/// # Safety
-///
-/// The CPU has AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn softmax(x: &mut [f32]) {
-    crate::math::softmax_body(x)
-}
 
 use crate::kernels::flash::{self, Block, Lanes};
 
