@@ -170,7 +170,7 @@ impl EncoderWeights<'_> {
             // Biases and RoPE, row by row.
             let (qp, kp, vp) =
                 (SharedOut(q.as_mut_ptr()), SharedOut(k.as_mut_ptr()), SharedOut(v.as_mut_ptr()));
-            let (cos, sin, spans) = (&*cos, &*sin, &spans);
+            let (cos, sin, sp) = (&*cos, &*sin, &spans[..]);
             for_rows(exec, n, &|range: Range<usize>| {
                 for r in range {
                     // SAFETY: row `r` of `q`, `k`, `v` (`n × h` each) belongs to this chunk.
@@ -184,7 +184,7 @@ impl EncoderWeights<'_> {
                     }
                     if half > 0 {
                         // Row `r`'s position in its sequence.
-                        let p = r - spans[spans.partition_point(|s| s.end <= r)].start;
+                        let p = r - sp[sp.partition_point(|s| s.end <= r)].start;
                         let (cs, sn) = (&cos[p * half..][..half], &sin[p * half..][..half]);
                         ops::rope(qr, cs, sn, ops::RopeLayout::RotateHalf);
                         ops::rope(kr, cs, sn, ops::RopeLayout::RotateHalf);
