@@ -15,7 +15,9 @@
 //! Each stream gets its own prompt of 16 tokens (prefilled before the clock starts), then all
 //! decode greedily together, one token each per step. Printed: generated tokens per second
 //! summed over the streams, milliseconds per step, and the ratio to the single stream of the
-//! same run. A `DecoderLM` decoding alone runs in each round too, as the reference for the
+//! same run, then the median step of all rounds (milliseconds) and the ratio that gives (a
+//! figure that the steps preempted by other work on a shared machine barely move). A
+//! `DecoderLM` decoding alone runs in each round too, as the reference for the
 //! one-stream row.
 
 use std::path::PathBuf;
@@ -41,13 +43,15 @@ fn prompt(s: usize, vocab: usize) -> Vec<u32> {
     (0..16u64).map(|i| ((i * 7919 + s as u64 * 104_729 + 13) % vocab as u64) as u32).collect()
 }
 
-/// Seconds `streams` sequences take to generate `tokens` tokens each, decoding together.
+/// Seconds `streams` sequences take to generate `tokens` tokens each, decoding together;
+/// each step's seconds are appended to `steps`.
 fn batch_run(
     model: &Model,
     pool: &ThreadPool,
     opts: DecoderOptions,
     streams: usize,
     tokens: usize,
+    steps: &mut Vec<f64>,
 ) -> Result<f64> {
     let c = model.config();
     let mut b = DecoderBatch::new(c, &model, pool, opts, streams)?;
@@ -60,7 +64,9 @@ fn batch_run(
     for _ in 0..tokens {
         let work: Vec<SeqInput<'_>> =
             next.iter().enumerate().map(|(s, t)| SeqInput { slot: s, tokens: t }).collect();
+        let ts = Instant::now();
         b.step(&work)?;
+        steps.push(ts.elapsed().as_secs_f64());
         drop(work);
         for (i, n) in next.iter_mut().enumerate() {
             *n = [argmax(b.logits(i))];
@@ -113,21 +119,34 @@ fn main() -> Result<()> {
         rml::kernels::active()?.isa(),
     );
     let mut best = vec![f64::MAX; streams.len()];
+    let mut steps = vec![Vec::new(); streams.len()];
     let mut alone = f64::MAX;
     for _ in 0..rounds {
         alone = alone.min(single_run(&model, &pool, opts, tokens)?);
         for (i, &s) in streams.iter().enumerate() {
-            best[i] = best[i].min(batch_run(&model, &pool, opts, s, tokens)?);
+            best[i] = best[i].min(batch_run(&model, &pool, opts, s, tokens, &mut steps[i])?);
         }
     }
     let rate = |s: usize, secs: f64| (s * tokens) as f64 / secs;
-    let one = streams.iter().position(|&s| s == 1).map(|i| rate(1, best[i]));
+    let one = streams.iter().position(|&s| s == 1);
+    // The median step of all rounds: a second figure that a few preempted steps do not move.
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let med: Vec<f64> = steps.iter_mut().map(median).collect();
     println!("DecoderLM alone: {:8.1} tokens/s", rate(1, alone));
-    println!("{:>7} {:>12} {:>9} {:>8}", "streams", "tokens/s", "ms/step", "vs 1");
+    println!(
+        "{:>7} {:>12} {:>9} {:>8} {:>10} {:>11}",
+        "streams", "tokens/s", "ms/step", "vs 1", "median ms", "vs 1 (med)"
+    );
     for (i, &s) in streams.iter().enumerate() {
         let r = rate(s, best[i]);
-        let ratio = one.map_or(String::from("-"), |o| format!("{:.2}x", r / o));
-        println!("{s:>7} {r:>12.1} {:>9.2} {ratio:>8}", best[i] * 1e3 / tokens as f64);
+        let ratio = |o: f64| format!("{:.2}x", o);
+        let vs = one.map_or(String::from("-"), |o| ratio(r / rate(1, best[o])));
+        let vs_med = one.map_or(String::from("-"), |o| ratio(s as f64 * med[o] / med[i]));
+        let (ms, mm) = (best[i] * 1e3 / tokens as f64, med[i] * 1e3);
+        println!("{s:>7} {r:>12.1} {ms:>9.2} {vs:>8} {mm:>10.2} {vs_med:>11}");
     }
     Ok(())
 }

@@ -230,3 +230,98 @@ fn f16_rows_equal_f32_rows_holding_the_rounded_values() {
     attention_group(&c.shape, &c.q, KvRows::F32(&kw), KvRows::F32(&vw), &mut scratch, &mut b);
     assert_eq!(bits(&a), bits(&b));
 }
+
+/// `attention_decode` over rows of different sequences (positions around the 256-position
+/// segments, windows, f32 and f16 caches of different capacities) gives every row the bits
+/// `attention_layer` gives it alone, on one thread and on a pool.
+#[test]
+fn decode_rows_together_equal_each_alone() {
+    use rml::exec::Executor;
+    use rml::ops::{
+        attention_decode, attention_layer, decode_attention_floats, layer_attention_floats,
+    };
+    use rml::ops::{DecodeRow, DecodeShape, LayerAttention};
+    let mut execs: Vec<Box<dyn Executor>> = vec![Box::new(rml::InlineExecutor)];
+    #[cfg(feature = "std")]
+    execs.push(Box::new(rml::exec::ThreadPool::new(3)));
+    let positions = [0usize, 300, 31, 255, 256, 600, 3, 511];
+    for (heads, kv_heads, d) in [(9usize, 3usize, 64usize), (4, 1, 80), (2, 2, 13)] {
+        for window in [None, Some(100)] {
+            for f16 in [false, true] {
+                let mut rng = Rng((heads * 100 + d) as u64 + u64::from(f16));
+                let qd = heads * d;
+                let caps: Vec<usize> = positions.iter().map(|&p| p + 1 + p % 7).collect();
+                let caches: Vec<(Vec<f32>, Vec<f32>)> = caps
+                    .iter()
+                    .map(|&c| (rng.vec(kv_heads * c * d, 2.0), rng.vec(kv_heads * c * d, 1.0)))
+                    .collect();
+                let halves: Vec<(Vec<u16>, Vec<u16>)> = caches
+                    .iter()
+                    .map(|(k, v)| {
+                        let h = |x: &Vec<f32>| -> Vec<u16> {
+                            x.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect()
+                        };
+                        (h(k), h(v))
+                    })
+                    .collect();
+                let kv = |i: usize| -> (KvRows<'_>, KvRows<'_>) {
+                    if f16 {
+                        (KvRows::F16(&halves[i].0), KvRows::F16(&halves[i].1))
+                    } else {
+                        (KvRows::F32(&caches[i].0), KvRows::F32(&caches[i].1))
+                    }
+                };
+                // Rows in a shuffled order of the sequences: row `j` is sequence `order[j]`.
+                let order = [5usize, 0, 7, 2, 1, 6, 3, 4];
+                let q = rng.vec(order.len() * qd, 2.0);
+                let scale = 1.0 / (d as f32).sqrt();
+                let rows: Vec<DecodeRow<'_>> = order
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &i)| {
+                        let (keys, values) = kv(i);
+                        DecodeRow { row: j, pos: positions[i], keys, values, capacity: caps[i] }
+                    })
+                    .collect();
+                let need: usize = rows
+                    .iter()
+                    .map(|r| decode_attention_floats(heads, kv_heads, d, r.pos, f16).unwrap())
+                    .sum();
+                let shape = DecodeShape { heads, kv_heads, head_dim: d, window, scale };
+                for exec in &execs {
+                    let mut scratch = vec![f32::NAN; need];
+                    let mut out = vec![f32::NAN; order.len() * qd];
+                    attention_decode(exec.as_ref(), &shape, &rows, &q, &mut scratch, &mut out);
+                    for (j, r) in rows.iter().enumerate() {
+                        let s = LayerAttention {
+                            rows: 1,
+                            pos0: r.pos,
+                            heads,
+                            kv_heads,
+                            head_dim: d,
+                            capacity: r.capacity,
+                            window,
+                            scale,
+                            per_head: false,
+                        };
+                        let floats =
+                            layer_attention_floats(heads, kv_heads, d, 1, r.pos + 1, false, f16);
+                        let mut scratch = vec![f32::NAN; floats.unwrap()];
+                        let mut alone = vec![f32::NAN; qd];
+                        let qj = &q[j * qd..(j + 1) * qd];
+                        let e = exec.as_ref();
+                        attention_layer(e, &s, qj, r.keys, r.values, &mut scratch, &mut alone);
+                        assert_eq!(
+                            bits(&out[j * qd..(j + 1) * qd]),
+                            bits(&alone),
+                            "heads {heads}/{kv_heads} d {d} window {window:?} f16 {f16} row {j} \
+                             at {} on {} threads",
+                            r.pos,
+                            exec.threads()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -7,7 +7,8 @@
 mod layer;
 
 pub use layer::{
-    attention_layer, layer_attention_floats, LayerAttention, ATT_PARTS, KV_SEGMENT, ROW_TILE,
+    attention_decode, attention_layer, decode_attention_floats, layer_attention_floats, DecodeRow,
+    DecodeShape, LayerAttention, ATT_PARTS, KV_SEGMENT, ROW_TILE,
 };
 
 use super::activation::softmax;

@@ -44,8 +44,9 @@ pub use activation::{
     expf, geglu_tanh, geglu_tanh_on, gelu_tanh, silu, softcap, softmax, swiglu, swiglu_on,
 };
 pub use attention::{
-    attention_group, attention_group_on, attention_head, attention_layer, layer_attention_floats,
-    GroupShape, KvRows, LayerAttention, ATT_PARTS, KV_SEGMENT, ROW_TILE,
+    attention_decode, attention_group, attention_group_on, attention_head, attention_layer,
+    decode_attention_floats, layer_attention_floats, DecodeRow, DecodeShape, GroupShape, KvRows,
+    LayerAttention, ATT_PARTS, KV_SEGMENT, ROW_TILE,
 };
 pub use fused::gemm_fused;
 pub(crate) use fused::{gemm_glu, gemm_q8, GluQuant};

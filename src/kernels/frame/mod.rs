@@ -9,6 +9,11 @@
 //!   ([`q8_entries`](q8::q8_entries)), over a tier's [`q8::Q8Tier`]: how it decodes a group of
 //!   blocks and dots it with the activations. The AVX2, AVX-VNNI, AVX-512 (+ GFNI), NEON and
 //!   NEON + SDOT tiers implement it.
+//! - `k`: the int8 product of the K-quants (Q2_K .. Q6_K × Q8_K activations): the 4-row
+//!   GEMV (as [`GEMV_STREAMS`] streams from [`GEMV_STREAM_MIN_ROWS`] rows), the `1 × N`
+//!   prefill tiles, their prefetch and f32 epilogue and the entry glue, over a tier's
+//!   `k::KTier` (decode a super-block, its integer dot, the joint reduction). The AVX2 and
+//!   AVX-VNNI tiers implement it (x86 only so far).
 //! - [`f32`]: the f32-activation product (weights widened or dequantized on the fly): the
 //!   register tiles, their schedule (8- or 4-row GEMV, `4 × 3` prefill tiles, K blocking) and the
 //!   entry glue ([`f32_entries`](f32::f32_entries)), over a tier's [`f32::F32Lanes`] and its
@@ -22,6 +27,8 @@
 //! scalar table whatever tile computes an output.
 
 pub(crate) mod f32;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod k;
 pub(crate) mod q8;
 
 /// How far ahead of its reads a multi-row GEMV prefetches each weight row, in bytes.

@@ -1,22 +1,26 @@
 //! int8 kernels for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) × Q8_K activations
-//! ([`crate::quant::ActFormat::Q8K`]): the per-type 256-bit super-block sums (AVX2 and
-//! AVX-VNNI, through [`Dot256`]) and the one row loop every x86 tier shares ([`matmul`],
-//! which `avx512_k.rs` drives with its 512-bit sums).
+//! ([`crate::quant::ActFormat::Q8K`]): the AVX2 and AVX-VNNI tiers' [`KTier`] (their tiles
+//! and schedule are the kernel frame's, [`crate::kernels::frame::k`]), the 128-bit scale
+//! unpackers the AVX-512 kernels share, and the one-row loop the AVX-512 GEMV takes for its
+//! last rows ([`matmul`]).
 //!
-//! Per super-block the exact integer sums of the scalar oracle (`crate::quant::q4_k` etc.)
-//! come from `maddubs` (unsigned weight values × signed activations into i16 pairs, never
-//! saturating: at most `2 · 63 · 127`) and a multiply-accumulate of those pairs by the
-//! sub-block scale in i16 ([`Dot256::madd_acc`]: `madd` + add, or VNNI's `vpdpwssd`). Signed
-//! values are made unsigned by an offset (Q3_K `+ 4`, Q6_K `+ 32`) taken back with the
-//! activations' per-16 sums, which also give the mins of Q2_K/Q4_K/Q5_K. The f32 part is the
-//! oracle's, term for term: super-block `b` into lane `b % 8`
-//! ([`crate::kernels::scalar::accumulate8`]'s order), then [`hsum8`], so the results are
-//! bit-identical to the scalar table.
+//! Each super-block is decoded into element order ([`K256::decode`]: 32 unsigned values per
+//! vector with each i16 lane's sub-block scale beside them, and the i16 weights of the
+//! activations' per-16 sums). Per super-block the exact integer sums of the scalar oracle
+//! (`crate::quant::q4_k` etc.) come from `maddubs` (unsigned weight values × signed
+//! activations into i16 pairs, never saturating: at most `2 · 63 · 127`) and a
+//! multiply-accumulate of those pairs by the sub-block scale in i16 ([`Dot256::madd_acc`]:
+//! `madd` + add, or VNNI's `vpdpwssd`). Signed values are made unsigned by an offset (Q3_K
+//! `+ 4`, Q6_K `+ 32`) taken back with the activations' per-16 sums, which also give the mins
+//! of Q2_K/Q4_K/Q5_K. The f32 part is the frame's, the oracle's term for term: super-block
+//! `b` into lane `b % 8` ([`crate::kernels::scalar::accumulate8`]'s order), then [`hsum8`]'s
+//! tree, so the results are bit-identical to the scalar table.
 
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
-use super::{hsum_epi32, Avx2Ops, Dot256, VexOps};
+use super::{reduce8, Avx2Ops, Dot256, VexOps, X86Prefetch};
+use crate::kernels::frame::k::{k_entries, KTier};
 use crate::kernels::scalar::hsum8;
 use crate::quant::q2_k::BlockQ2K;
 use crate::quant::q3_k::BlockQ3K;
@@ -34,58 +38,34 @@ pub(super) trait KBlock {
     const D_AT: usize;
     /// Whether the term subtracts `(dmin · dx) · msum`.
     const MINS: bool;
-
-    /// `(isum, msum)` of the super-block at `blk` against the 256 activations at `x` with
-    /// per-16 sums `bsums`; the f32 term is `(d · dx) · isum [- (dmin · dx) · msum]`.
-    ///
-    /// # Safety
-    ///
-    /// `blk` is a whole super-block, `x` 256 values, `bsums` 16 sums; AVX2 and `D`'s
-    /// features available.
-    unsafe fn isums<D: Dot256>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32);
 }
 
+/// Q2_K.
 pub(super) struct Q2K;
+/// Q3_K.
 pub(super) struct Q3K;
+/// Q4_K.
 pub(super) struct Q4K;
+/// Q5_K.
 pub(super) struct Q5K;
+/// Q6_K.
 pub(super) struct Q6K;
 
-/// `Σ_i w_i · bsums_i` over 16 weights (the bytes of `w`, signed or unsigned) and 16 i32 sums.
-///
-/// # Safety
-///
-/// 16 readable sums at `bsums`; AVX2 available.
-#[inline(always)]
-pub(super) unsafe fn dot16<const SIGNED: bool>(w: __m128i, bsums: *const i32) -> i32 {
-    // SAFETY: 16 sums readable (caller contract); the rest is register-only.
-    unsafe {
-        let (w0, w1) = if SIGNED {
-            (_mm256_cvtepi8_epi32(w), _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(w)))
-        } else {
-            (_mm256_cvtepu8_epi32(w), _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(w)))
-        };
-        let b0 = _mm256_loadu_si256(bsums.cast());
-        let b1 = _mm256_loadu_si256(bsums.add(8).cast());
-        hsum_epi32(_mm256_add_epi32(_mm256_mullo_epi32(w0, b0), _mm256_mullo_epi32(w1, b1)))
-    }
+macro_rules! k_block {
+    ($($k:ident, $b:ident;)*) => { $(
+        impl KBlock for $k {
+            const BYTES: usize = $b::BYTES;
+            const D_AT: usize = $b::D_OFFSET;
+            const MINS: bool = $b::HAS_M;
+        }
+    )* };
 }
-
-/// `Σ_j m_j · (bsum_2j + bsum_2j+1)` for the 8 unsigned mins in the low bytes of `m`.
-///
-/// # Safety
-///
-/// 16 readable sums at `bsums`; AVX2 available.
-#[inline(always)]
-pub(super) unsafe fn msum8(m: __m128i, bsums: *const i32) -> i32 {
-    // SAFETY: 16 sums readable (caller contract); the rest is register-only.
-    unsafe {
-        let b0 = _mm256_loadu_si256(bsums.cast());
-        let b1 = _mm256_loadu_si256(bsums.add(8).cast());
-        // hadd: [p0, p1, p4, p5 | p2, p3, p6, p7] (p_j = bsum_2j + bsum_2j+1): reorder.
-        let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(b0, b1));
-        hsum_epi32(_mm256_mullo_epi32(_mm256_cvtepu8_epi32(m), p))
-    }
+k_block! {
+    Q2K, BlockQ2K;
+    Q3K, BlockQ3K;
+    Q4K, BlockQ4K;
+    Q5K, BlockQ5K;
+    Q6K, BlockQ6K;
 }
 
 /// The 16 per-16 activation sums at `bsums` as i16 lanes in order (each is at most
@@ -222,100 +202,78 @@ unsafe fn scale_one(sc: __m256i, j: usize) -> __m256i {
     }
 }
 
-/// `acc + Σ (u · x) · scale` (u8 × i8 pairs into i16, then by the i16 scales into i32).
-///
-/// # Safety
-///
-/// AVX2 and `D`'s features available.
-#[inline(always)]
-unsafe fn acc_scaled<D: Dot256>(acc: __m256i, u: __m256i, x: __m256i, scale: __m256i) -> __m256i {
-    // SAFETY: register-only intrinsics (features: caller contract).
-    unsafe { D::madd_acc(acc, _mm256_maddubs_epi16(u, x), scale) }
+/// One super-block decoded for the 256-bit dot: `u[k]` the unsigned values of elements
+/// `32 k .. 32 k + 32`, `sc[k]` each i16 lane's sub-block scale for them, `c` the i16 weight
+/// of each per-16 activation sum (lane `i` for sum `i`): the mins (Q2_K, Q4_K, Q5_K: the
+/// `msum`), or the offset correction `-offset · sc_i` folded into the `isum` (Q3_K `- 4 ·`,
+/// Q6_K `- 32 ·`, each within i16).
+#[derive(Clone, Copy)]
+pub(super) struct KW {
+    u: [__m256i; 8],
+    sc: [__m256i; 8],
+    c: __m256i,
 }
 
-/// The 16-element-sub-block types' loop: `Σ_j sc_j Σ_{i in j} u_i x_i` with `u` from
-/// `values(h, g)` (the 32 unsigned values of elements `128 h + 32 g ..`) and the 16 i16
-/// scales `sc`.
+/// A K-quant super-block on 256-bit registers.
+pub(super) trait K256: KBlock {
+    /// The super-block at `blk` in element order ([`KW`]).
+    ///
+    /// # Safety
+    ///
+    /// `blk` is a whole super-block; AVX2 available.
+    unsafe fn decode(blk: *const u8) -> KW;
+}
+
+/// The [`KW`] of a 16-element-sub-block type from its 16 i16 scales `sc`, per-16 weights `c`
+/// and `values(h, g)`, the 32 unsigned values of elements `128 h + 32 g ..`.
 ///
 /// # Safety
 ///
-/// 256 readable values at `x`; AVX2 and `D`'s features available.
+/// AVX2 available.
 #[inline(always)]
-unsafe fn sum16<D: Dot256>(
-    sc: __m256i,
-    x: *const i8,
-    mut values: impl FnMut(usize, usize) -> __m256i,
-) -> __m256i {
-    // SAFETY: the activation reads stay inside the 256 values (caller contract).
+unsafe fn kw16(sc: __m256i, c: __m256i, mut values: impl FnMut(usize, usize) -> __m256i) -> KW {
+    // SAFETY: register-only AVX2 intrinsics.
     unsafe {
-        let mut acc = _mm256_setzero_si256();
+        let mut kw = KW { u: [_mm256_setzero_si256(); 8], sc: [_mm256_setzero_si256(); 8], c };
         for h in 0..2 {
             for g in 0..4 {
-                let xv = _mm256_loadu_si256(x.add(128 * h + 32 * g).cast());
-                acc = acc_scaled::<D>(acc, values(h, g), xv, scale_pair(sc, h, g));
+                kw.u[4 * h + g] = values(h, g);
+                kw.sc[4 * h + g] = scale_pair(sc, h, g);
             }
         }
-        acc
+        kw
     }
 }
 
-/// `acc - k · madd(sc, bsums)` (the offset `k` of the unsigned values taken back with the
-/// per-16 sums), summed: the exact `Σ sc_j Σ (u - k) x` of a signed 16-element-sub-block type.
-///
-/// # Safety
-///
-/// 16 readable sums at `bsums`; AVX2 available.
-#[inline(always)]
-pub(super) unsafe fn offset_sum<const SHIFT: i32>(
-    acc: __m256i,
-    sc: __m256i,
-    bsums: *const i32,
-) -> i32 {
-    // SAFETY: forwarded caller contract; the rest is register-only.
-    unsafe {
-        let corr = _mm256_madd_epi16(sc, bsums16(bsums));
-        hsum_epi32(_mm256_sub_epi32(acc, _mm256_slli_epi32::<SHIFT>(corr)))
-    }
-}
-
-impl KBlock for Q2K {
-    const BYTES: usize = crate::quant::q2_k::BYTES;
-    const D_AT: usize = BlockQ2K::D_OFFSET;
-    const MINS: bool = true;
-
+impl K256 for Q2K {
     #[inline(always)]
-    unsafe fn isums<D: Dot256>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
+    unsafe fn decode(blk: *const u8) -> KW {
         // SAFETY: the reads stay inside the super-block (84 bytes: scales at 0..16, values at
-        // 16..80) and the 256 activations (caller contract).
+        // 16..80; caller contract).
         unsafe {
             let sb = _mm_loadu_si128(blk.add(BlockQ2K::SCALES_OFFSET).cast());
             let m4 = _mm_set1_epi8(0x0F);
             let sc = _mm256_cvtepu8_epi16(_mm_and_si128(sb, m4));
-            let mins = _mm_and_si128(_mm_srli_epi16::<4>(sb), m4);
+            let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(sb), m4));
             let q = [
                 _mm256_loadu_si256(blk.add(BlockQ2K::QS_OFFSET).cast()),
                 _mm256_loadu_si256(blk.add(BlockQ2K::QS_OFFSET + 32).cast()),
             ];
-            let is = sum16::<D>(sc, x, |h, g| {
+            kw16(sc, mins, |h, g| {
                 _mm256_and_si256(
                     _mm256_srl_epi16(q[h], _mm_cvtsi32_si128(2 * g as i32)),
                     _mm256_set1_epi8(3),
                 )
-            });
-            (hsum_epi32(is), dot16::<false>(mins, bsums))
+            })
         }
     }
 }
 
-impl KBlock for Q3K {
-    const BYTES: usize = crate::quant::q3_k::BYTES;
-    const D_AT: usize = BlockQ3K::D_OFFSET;
-    const MINS: bool = false;
-
+impl K256 for Q3K {
     #[inline(always)]
-    unsafe fn isums<D: Dot256>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
+    unsafe fn decode(blk: *const u8) -> KW {
         // SAFETY: the reads stay inside the super-block (110 bytes: high bits at 0..32, low
-        // pairs at 32..96, scales at 96..108) and the 256 activations (caller contract).
+        // pairs at 32..96, scales at 96..108; caller contract).
         unsafe {
             let sc = q3_scales16(blk.add(BlockQ3K::SCALES_OFFSET));
             let hm = _mm256_loadu_si256(blk.add(BlockQ3K::QH_OFFSET).cast());
@@ -323,41 +281,44 @@ impl KBlock for Q3K {
                 _mm256_loadu_si256(blk.add(BlockQ3K::QS_OFFSET).cast()),
                 _mm256_loadu_si256(blk.add(BlockQ3K::QS_OFFSET + 32).cast()),
             ];
-            // u = low | high << 2 = q + 4 (0..=7).
-            let is = sum16::<D>(sc, x, |h, g| {
+            // u = low | high << 2 = q + 4 (0..=7); Σ sc_j Σ (u - 4) x = Σ sc_j Σ u x
+            // - 4 Σ sc_j bsum_j.
+            let c = _mm256_mullo_epi16(sc, _mm256_set1_epi16(-4));
+            kw16(sc, c, |h, g| {
                 let low = _mm256_and_si256(
                     _mm256_srl_epi16(q[h], _mm_cvtsi32_si128(2 * g as i32)),
                     _mm256_set1_epi8(3),
                 );
                 _mm256_or_si256(low, bit_to(hm, (4 * h + g) as i32, 2))
-            });
-            // Σ sc_j Σ (u - 4) x = Σ sc_j Σ u x - 4 Σ sc_j bsum_j.
-            (offset_sum::<2>(is, sc, bsums), 0)
+            })
         }
     }
 }
 
-/// The shared Q4_K/Q5_K sum: 4-bit values from `qs` (128 bytes), with `fifth(j)` (0 or 16 per
-/// byte) or'ed into sub-block `j`, scales and mins from the 12 packed bytes at `sp`.
+/// The shared Q4_K/Q5_K decode: 4-bit values from `qs` (128 bytes), with `fifth(j)` (0 or 16
+/// per byte) or'ed into sub-block `j`, scales and mins from the 12 packed bytes at `sp`.
 ///
 /// # Safety
 ///
-/// 128 readable bytes at `qs`, 16 at `sp - 4`, 256 values at `x`, 16 sums at `bsums`; AVX2 and
-/// `D`'s features available.
+/// 128 readable bytes at `qs`, 16 at `sp - 4`; AVX2 available.
 #[inline(always)]
-unsafe fn isums_k4<D: Dot256>(
+unsafe fn decode_k4(
     sp: *const u8,
     qs: *const u8,
-    x: *const i8,
-    bsums: *const i32,
     mut fifth: impl FnMut(usize) -> Option<__m256i>,
-) -> (i32, i32) {
+) -> KW {
     // SAFETY: the reads stay inside the ranges of the caller contract.
     unsafe {
         let sm = k4_scales_mins(sp);
         let sc = _mm256_cvtepu8_epi16(sm);
+        // Per-16 weight `i`: the min of 32-element sub-block `i / 2`.
+        let m = _mm_srli_si128::<8>(sm);
+        let mut kw = KW {
+            u: [_mm256_setzero_si256(); 8],
+            sc: [_mm256_setzero_si256(); 8],
+            c: _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m)),
+        };
         let m4 = _mm256_set1_epi8(0x0F);
-        let mut acc = _mm256_setzero_si256();
         for c in 0..4 {
             let q = _mm256_loadu_si256(qs.add(32 * c).cast());
             let mut lo = _mm256_and_si256(q, m4);
@@ -368,67 +329,45 @@ unsafe fn isums_k4<D: Dot256>(
             if let Some(h) = fifth(2 * c + 1) {
                 hi = _mm256_or_si256(hi, h);
             }
-            let x0 = _mm256_loadu_si256(x.add(64 * c).cast());
-            let x1 = _mm256_loadu_si256(x.add(64 * c + 32).cast());
-            acc = acc_scaled::<D>(acc, lo, x0, scale_one(sc, 2 * c));
-            acc = acc_scaled::<D>(acc, hi, x1, scale_one(sc, 2 * c + 1));
+            kw.u[2 * c] = lo;
+            kw.u[2 * c + 1] = hi;
+            kw.sc[2 * c] = scale_one(sc, 2 * c);
+            kw.sc[2 * c + 1] = scale_one(sc, 2 * c + 1);
         }
-        (hsum_epi32(acc), msum8(_mm_srli_si128::<8>(sm), bsums))
+        kw
     }
 }
 
-impl KBlock for Q4K {
-    const BYTES: usize = crate::quant::q4_k::BYTES;
-    const D_AT: usize = BlockQ4K::D_OFFSET;
-    const MINS: bool = true;
-
+impl K256 for Q4K {
     #[inline(always)]
-    unsafe fn isums<D: Dot256>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
+    unsafe fn decode(blk: *const u8) -> KW {
         // SAFETY: 144-byte super-block: scales at 4..16, values at 16..144 (caller contract).
         unsafe {
-            isums_k4::<D>(
-                blk.add(BlockQ4K::SCALES_OFFSET),
-                blk.add(BlockQ4K::QS_OFFSET),
-                x,
-                bsums,
-                |_| None,
-            )
+            decode_k4(blk.add(BlockQ4K::SCALES_OFFSET), blk.add(BlockQ4K::QS_OFFSET), |_| None)
         }
     }
 }
 
-impl KBlock for Q5K {
-    const BYTES: usize = crate::quant::q5_k::BYTES;
-    const D_AT: usize = BlockQ5K::D_OFFSET;
-    const MINS: bool = true;
-
+impl K256 for Q5K {
     #[inline(always)]
-    unsafe fn isums<D: Dot256>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
+    unsafe fn decode(blk: *const u8) -> KW {
         // SAFETY: 176-byte super-block: scales at 4..16, fifth bits at 16..48, nibbles at
         // 48..176 (caller contract).
         unsafe {
             let qh = _mm256_loadu_si256(blk.add(BlockQ5K::QH_OFFSET).cast());
             // Sub-block j takes bit j of `qh`.
-            isums_k4::<D>(
-                blk.add(BlockQ5K::SCALES_OFFSET),
-                blk.add(BlockQ5K::QS_OFFSET),
-                x,
-                bsums,
-                |j| Some(bit_to(qh, j as i32, 4)),
-            )
+            decode_k4(blk.add(BlockQ5K::SCALES_OFFSET), blk.add(BlockQ5K::QS_OFFSET), |j| {
+                Some(bit_to(qh, j as i32, 4))
+            })
         }
     }
 }
 
-impl KBlock for Q6K {
-    const BYTES: usize = crate::quant::q6_k::BYTES;
-    const D_AT: usize = BlockQ6K::D_OFFSET;
-    const MINS: bool = false;
-
+impl K256 for Q6K {
     #[inline(always)]
-    unsafe fn isums<D: Dot256>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
+    unsafe fn decode(blk: *const u8) -> KW {
         // SAFETY: the reads stay inside the super-block (210 bytes: low nibbles at 0..128,
-        // high pairs at 128..192, scales at 192..208) and the 256 activations.
+        // high pairs at 128..192, scales at 192..208; caller contract).
         unsafe {
             let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(BlockQ6K::SCALES_OFFSET).cast()));
             let m4 = _mm256_set1_epi8(0x0F);
@@ -442,9 +381,12 @@ impl KBlock for Q6K {
                 _mm256_loadu_si256(blk.add(BlockQ6K::QH_OFFSET).cast()),
                 _mm256_loadu_si256(blk.add(BlockQ6K::QH_OFFSET + 32).cast()),
             ];
+            // u = q + 32 (0..=63); Σ sc_j Σ (u - 32) x = Σ sc_j Σ u x - 32 Σ sc_j bsum_j
+            // (`|32 · sc_j| <= 4096` fits i16).
+            let c = _mm256_mullo_epi16(sc, _mm256_set1_epi16(-32));
             // Elements 128 h + 32 g ..: nibble g / 2 of ql[64 h + 32 (g % 2) ..], bits 2 g of
-            // qh[32 h ..]; u = q + 32 (0..=63).
-            let is = sum16::<D>(sc, x, |h, g| {
+            // qh[32 h ..].
+            kw16(sc, c, |h, g| {
                 let l = ql[2 * h + g % 2];
                 let lo = if g < 2 { l } else { _mm256_srli_epi16::<4>(l) };
                 let hb = _mm256_and_si256(
@@ -452,11 +394,141 @@ impl KBlock for Q6K {
                     _mm256_set1_epi8(3),
                 );
                 _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_slli_epi16::<4>(hb))
-            });
-            // Σ sc_j Σ (u - 32) x = Σ sc_j Σ u x - 32 Σ sc_j bsum_j.
-            (offset_sum::<5>(is, sc, bsums), 0)
+            })
         }
     }
+}
+
+/// The AVX2 and AVX-VNNI tiers' [`KTier`] ([`Avx2Ops`] / [`VexOps`] for `D`): [`K256::decode`],
+/// the dot by `maddubs` and `D`'s multiply-accumulate by the scales, the per-16 sums by one
+/// `madd`, up to eight outputs' sums reduced together ([`reduce8`]).
+pub(super) struct Avx2K<D>(PhantomData<D>);
+
+impl<K: K256, D: Dot256> KTier<K> for Avx2K<D> {
+    const BYTES: usize = K::BYTES;
+    const D_AT: usize = K::D_AT;
+    const MINS: bool = K::MINS;
+    type Prefetch = X86Prefetch;
+    type W = KW;
+    /// `(isum, msum)` lane vectors.
+    type S = (__m256i, __m256i);
+    type F = __m256;
+
+    #[inline(always)]
+    unsafe fn decode(blk: *const u8) -> KW {
+        // SAFETY: forwarded caller contract.
+        unsafe { K::decode(blk) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot(w: &KW, x: *const i8, bsums: *const i32) -> (__m256i, __m256i) {
+        // SAFETY: the reads stay inside the 256 values and 16 sums (caller contract); the
+        // pair sums of `maddubs` never saturate (at most `2 · 63 · 127`).
+        unsafe {
+            let mut acc = _mm256_setzero_si256();
+            for k in 0..8 {
+                let xv = _mm256_loadu_si256(x.add(32 * k).cast());
+                acc = D::madd_acc(acc, _mm256_maddubs_epi16(w.u[k], xv), w.sc[k]);
+            }
+            let c = _mm256_madd_epi16(w.c, bsums16(bsums));
+            if K::MINS {
+                (acc, c)
+            } else {
+                (_mm256_add_epi32(acc, c), _mm256_setzero_si256())
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn totals<const P: usize>(s: &[(__m256i, __m256i); P]) -> (__m256, __m256) {
+        // SAFETY: register-only AVX2 intrinsics.
+        unsafe {
+            let z = _mm256_setzero_si256();
+            if K::MINS && P <= 4 {
+                // One reduction: lanes 0..4 the `isum`s, 4..8 the `msum`s.
+                let mut v = [z; 8];
+                for (o, s) in s.iter().enumerate() {
+                    (v[o], v[4 + o]) = *s;
+                }
+                let r = reduce8(v);
+                (_mm256_cvtepi32_ps(r), _mm256_cvtepi32_ps(_mm256_permute2x128_si256::<0x01>(r, r)))
+            } else {
+                let (mut is, mut ms) = ([z; 8], [z; 8]);
+                for (o, s) in s.iter().enumerate() {
+                    (is[o], ms[o]) = *s;
+                }
+                let ms =
+                    if K::MINS { _mm256_cvtepi32_ps(reduce8(ms)) } else { _mm256_setzero_ps() };
+                (_mm256_cvtepi32_ps(reduce8(is)), ms)
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn f16(h: [u16; 8]) -> __m256 {
+        // SAFETY: register-only F16C/AVX intrinsics (F16C is part of every x86 SIMD tier).
+        unsafe {
+            let h = _mm_setr_epi16(
+                h[0] as i16,
+                h[1] as i16,
+                h[2] as i16,
+                h[3] as i16,
+                h[4] as i16,
+                h[5] as i16,
+                h[6] as i16,
+                h[7] as i16,
+            );
+            _mm256_cvtph_ps(h)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn lanes(v: [f32; 8]) -> __m256 {
+        // SAFETY: register-only AVX intrinsic.
+        unsafe { _mm256_setr_ps(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]) }
+    }
+
+    #[inline(always)]
+    unsafe fn add(a: __m256, b: __m256) -> __m256 {
+        // SAFETY: register-only AVX intrinsic.
+        unsafe { _mm256_add_ps(a, b) }
+    }
+
+    #[inline(always)]
+    unsafe fn sub(a: __m256, b: __m256) -> __m256 {
+        // SAFETY: register-only AVX intrinsic.
+        unsafe { _mm256_sub_ps(a, b) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        // SAFETY: register-only AVX intrinsic.
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+
+    #[inline(always)]
+    unsafe fn array(a: __m256) -> [f32; 8] {
+        let mut out = [0f32; 8];
+        // SAFETY: an 8-lane store into a local array.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), a) };
+        out
+    }
+}
+
+k_entries! { Avx2, Avx2K<Avx2Ops>, "AVX2 table entry, activations in Q8_K.";
+    matmul_q2_k_q8k, Q2K;
+    matmul_q3_k_q8k, Q3K;
+    matmul_q4_k_q8k, Q4K;
+    matmul_q5_k_q8k, Q5K;
+    matmul_q6_k_q8k, Q6K;
+}
+
+k_entries! { AvxVnni, Avx2K<VexOps>, "AVX-VNNI table entry, activations in Q8_K.";
+    vnni_q2_k_q8k, Q2K;
+    vnni_q3_k_q8k, Q3K;
+    vnni_q4_k_q8k, Q4K;
+    vnni_q5_k_q8k, Q5K;
+    vnni_q6_k_q8k, Q6K;
 }
 
 /// A tier's way of getting one super-block's `(isum, msum)`: the activations of a super-block
@@ -480,25 +552,6 @@ pub(super) trait KDot {
     ///
     /// As [`KBlock::isums`].
     unsafe fn isums(blk: *const u8, x: &Self::X, bsums: *const i32) -> (i32, i32);
-}
-
-/// The 256-bit tiers: [`KBlock::isums`] with `D`'s instructions.
-pub(super) struct On256<K, D>(PhantomData<(K, D)>);
-
-impl<K: KBlock, D: Dot256> KDot for On256<K, D> {
-    type K = K;
-    type X = *const i8;
-
-    #[inline(always)]
-    unsafe fn prep(x: *const i8) -> *const i8 {
-        x
-    }
-
-    #[inline(always)]
-    unsafe fn isums(blk: *const u8, x: &*const i8, bsums: *const i32) -> (i32, i32) {
-        // SAFETY: forwarded caller contract.
-        unsafe { K::isums::<D>(blk, *x, bsums) }
-    }
 }
 
 /// `(d, dmin)` of the super-block at `blk` (`dmin` 0 without mins).
@@ -566,7 +619,7 @@ unsafe fn rows_dot<T: KDot, const R: usize>(
     }
 }
 
-/// The row loop of every x86 tier: groups of `R` rows per activation row (the tier's
+/// The AVX-512 GEMV's loop for its last rows: groups of `R` rows per activation row (the tier's
 /// prepared activations shared by them), the remaining rows one by one.
 ///
 /// # Safety
@@ -598,50 +651,4 @@ pub(super) unsafe fn matmul<T: KDot, const R: usize>(
         }
         r += if group { R } else { 1 };
     }
-}
-
-macro_rules! entry {
-    ($name:ident, $k:ty, $d:ty, $tier:ident, $doc:literal) => {
-        tier_fn! { $tier;
-            #[doc = $doc]
-            ///
-            /// # Safety
-            ///
-            /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the features enabled here.
-            pub(super) unsafe fn $name(
-                w: *const u8,
-                rb: usize,
-                rows: usize,
-                xq: &Q8Acts<'_>,
-                n: usize,
-                y: *mut f32,
-                ldy: usize,
-            ) {
-                // SAFETY: forwarded caller contract; the features are enabled here.
-                unsafe { matmul::<On256<$k, $d>, 1>(w, rb, rows, xq, n, y, ldy) }
-            }
-        }
-    };
-}
-
-/// The AVX2 and AVX-VNNI entries of each type.
-macro_rules! entries {
-    ($($avx2:ident, $vnni:ident, $k:ty;)*) => { $(
-        entry!($avx2, $k, Avx2Ops, Avx2, "AVX2 table entry, activations in Q8_K.");
-        entry!(
-            $vnni,
-            $k,
-            VexOps,
-            AvxVnni,
-            "AVX-VNNI table entry, activations in Q8_K."
-        );
-    )* };
-}
-
-entries! {
-    matmul_q2_k_q8k, vnni_q2_k_q8k, Q2K;
-    matmul_q3_k_q8k, vnni_q3_k_q8k, Q3K;
-    matmul_q4_k_q8k, vnni_q4_k_q8k, Q4K;
-    matmul_q5_k_q8k, vnni_q5_k_q8k, Q5K;
-    matmul_q6_k_q8k, vnni_q6_k_q8k, Q6K;
 }

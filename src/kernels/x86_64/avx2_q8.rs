@@ -10,7 +10,10 @@
 //! - Q4_0 / Q4_1: the nibbles (0..=15) are already unsigned: `Σ nibble · x` directly (a pair
 //!   is at most `2 · 15 · 128`), and Q4_0 subtracts `8 · Σ x` afterwards.
 //!
-//! Eight blocks' i32 vectors are reduced together (unpack + add), and the f32 part follows the
+//! Eight blocks' i32 vectors are reduced together (unpack + add; on plain AVX2 the 4-bit
+//! types reduce their `maddubs` pairs in i16 instead, with no `madd` per block, as eight of
+//! them cannot overflow); the last one to seven blocks of a row go the same way on fewer
+//! vectors, blended into their lanes (no per-block horizontal sums). The f32 part follows the
 //! oracle's order exactly ([`crate::kernels::scalar::accumulate8`]: block `b` into lane
 //! `b % 8` with separate multiply and add, then the fixed horizontal sum), so the results
 //! are bit-identical to the scalar table.
@@ -20,8 +23,8 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::{
-    f16_at, fifth_bits, gather_f16, gather_f16_pairs, hsum_epi32, hsum_ps, iq4_values32, nibbles32,
-    reduce8, term, Avx2Ops, Dot256, X86Prefetch,
+    fifth_bits, gather_f16, gather_f16_pairs, hsum_ps, iq4_values32, mask, nibbles32, reduce8,
+    split_f16_pairs, term, Avx2Ops, Dot256, X86Prefetch,
 };
 use crate::kernels::frame::q8::{q8_entries, Q8Tier, TileX};
 use crate::quant::iq4_nl::BlockIq4Nl;
@@ -46,6 +49,10 @@ pub(super) trait QBlock {
     const QH: usize = <Self::L as BlockLayout>::QH_OFFSET;
     /// Byte offset of the quants.
     const QS: usize = <Self::L as BlockLayout>::QS_OFFSET;
+    /// The unsigned operand is at most 15 (the 4-bit types' nibbles): a `maddubs` lane is
+    /// then at most `2 · 15 · 127 = 3810`, and eight of them add up in i16 without overflow
+    /// ([`reduce8_i16`]).
+    const NIBBLES: bool = false;
 
     /// The (unsigned, signed) operand pair whose `u8 × i8` dot is the block's dot product with
     /// the 32 activation values `x` (before the `OFFSET` correction).
@@ -89,6 +96,7 @@ impl QBlock for Q8_0B {
 impl QBlock for Q4_0B {
     type L = BlockQ4_0;
     const OFFSET: i32 = 8;
+    const NIBBLES: bool = true;
 
     #[inline(always)]
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
@@ -100,6 +108,7 @@ impl QBlock for Q4_0B {
 impl QBlock for Q4_1B {
     type L = BlockQ4_1;
     const OFFSET: i32 = 0;
+    const NIBBLES: bool = true;
 
     #[inline(always)]
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
@@ -156,49 +165,168 @@ unsafe fn isum<Q: QBlock, D: Dot256>(blk: *const u8, x: *const i8) -> __m256i {
     }
 }
 
-/// The blocks `b..nb` (fewer than eight) of one row, one at a time, added to `acc` in the
-/// oracle's order (block `b + j`'s term into lane `j`).
+/// The totals of the 16 i16 lanes of each of `v[0..8]` as eight i32 lanes, in order. Exact
+/// when every lane is at most 3810 in magnitude ([`QBlock::NIBBLES`]): each i16 sum below
+/// adds at most eight lanes.
 ///
 /// # Safety
 ///
-/// Blocks `b .. nb` of the row at `w` and of the activation row (`qs`, `d`, `s`, `sum`);
-/// AVX2 + F16C and `D`'s features available; `nb - b < 8`.
+/// AVX2 available.
+#[inline(always)]
+unsafe fn reduce8_i16(v: [__m256i; 8]) -> __m256i {
+    // SAFETY: register-only AVX2 intrinsics.
+    unsafe {
+        // Per 128-bit half: [a0+a4, b0+b4, a1+a5, b1+b5, a2+a6, b2+b6, a3+a7, b3+b7].
+        let pair =
+            |a, b| _mm256_add_epi16(_mm256_unpacklo_epi16(a, b), _mm256_unpackhi_epi16(a, b));
+        let (p01, p23, p45, p67) =
+            (pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
+        // Per half: [v0, v1, v2, v3, v0, v1, v2, v3] (sums of four lanes).
+        let quad =
+            |a, b| _mm256_add_epi16(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+        let (q0, q1) = (quad(p01, p23), quad(p45, p67));
+        // Per half: [v0 .. v8] (sums of eight lanes).
+        let o = _mm256_add_epi16(_mm256_unpacklo_epi64(q0, q1), _mm256_unpackhi_epi64(q0, q1));
+        _mm256_add_epi32(
+            _mm256_cvtepi16_epi32(_mm256_castsi256_si128(o)),
+            _mm256_cvtepi16_epi32(_mm256_extracti128_si256::<1>(o)),
+        )
+    }
+}
+
+/// The i32 lane totals of `v0` and `v1` in lanes 0 and 1 (lanes 2 and 3 hold partial sums,
+/// the others zero).
+///
+/// # Safety
+///
+/// AVX2 available.
+#[inline(always)]
+unsafe fn reduce2(v0: __m256i, v1: __m256i) -> __m256i {
+    // SAFETY: register-only AVX2 intrinsics.
+    unsafe {
+        // [a0+a2, b0+b2, a1+a3, b1+b3 | a4+a6, b4+b6, a5+a7, b5+b7].
+        let p = _mm256_add_epi32(_mm256_unpacklo_epi32(v0, v1), _mm256_unpackhi_epi32(v0, v1));
+        let q = _mm256_add_epi32(p, _mm256_shuffle_epi32::<0b01_00_11_10>(p));
+        let r = _mm_add_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+        _mm256_zextsi128_si256(r)
+    }
+}
+
+/// The i32 lane totals of `v[0..4]` in lanes 0 to 3 (the other lanes zero).
+///
+/// # Safety
+///
+/// AVX2 available.
+#[inline(always)]
+unsafe fn reduce4(v: [__m256i; 4]) -> __m256i {
+    // SAFETY: register-only AVX2 intrinsics.
+    unsafe {
+        let pair =
+            |a, b| _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+        let (p01, p23) = (pair(v[0], v[1]), pair(v[2], v[3]));
+        // [v0, v1, v2, v3 (low-lane halves) | v0, v1, v2, v3 (high-lane halves)].
+        let q = _mm256_add_epi32(_mm256_unpacklo_epi64(p01, p23), _mm256_unpackhi_epi64(p01, p23));
+        let r = _mm_add_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+        _mm256_zextsi128_si256(r)
+    }
+}
+
+/// The last `m < 8` blocks `b .. b + m` of one weight row (at `w`, their [`scales_part`]
+/// `dm`) · one activation row, added to lanes `0 .. m` of `acc` in the oracle's order (block
+/// `b + j`'s term into lane `j`); the other lanes of `acc` are kept (blended), so nothing past
+/// block `b + m` is read: the activations by masked loads, the weights block by block.
+///
+/// # Safety
+///
+/// As [`group8`] for blocks `b .. b + m`, `1 <= m < 8`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn tail_blocks<Q: QBlock, D: Dot256>(
+unsafe fn group_part<Q: QBlock, D: Dot256>(
     acc: __m256,
     w: *const u8,
+    dm: (__m256, __m256),
     b: usize,
-    nb: usize,
+    m: usize,
     qs: *const i8,
     d: *const f32,
     s: *const f32,
     sum: *const i32,
 ) -> __m256 {
-    // SAFETY: blocks `b..nb` are in bounds (caller contract).
+    // SAFETY: blocks `b .. b + m` are in bounds (caller contract); masked loads read only
+    // lanes `< m`.
     unsafe {
-        let (mut is, mut dw, mut dx) = ([0i32; 8], [0f32; 8], [0f32; 8]);
-        let (mut mw, mut sx) = ([0f32; 8], [0f32; 8]);
-        for j in 0..nb - b {
-            let blk = w.add((b + j) * Q::BYTES);
-            is[j] = hsum_epi32(isum::<Q, D>(blk, qs.add((b + j) * QK)));
-            if Q::OFFSET != 0 {
-                is[j] -= Q::OFFSET * *sum.add(b + j);
+        let wb = w.add(b * Q::BYTES);
+        let xb = qs.add(b * QK);
+        let dot = |j: usize| {
+            if j < m {
+                isum::<Q, D>(wb.add(j * Q::BYTES), xb.add(j * QK))
+            } else {
+                _mm256_setzero_si256()
             }
-            dw[j] = f16_at(blk.add(Q::D));
-            dx[j] = *d.add(b + j);
-            if Q::MIN {
-                mw[j] = f16_at(blk.add(Q::M));
-                sx[j] = *s.add(b + j);
-            }
-        }
-        let ms = if Q::MIN {
-            Some((_mm256_loadu_ps(mw.as_ptr()), _mm256_loadu_ps(sx.as_ptr())))
-        } else {
-            None
         };
-        let isum = _mm256_loadu_si256(is.as_ptr().cast());
-        term(acc, isum, _mm256_loadu_ps(dw.as_ptr()), _mm256_loadu_ps(dx.as_ptr()), ms)
+        let mut isum = if m <= 2 {
+            reduce2(dot(0), dot(1))
+        } else if m <= 4 {
+            reduce4([dot(0), dot(1), dot(2), dot(3)])
+        } else {
+            reduce8([dot(0), dot(1), dot(2), dot(3), dot(4), dot(5), dot(6), dot(7)])
+        };
+        let lanes = mask(m);
+        if Q::OFFSET != 0 {
+            let sx = _mm256_maskload_epi32(sum.add(b), lanes);
+            isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(sx, _mm256_set1_epi32(Q::OFFSET)));
+        }
+        let ms = if Q::MIN { Some((dm.1, _mm256_maskload_ps(s.add(b), lanes))) } else { None };
+        let t = term(acc, isum, dm.0, _mm256_maskload_ps(d.add(b), lanes), ms);
+        _mm256_blendv_ps(acc, t, _mm256_castsi256_ps(lanes))
+    }
+}
+
+/// The f16 scales (and with [`QBlock::MIN`] the minimums) of the `m < 8` blocks at `wb` as
+/// f32 lanes (block `j` in lane `j`; lanes from `m` on repeat block `m - 1`'s or are zero,
+/// and are never used): only the `m` blocks are read.
+///
+/// # Safety
+///
+/// `m >= 1` whole blocks at `wb`; AVX2 + F16C available.
+#[inline(always)]
+unsafe fn scales_part<Q: QBlock>(wb: *const u8, m: usize) -> (__m256, __m256) {
+    // SAFETY: lanes up to 2, 4 or 8 read block `min(j, m - 1) < m` (caller contract).
+    unsafe {
+        let k = if m <= 2 {
+            2
+        } else if m <= 4 {
+            4
+        } else {
+            8
+        };
+        let at = |j: usize| wb.add(j.min(m - 1) * Q::BYTES);
+        if Q::MIN && Q::M == Q::D + 2 {
+            let w =
+                |j: usize| if j < k { at(j).add(Q::D).cast::<i32>().read_unaligned() } else { 0 };
+            split_f16_pairs(_mm256_setr_epi32(w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7)))
+        } else {
+            let h = |o: usize, j: usize| {
+                if j < k {
+                    at(j).add(o).cast::<u16>().read_unaligned() as i16
+                } else {
+                    0
+                }
+            };
+            let f = |o: usize| {
+                _mm256_cvtph_ps(_mm_setr_epi16(
+                    h(o, 0),
+                    h(o, 1),
+                    h(o, 2),
+                    h(o, 3),
+                    h(o, 4),
+                    h(o, 5),
+                    h(o, 6),
+                    h(o, 7),
+                ))
+            };
+            (f(Q::D), if Q::MIN { f(Q::M) } else { _mm256_setzero_ps() })
+        }
     }
 }
 
@@ -247,10 +375,20 @@ unsafe fn group8<Q: QBlock, D: Dot256>(
         let wb = w.add(b * Q::BYTES);
         let xb = qs.add(b * QK);
         let mut v = [_mm256_setzero_si256(); 8];
-        for (j, v) in v.iter_mut().enumerate() {
-            *v = isum::<Q, D>(wb.add(j * Q::BYTES), xb.add(j * QK));
-        }
-        let mut isum = reduce8(v);
+        let mut isum = if Q::NIBBLES && D::MADDUBS {
+            // The `maddubs` lanes reduced in i16 (no `madd` per block).
+            for (j, v) in v.iter_mut().enumerate() {
+                let (u, s) =
+                    Q::operands(wb.add(j * Q::BYTES), _mm256_loadu_si256(xb.add(j * QK).cast()));
+                *v = _mm256_maddubs_epi16(u, s);
+            }
+            reduce8_i16(v)
+        } else {
+            for (j, v) in v.iter_mut().enumerate() {
+                *v = isum::<Q, D>(wb.add(j * Q::BYTES), xb.add(j * QK));
+            }
+            reduce8(v)
+        };
         if Q::OFFSET != 0 {
             let sx = _mm256_loadu_si256(sum.add(b).cast());
             isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(sx, _mm256_set1_epi32(Q::OFFSET)));
@@ -262,7 +400,7 @@ unsafe fn group8<Q: QBlock, D: Dot256>(
 
 /// The AVX2 and AVX-VNNI tiers' [`Q8Tier`] ([`Avx2Ops`] / [`super::VexOps`] for `D`): one
 /// output per 8-lane accumulator, each output's groups of eight blocks ([`group8`]) and last
-/// blocks ([`tail_blocks`]) one after the other.
+/// blocks ([`group_part`]) one after the other.
 pub(super) struct Avx2Tier<D>(PhantomData<D>);
 
 impl<Q: QBlock, D: Dot256> Q8Tier<Q> for Avx2Tier<D> {
@@ -291,18 +429,15 @@ impl<Q: QBlock, D: Dot256> Q8Tier<Q> for Avx2Tier<D> {
             for r in 0..R {
                 let wr = w.add(r * rb);
                 // The row's scales once for all `N` activation rows.
-                let dm = if m == 8 {
-                    scales8::<Q>(wr.add(b * Q::BYTES))
-                } else {
-                    (_mm256_setzero_ps(), _mm256_setzero_ps())
-                };
+                let wb = wr.add(b * Q::BYTES);
+                let dm = if m == 8 { scales8::<Q>(wb) } else { scales_part::<Q>(wb, m) };
                 for t in 0..N {
                     let xt = x.rows_from(t);
                     let a = &mut acc[r * N + t];
                     *a = if m == 8 {
                         group8::<Q, D>(*a, wr, dm, b, xt.qs, xt.d, xt.s, xt.sum)
                     } else {
-                        tail_blocks::<Q, D>(*a, wr, b, b + m, xt.qs, xt.d, xt.s, xt.sum)
+                        group_part::<Q, D>(*a, wr, dm, b, m, xt.qs, xt.d, xt.s, xt.sum)
                     };
                 }
             }

@@ -341,6 +341,10 @@ unsafe fn mask(len: usize) -> __m256i {
 /// `madd`, or VNNI's `vpdpbusd` / `vpdpwssd` (VEX-encoded on AVX-VNNI, EVEX on AVX-512).
 /// Every sum is exact in i32, so every tier gives the same integers.
 pub(super) trait Dot256 {
+    /// Whether [`Dot256::dot`] is `maddubs` then `madd` (AVX2), so that a kernel may take the
+    /// `maddubs` pairs and reduce them itself.
+    const MADDUBS: bool = false;
+
     /// `Σ` over groups of `u · s` (u8 × i8) as 8 i32 lanes, lane `i` summing bytes
     /// `4 i .. 4 i + 4`; the pair sums must not saturate i16 (`|u · s| <= 128 · 127`).
     ///
@@ -363,6 +367,8 @@ pub(super) struct Avx2Ops;
 pub(super) struct VexOps;
 
 impl Dot256 for Avx2Ops {
+    const MADDUBS: bool = true;
+
     #[inline(always)]
     unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
         // SAFETY: register-only AVX2 intrinsics.
@@ -387,22 +393,6 @@ impl Dot256 for VexOps {
     unsafe fn madd_acc(acc: __m256i, p: __m256i, scale: __m256i) -> __m256i {
         // SAFETY: as above.
         unsafe { _mm256_dpwssd_avx_epi32(acc, p, scale) }
-    }
-}
-
-/// The total of one vector's 8 i32 lanes.
-///
-/// # Safety
-///
-/// AVX2 available.
-#[inline(always)]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    // SAFETY: register-only intrinsics.
-    unsafe {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
     }
 }
 
@@ -459,7 +449,19 @@ unsafe fn gather_f16_pairs(p: *const u8, stride: usize) -> (__m256, __m256) {
     // SAFETY: the 8 4-byte reads are in bounds (caller contract); the rest is register-only.
     unsafe {
         let w = |j: usize| p.add(j * stride).cast::<i32>().read_unaligned();
-        let v = _mm256_setr_epi32(w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7));
+        split_f16_pairs(_mm256_setr_epi32(w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7)))
+    }
+}
+
+/// The f16 pairs `(d, m)` of eight u32 lanes (`d` the low half) as two sets of 8 f32 lanes.
+///
+/// # Safety
+///
+/// AVX2 + F16C available.
+#[inline(always)]
+unsafe fn split_f16_pairs(v: __m256i) -> (__m256, __m256) {
+    // SAFETY: register-only intrinsics.
+    unsafe {
         // Per 128-bit lane (blocks 4k..4k+4, little-endian `d | m << 16`): the four `d`s into
         // the low 8 bytes, the four `m`s into the high 8 bytes.
         let split = _mm256_setr_epi8(

@@ -7,7 +7,8 @@
 //! (with int8 activations the tiled int8 kernels read each weight block once for all rows,
 //! which is where batching pays: decode is bound by reading the weights), RMSNorm, RoPE and
 //! the MLP run row by row, and attention runs entry by entry against that slot's own cache
-//! ([`crate::ops::attention_layer`]).
+//! ([`crate::ops::attention_layer`]), the decode tokens of all entries as one parallel loop
+//! ([`crate::ops::attention_decode`]: one dispatch per layer, not one per sequence).
 //!
 //! **Bit-identity per sequence.** Every kernel computes an output row from its own input row
 //! in an order that depends neither on the other rows nor on how many there are, activation

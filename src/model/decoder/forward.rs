@@ -2,7 +2,8 @@
 //! position, run through the layers together — embed → per layer (attention block, MLP block)
 //! → final norm and output head. The rows of every sequence go through each weight matrix as
 //! one GEMM (GEMV for a single row); RMSNorm, RoPE, the biases and the MLP are row-wise;
-//! attention runs per sequence against its own cache ([`ops::attention_layer`]). A
+//! attention runs per sequence against its own cache ([`ops::attention_layer`]; the one-row
+//! entries, decode tokens, together as one set of work items, [`ops::attention_decode`]). A
 //! [`DecoderLM`](super::DecoderLM) step is the one-sequence case, a
 //! [`DecoderBatch`](super::DecoderBatch) step the general one. Since every kernel computes
 //! each output row from its own input row in a fixed order, a sequence's logits are the same
@@ -36,6 +37,10 @@ pub(super) fn attention_floats(
     let per_head = path == AttentionPath::PerHead;
     ops::layer_attention_floats(nh, nkv, hd, n, ctx, per_head, kv == KvDtype::F16)
 }
+
+/// The most one-row entries whose attention runs as one [`ops::attention_decode`] call (a
+/// bound for the stack table of them).
+const DECODE_GROUP: usize = 16;
 
 #[allow(clippy::too_many_arguments)]
 fn matmul(
@@ -170,19 +175,27 @@ pub(super) fn forward_pass<'o>(
     let sin_local = arena.alloc_slice::<f32>(n * half)?;
     let path = options.attention;
     let kv_dtype = options.kv_dtype;
-    let mut att_floats = 0;
-    for (_, p0, e) in seqs.entries() {
-        let len = e.tokens.len();
-        let f = attention_floats(c, len, p0 + len, path, kv_dtype)
-            .ok_or_else(|| Error::resource_exhausted("attention scratch size overflows usize"))?;
-        att_floats = att_floats.max(f);
-    }
-    let scores = arena.alloc_slice::<f32>(att_floats)?;
     let scratch_len =
         [h, qd, inter].iter().map(|&kk| ops::scratch_bytes(kk, n, act)).max().unwrap_or(0);
     let scratch = arena.alloc_slice_aligned::<u8>(scratch_len, ops_align())?;
     let glu_scratch =
         arena.alloc_slice_aligned::<u8>(glu_quant_bytes(inter, n, act), ops_align())?;
+    // The attention scratch: what the largest entry needs alone (the arena is sized for
+    // that), or, when the arena has room, what all one-row entries need together (their
+    // attention then runs as one set of work items, `ops::attention_decode`).
+    let overflow = || Error::resource_exhausted("attention scratch size overflows usize");
+    let (mut att_floats, mut decode_floats) = (0, 0usize);
+    for (_, p0, e) in seqs.entries() {
+        let len = e.tokens.len();
+        let f = attention_floats(c, len, p0 + len, path, kv_dtype).ok_or_else(overflow)?;
+        att_floats = att_floats.max(f);
+        if len == 1 && path == AttentionPath::Tiled {
+            let d = ops::decode_attention_floats(nh, nkv, hd, p0, kv_dtype == KvDtype::F16);
+            decode_floats = d.and_then(|d| decode_floats.checked_add(d)).ok_or_else(overflow)?;
+        }
+    }
+    let free = arena.capacity().saturating_sub(arena.used().next_multiple_of(4)) / 4;
+    let scores = arena.alloc_slice::<f32>(att_floats.max(decode_floats.min(free)))?;
     // The down projection reads the GLU product quantized inside the gate/up loop when it
     // runs int8 (plain) in a format whose blocks tile the product's rows.
     let down_fmt = |m: &ops::Matrix<'_>| {
@@ -269,8 +282,28 @@ pub(super) fn forward_pass<'o>(
             LayerKind::Sliding => c.sliding_window,
             _ => None,
         };
+        // One-row entries in groups of up to DECODE_GROUP whose scratch fits in `scores`
+        // (each fits alone), the others one by one.
+        let dshape = ops::DecodeShape { heads: nh, kv_heads: nkv, head_dim: hd, window, scale };
+        let (keys, values) = kv[0].layer(l);
+        let empty = ops::DecodeRow { row: 0, pos: 0, keys, values, capacity: 0 };
+        let mut group = [empty; DECODE_GROUP];
+        let (mut grouped, mut need) = (0, 0);
         for (r0, p0, e) in seqs.entries() {
             let (cache, rows) = (&kv[e.slot], e.tokens.len());
+            if rows == 1 && path == AttentionPath::Tiled {
+                let f = ops::decode_attention_floats(nh, nkv, hd, p0, kv_dtype == KvDtype::F16)
+                    .ok_or_else(overflow)?;
+                if grouped == DECODE_GROUP || need + f > scores.len() {
+                    ops::attention_decode(exec, &dshape, &group[..grouped], q, scores, att);
+                    (grouped, need) = (0, 0);
+                }
+                let (keys, values) = cache.layer(l);
+                let capacity = cache.capacity();
+                group[grouped] = ops::DecodeRow { row: r0, pos: p0, keys, values, capacity };
+                (grouped, need) = (grouped + 1, need + f);
+                continue;
+            }
             let shape = ops::LayerAttention {
                 rows,
                 pos0: p0,
@@ -293,6 +326,9 @@ pub(super) fn forward_pass<'o>(
                 scores,
                 &mut att[span],
             );
+        }
+        if grouped > 0 {
+            ops::attention_decode(exec, &dshape, &group[..grouped], q, scores, att);
         }
         matmul(exec, sched, &lw.o, att, n, xn, other, scratch)
             .map_err(|e| nonfinite_input(e, att, qd, &at))?;

@@ -8,7 +8,9 @@
 //!   the query heads that share the KV head, running the `kernels::flash` block over them;
 //! - tiled decode (one row): item = one KV head × one segment of [`KV_SEGMENT`] cache
 //!   positions; the segments' running max, sum and output are merged in segment order
-//!   afterwards.
+//!   afterwards. [`attention_decode`] runs the decode rows of several sequences (each with
+//!   its own cache) as one set of such items: one dispatch, and items enough to balance the
+//!   threads, where a call per sequence would be one dispatch of `kv_heads` items each.
 //!
 //! Each output element is computed by one item in a fixed order, and the splits depend on
 //! positions only, so results are bit-identical for every executor, thread count and schedule
@@ -215,52 +217,193 @@ pub fn attention_layer(
             }
         });
     } else {
-        // Decode: item `i` is KV head `i / segs`, cache segment `seg0 + i % segs` of
-        // KV_SEGMENT positions, all `groups` query heads; each writes unnormalized partial
-        // outputs into its scratch, merged below in order.
-        let hi = p0 + 1;
-        let lo = hi.saturating_sub(window);
-        let seg0 = lo / KV_SEGMENT;
-        let segs = (hi - 1) / KV_SEGMENT + 1 - seg0;
-        let part = groups * hd;
-        let per = part + 2 * groups + flash::scratch_floats(groups, hd, f16);
-        run(nkv * segs, &|range: Range<usize>| {
-            let partials = sc;
-            for i in range {
-                let (g, s) = (i / segs, seg0 + i % segs);
-                // SAFETY: item `i` owns `scratch[i * per ..][..per]` (partial output, `ml`,
-                // kernel scratch; `nkv * segs * per` floats were asserted, `segs` being at
-                // most `span.div_ceil(KV_SEGMENT)`); items are disjoint; `q` and the cache
-                // are only read; keys below `pos0 + 1 <= capacity`.
-                unsafe {
-                    let base = partials.0.add(i * per);
-                    let b = flash::Block {
-                        q: q.as_ptr().add(g * part),
-                        out: base,
-                        row_stride: qd,
-                        rows: 1,
-                        heads: groups,
-                        d: hd,
-                        keys: keys.slice(g * head_len..(g + 1) * head_len).ptr(),
-                        values: values.slice(g * head_len..(g + 1) * head_len).ptr(),
-                        pos0: p0,
-                        window,
-                        clip: (s * KV_SEGMENT, (s + 1) * KV_SEGMENT),
-                        scale,
-                        ml: base.add(part),
-                        scratch: base.add(part + 2 * groups),
-                    };
-                    run_block(kern, &b);
+        let row = DecodeRow { row: 0, pos: p0, keys, values, capacity: s.capacity };
+        let shape = DecodeShape { heads: nh, kv_heads: nkv, head_dim: hd, window: s.window, scale };
+        attention_decode(exec, &shape, &[row], q, scratch, out);
+    }
+}
+
+/// The query heads, KV heads, head width, window and scale of an [`attention_decode`] call
+/// (as the fields of [`LayerAttention`] with the same names).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DecodeShape {
+    /// Query heads; a multiple of `kv_heads`.
+    pub heads: usize,
+    /// KV heads; at least 1.
+    pub kv_heads: usize,
+    /// Floats per head; at least 1.
+    pub head_dim: usize,
+    /// Sliding window: a row sees only the last `w` positions, its own included.
+    pub window: Option<usize>,
+    /// Score scale (`1 / sqrt(head_dim)` for plain attention).
+    pub scale: f32,
+}
+
+/// One query row of an [`attention_decode`] call: the next token of one sequence, against
+/// that sequence's own cache.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeRow<'a> {
+    /// Where the row's vectors are in `q` and `out`: from `row * heads * head_dim`.
+    pub row: usize,
+    /// The row's position: it sees the keys `..= pos` (the last `window` of them).
+    pub pos: usize,
+    /// The sequence's keys for this layer, `[kv_head][position][head_dim]` with `capacity`
+    /// positions per KV head.
+    pub keys: KvRows<'a>,
+    /// The sequence's values, laid out as `keys`.
+    pub values: KvRows<'a>,
+    /// Positions per KV head in `keys` and `values` (more than `pos`).
+    pub capacity: usize,
+}
+
+/// Floats of scratch one [`DecodeRow`] at position `pos` takes in [`attention_decode`]
+/// (its work items' partial outputs and kernel scratch); `None` if it overflows. `f16`: the
+/// cache holds f16 values.
+pub fn decode_attention_floats(
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    pos: usize,
+    f16: bool,
+) -> Option<usize> {
+    let g = heads / kv_heads.max(1);
+    let segs = pos.checked_add(1)?.div_ceil(KV_SEGMENT);
+    let per = decode_item_floats(g, head_dim, f16)?;
+    kv_heads.checked_mul(segs)?.checked_mul(per)
+}
+
+/// Floats of one decode work item: partial output (`g * d`), running max and sum, kernel
+/// scratch.
+fn decode_item_floats(g: usize, d: usize, f16: bool) -> Option<usize> {
+    g.checked_mul(d)?.checked_add(2 * g)?.checked_add(flash::scratch_floats(g, d, f16))
+}
+
+/// The first and the number of [`KV_SEGMENT`]s row `r` reads.
+fn decode_segments(r: &DecodeRow<'_>, window: usize) -> (usize, usize) {
+    let hi = r.pos + 1;
+    let lo = hi.saturating_sub(window);
+    let seg0 = lo / KV_SEGMENT;
+    (seg0, (hi - 1) / KV_SEGMENT + 1 - seg0)
+}
+
+/// Attention of one decoder layer for single query rows of different sequences, each against
+/// its own cache, as one set of work items on `exec`: what a decode step of several
+/// sequences runs, where per-sequence [`attention_layer`] calls would each be a dispatch with
+/// a few items (and, on two threads, three items as two rounds). Row `rows[i]` gets exactly
+/// the bits [`attention_layer`] gives it alone (`rows: 1`, `pos0: pos`; the tiled decode
+/// schedule): item = row × KV head × [`KV_SEGMENT`] segment, all query heads of the KV head,
+/// partial outputs merged per row in segment order.
+///
+/// `q` and `out` hold each row's `heads × head_dim` floats from `row * heads * head_dim`
+/// (other elements of `out` are left alone); `scratch` at least the sum over the rows of
+/// [`decode_attention_floats`]`(heads, kv_heads, head_dim, pos, cache is f16)`. Allocates
+/// nothing.
+///
+/// # Panics
+///
+/// If a dimension is 0, `heads` is not a multiple of `kv_heads`, a row's `pos` is not below
+/// its `capacity`, a slice is shorter than the above, or two rows share a `row`.
+pub fn attention_decode(
+    exec: &dyn Executor,
+    s: &DecodeShape,
+    rows: &[DecodeRow<'_>],
+    q: &[f32],
+    scratch: &mut [f32],
+    out: &mut [f32],
+) {
+    let (nh, nkv, hd) = (s.heads, s.kv_heads, s.head_dim);
+    assert!(nh > 0 && nkv > 0 && hd > 0, "attention_decode: empty shape");
+    assert_eq!(nh % nkv, 0, "attention_decode: heads not a multiple of kv_heads");
+    let (qd, groups) = (nh * hd, nh / nkv);
+    let window = s.window.unwrap_or(usize::MAX);
+    // Every item's floats, the widening tiles included whenever any row's cache is f16.
+    let f16 =
+        rows.iter().any(|r| matches!(r.keys, KvRows::F16(_)) || matches!(r.values, KvRows::F16(_)));
+    let mut need = 0usize;
+    let mut work = 0usize;
+    for (i, r) in rows.iter().enumerate() {
+        assert!(r.pos < r.capacity, "attention_decode: row past its cache");
+        let end = (r.row + 1).checked_mul(qd);
+        assert!(
+            end.is_some_and(|e| q.len() >= e && out.len() >= e),
+            "attention_decode: q / out too short"
+        );
+        assert!(rows[..i].iter().all(|o| o.row != r.row), "attention_decode: a row twice");
+        let kv_len = nkv * r.capacity * hd;
+        assert!(
+            r.keys.len() >= kv_len && r.values.len() >= kv_len,
+            "attention_decode: cache too short"
+        );
+        let n = decode_attention_floats(nh, nkv, hd, r.pos, f16);
+        need =
+            n.and_then(|n| need.checked_add(n)).expect("attention_decode: scratch size overflows");
+        work = work.saturating_add(nh * (r.pos + 1) * hd);
+    }
+    assert!(scratch.len() >= need, "attention_decode: scratch too short");
+    let per = decode_item_floats(groups, hd, f16).expect("checked above");
+    let part = groups * hd;
+    let items: usize = rows.iter().map(|r| nkv * decode_segments(r, window).1).sum();
+    let kern = kernels::active().ok();
+    let sc = SharedMut(scratch.as_mut_ptr());
+    // Items `[first, first + nkv * segs)` are row `i`'s: KV head `j / segs`, segment
+    // `seg0 + j % segs` for `j = item - first`; item `k` owns `scratch[k * per ..][..per]`.
+    let body = |range: Range<usize>| {
+        // The whole wrapper (Sync), not its pointer field, is captured.
+        let partials = sc;
+        let (mut i, mut first) = (0, 0);
+        for k in range {
+            let (seg0, segs) = loop {
+                let (seg0, segs) = decode_segments(&rows[i], window);
+                if k < first + nkv * segs {
+                    break (seg0, segs);
                 }
+                first += nkv * segs;
+                i += 1;
+            };
+            let r = &rows[i];
+            let (g, sg) = ((k - first) / segs, seg0 + (k - first) % segs);
+            let head_len = r.capacity * hd;
+            // SAFETY: item `k` owns `scratch[k * per ..][..per]` (partial output, `ml`,
+            // kernel scratch; the rows' `decode_attention_floats` sum to at least
+            // `items * per` floats, asserted); items are disjoint; `q` and the caches are
+            // only read; keys below `pos + 1 <= capacity`.
+            unsafe {
+                let base = partials.0.add(k * per);
+                let b = flash::Block {
+                    q: q.as_ptr().add(r.row * qd + g * part),
+                    out: base,
+                    row_stride: qd,
+                    rows: 1,
+                    heads: groups,
+                    d: hd,
+                    keys: r.keys.slice(g * head_len..(g + 1) * head_len).ptr(),
+                    values: r.values.slice(g * head_len..(g + 1) * head_len).ptr(),
+                    pos0: r.pos,
+                    window,
+                    clip: (sg * KV_SEGMENT, (sg + 1) * KV_SEGMENT),
+                    scale: s.scale,
+                    ml: base.add(part),
+                    scratch: base.add(part + 2 * groups),
+                };
+                run_block(kern, &b);
             }
-        });
-        // Merge each vector's segments in order, then normalize.
+        }
+    };
+    if exec.threads() > 1 && work >= PAR_ATTENTION_WORK {
+        exec.parallel_for(0..items, Schedule::Grain(1), &body);
+    } else {
+        body(0..items);
+    }
+    // Merge each vector's segments in order, then normalize.
+    let mut first = 0;
+    for r in rows {
+        let segs = decode_segments(r, window).1;
         for g in 0..nkv {
             for h in 0..groups {
-                let o = &mut out[(g * groups + h) * hd..][..hd];
+                let o = &mut out[r.row * qd + (g * groups + h) * hd..][..hd];
                 let (mut m, mut lsum) = (f32::NEG_INFINITY, 0f32);
                 for s in 0..segs {
-                    let base = (g * segs + s) * per;
+                    let base = (first + g * segs + s) * per;
                     let ob = &scratch[base + h * hd..][..hd];
                     let (mb, lb) = (scratch[base + part + h], scratch[base + part + groups + h]);
                     flash::merge(&mut m, &mut lsum, o, mb, lb, ob);
@@ -269,5 +412,6 @@ pub fn attention_layer(
                 o.iter_mut().for_each(|x| *x *= inv);
             }
         }
+        first += nkv * segs;
     }
 }
