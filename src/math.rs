@@ -120,6 +120,92 @@ pub(crate) const E3: f32 = 4.166_579_6e-2;
 /// See [`E0`].
 pub(crate) const E4: f32 = 1.666_666_5e-1;
 
+/// `erf(z)`: `z · P(z²) / Q(z²)` for `|z| < 4`, `P` of degree 6 and `Q` of degree 5 in `z²`, a
+/// rational minimax fit to `erf(z) / z` on `[0, 4]` (relative error ≤ 2.1e-9;
+/// `tools/erf_fit.py` makes the coefficients), and `±1` for `|z| ≥ 4` (`1 − erf(4) = 1.5e-8`).
+/// Rounded to f32 it is within 0.54 f32 ulp of `erf` (a unit test in `ops/gelu.rs` checks a
+/// dense grid).
+/// NaN gives a number, which `gelu_erf`'s factor `x` turns back into NaN.
+#[inline(always)]
+pub(crate) fn erf_f64(z: f64) -> f64 {
+    const P: [f64; 7] = [
+        1.1283791693637368,
+        0.1852055609617226,
+        0.054316945108033345,
+        0.0038496713714127463,
+        0.0003795984856187514,
+        4.684443331154503e-06,
+        -1.320066175857478e-08,
+    ];
+    const Q: [f64; 6] = [
+        1.0,
+        0.49746756847429946,
+        0.11395913809127275,
+        0.015462173895543307,
+        0.001307568129430797,
+        6.310743070727706e-05,
+    ];
+    // Every lane computes the rational (on a clamped `z`, so that no lane overflows) and the
+    // tails are a select: no branch, so loops over it vectorise.
+    #[allow(clippy::manual_clamp)] // `clamp` keeps NaN; `max` / `min` replace it
+    let c = z.max(-4.0).min(4.0);
+    let t = c * c;
+    let p = (((((P[6] * t + P[5]) * t + P[4]) * t + P[3]) * t + P[2]) * t + P[1]) * t + P[0];
+    let q = ((((Q[5] * t + Q[4]) * t + Q[3]) * t + Q[2]) * t + Q[1]) * t + Q[0];
+    let r = c * (p / q);
+    if z.abs() >= 4.0 {
+        1f64.copysign(z)
+    } else {
+        r
+    }
+}
+
+/// `crate::ops::gelu_erf`: `0.5 · x · (1 + erf(x / √2))` in f64 with [`erf_f64`], rounded
+/// once to f32 (see `ops/gelu.rs` for its accuracy).
+#[inline(always)]
+pub(crate) fn gelu_erf(x: f32) -> f32 {
+    let x = x as f64;
+    (0.5 * x * (1.0 + erf_f64(x * core::f64::consts::FRAC_1_SQRT_2))) as f32
+}
+
+/// The loop of `crate::ops::bias_gelu_erf`: `y[i] = gelu_erf(y[i] + bias[i])`, or
+/// `gelu_erf(y[i])` for an empty `bias` (a non-empty `bias` is as long as `y`: the callers
+/// check it). Here, below `kernels`, for the tables to compile it under their features.
+#[inline(always)]
+pub(crate) fn bias_gelu_erf_body(y: &mut [f32], bias: &[f32]) {
+    if bias.is_empty() {
+        for v in y.iter_mut() {
+            *v = gelu_erf(*v);
+        }
+    } else {
+        for (v, &b) in y.iter_mut().zip(bias) {
+            *v = gelu_erf(*v + b);
+        }
+    }
+}
+
+/// The body of `crate::ops::softmax`: `x[i] = expf(x[i] − max) / Σ expf(x[j] − max)` with
+/// the sum taken in order, here for the kernels to compile it under their features (the same
+/// bits: each lane runs [`expf`]'s operations, the sum stays a sequential chain).
+#[inline(always)]
+pub(crate) fn softmax_body(x: &mut [f32]) {
+    if x.is_empty() {
+        return;
+    }
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for v in x.iter_mut() {
+        *v = expf(*v - max);
+    }
+    for &v in x.iter() {
+        sum += v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
 /// SiLU (swish): `x / (1 + e^(−x))` with [`expf`]; `crate::ops::silu` is this function.
 #[inline(always)]
 pub(crate) fn silu(x: f32) -> f32 {

@@ -1108,3 +1108,35 @@ fn simd_tiers_have_a_body_for_every_type_and_mode() {
         }
     }
 }
+
+/// f32 weights: the AVX-512 tier's GEMM (two outputs per 512-bit register, activation rows
+/// packed in pairs) gives AVX2's bits for every output: odd and short K tails, odd and
+/// partial groups of activation rows, leftover weight rows, K past the packed kernel's limit
+/// (AVX2's body) and the GEMV.
+#[test]
+fn f32_weights_avx512_gives_avx2_bits() {
+    let (Some(a2), Some(a5)) = (kernels(Isa::Avx2), kernels(Isa::Avx512)) else {
+        return;
+    };
+    let shapes = [
+        (1, 1, 2),
+        (3, 7, 3),
+        (4, 8, 8),
+        (5, 9, 9),
+        (7, 33, 17),
+        (9, 384, 16),
+        (13, 385, 23),
+        (6, 2048, 5),
+        (6, 2049, 5),
+        (17, 100, 1),
+    ];
+    for (i, &(rows, k, n)) in shapes.iter().enumerate() {
+        let mut rng = Rng(900 + i as u64);
+        let (data, _) = weights(DType::F32, rows, k, &mut rng);
+        let x: Vec<f32> = (0..n * k).map(|_| rng.f()).collect();
+        let w = Matrix::new(DType::F32, rows, k, data.as_slice()).unwrap();
+        let want = run(a2, &w, &x, n, Activations::F32).unwrap();
+        let got = run(a5, &w, &x, n, Activations::F32).unwrap();
+        assert_eq!(bits(&got), bits(&want), "rows {rows} k {k} n {n}");
+    }
+}

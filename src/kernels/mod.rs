@@ -252,6 +252,9 @@ pub struct Kernels {
     pub(crate) swiglu: GluFn,
     /// [`crate::ops::geglu_tanh`]'s loop on this ISA's vectors.
     pub(crate) geglu_tanh: GluFn,
+    /// [`crate::ops::bias_gelu_erf`]'s loop on this ISA's vectors (`gate` the values,
+    /// `up` the bias or empty).
+    pub(crate) bias_gelu_erf: GluFn,
 }
 
 /// A gated activation in place over `gate` (`up` at least as long), bit-identical to the
@@ -270,6 +273,11 @@ fn swiglu_portable(gate: &mut [f32], up: &[f32]) {
 /// See [`swiglu_portable`].
 fn geglu_tanh_portable(gate: &mut [f32], up: &[f32]) {
     crate::math::geglu_tanh_body(gate, up)
+}
+
+/// See [`swiglu_portable`].
+fn bias_gelu_erf_portable(y: &mut [f32], bias: &[f32]) {
+    crate::math::bias_gelu_erf_body(y, bias)
 }
 
 /// The grouped, tiled attention body of a table (see `flash.rs`).
@@ -292,6 +300,7 @@ pub(crate) const SCALAR: Kernels = {
         attention: flash::run_portable,
         swiglu: swiglu_portable,
         geglu_tanh: geglu_tanh_portable,
+        bias_gelu_erf: bias_gelu_erf_portable,
     };
     k.q8_halves[DType::Q5_0x2 as usize] =
         Some([scalar::q5_0x2_col_q8::<0>, scalar::q5_0x2_col_q8::<1>]);
@@ -348,6 +357,13 @@ impl Kernels {
     pub(crate) const fn with_glu(mut self, swiglu: GluFn, geglu_tanh: GluFn) -> Self {
         self.swiglu = swiglu;
         self.geglu_tanh = geglu_tanh;
+        self
+    }
+
+    /// This table with `f` as the encoder's bias + GELU (erf) loop.
+    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    pub(crate) const fn with_bias_gelu_erf(mut self, f: GluFn) -> Self {
+        self.bias_gelu_erf = f;
         self
     }
 

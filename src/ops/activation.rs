@@ -12,21 +12,7 @@ use crate::math::{geglu_tanh_body, swiglu_body};
 /// Softmax in place: `x[i] = exp(x[i] − max) / Σ exp(x[j] − max)`. An empty slice is left
 /// alone. `-inf` entries get probability 0.
 pub fn softmax(x: &mut [f32]) {
-    if x.is_empty() {
-        return;
-    }
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f32;
-    for v in x.iter_mut() {
-        *v = expf(*v - max);
-    }
-    for &v in x.iter() {
-        sum += v;
-    }
-    let inv = 1.0 / sum;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
+    crate::math::softmax_body(x)
 }
 
 /// SiLU (swish): `x · sigmoid(x) = x / (1 + e^(−x))`.

@@ -230,7 +230,7 @@ pub fn attention_head(
         // hold `n * d` floats (asserted above). Same arithmetic as the loops below.
         unsafe {
             kernels::attention::scores(q, keys, scale, scores);
-            softmax(scores);
+            kernels::attention::softmax(scores);
             kernels::attention::weighted_sum(scores, values, out);
         }
         return;

@@ -4,70 +4,65 @@
 //! [`crate::ops::gelu_tanh`] is the tanh approximation (`"gelu_new"`, `"gelu_pytorch_tanh"`).
 //!
 //! The whole expression is evaluated in f64 and rounded to f32 once, with `erf` from a rational
-//! approximation ([`erf_f64`]) written without branches, so that loops over it vectorise (the
+//! approximation (`crate::math::erf_f64`) written without branches, so that loops over it vectorise (the
 //! scalar `libm::erff` this replaced took about a tenth of an encoder's time). Only IEEE
 //! additions, multiplications, one division and min/max: the same bits on every machine,
 //! element by element, so any split of a buffer across threads gives the same result. The
 //! decoders do not use it (their GELU is the tanh form).
-
-/// `erf(z)`: `z · P(z²) / Q(z²)` for `|z| < 4`, `P` of degree 6 and `Q` of degree 5 in `z²`, a
-/// rational minimax fit to `erf(z) / z` on `[0, 4]` (relative error ≤ 2.1e-9;
-/// `tools/erf_fit.py` makes the coefficients), and `±1` for `|z| ≥ 4` (`1 − erf(4) = 1.5e-8`).
-/// Rounded to f32 it is within 0.54 f32 ulp of `erf` (the unit test below checks a dense grid).
-/// NaN gives a number, which `gelu_erf`'s factor `x` turns back into NaN.
-#[inline(always)]
-fn erf_f64(z: f64) -> f64 {
-    const P: [f64; 7] = [
-        1.1283791693637368,
-        0.1852055609617226,
-        0.054316945108033345,
-        0.0038496713714127463,
-        0.0003795984856187514,
-        4.684443331154503e-06,
-        -1.320066175857478e-08,
-    ];
-    const Q: [f64; 6] = [
-        1.0,
-        0.49746756847429946,
-        0.11395913809127275,
-        0.015462173895543307,
-        0.001307568129430797,
-        6.310743070727706e-05,
-    ];
-    // Every lane computes the rational (on a clamped `z`, so that no lane overflows) and the
-    // tails are a select: no branch, so loops over it vectorise.
-    #[allow(clippy::manual_clamp)] // `clamp` keeps NaN; `max` / `min` replace it
-    let c = z.max(-4.0).min(4.0);
-    let t = c * c;
-    let p = (((((P[6] * t + P[5]) * t + P[4]) * t + P[3]) * t + P[2]) * t + P[1]) * t + P[0];
-    let q = ((((Q[5] * t + Q[4]) * t + Q[3]) * t + Q[2]) * t + Q[1]) * t + Q[0];
-    let r = c * (p / q);
-    if z.abs() >= 4.0 {
-        1f64.copysign(z)
-    } else {
-        r
-    }
-}
 
 /// GELU (erf) of one value: `0.5 · x · (1 + erf(x / √2))`, in f64, rounded once to f32:
 /// within 0.5 f32 ulp plus `1.1e-9 · |x|` of the exact value (plus `4.4e-8` below `x = −5.65`,
 /// where it is 0 and the exact value is smaller than that).
 #[inline]
 pub fn gelu_erf(x: f32) -> f32 {
-    let x = x as f64;
-    (0.5 * x * (1.0 + erf_f64(x * core::f64::consts::FRAC_1_SQRT_2))) as f32
+    crate::math::gelu_erf(x)
 }
 
 /// [`gelu_erf`] of every element, in place.
 pub fn gelu_erf_in_place(x: &mut [f32]) {
-    for v in x.iter_mut() {
-        *v = gelu_erf(*v);
-    }
+    crate::math::bias_gelu_erf_body(x, &[]);
+}
+
+/// `x[i] = gelu_erf(x[i] + bias[i])` (`bias` empty: no bias) with the active kernels (the
+/// scalar table's if `RML_KERNELS` is invalid): the same bits as [`gelu_erf`] of the sum on
+/// every ISA (the loop compiled for the ISA's vector width, each lane running the same f64
+/// operations).
+///
+/// # Panics
+///
+/// If `bias` is neither empty nor as long as `x`.
+pub fn bias_gelu_erf(x: &mut [f32], bias: &[f32]) {
+    assert!(bias.is_empty() || bias.len() == x.len(), "bias_gelu_erf: length mismatch");
+    let k = crate::kernels::active().unwrap_or(&crate::kernels::SCALAR);
+    // SAFETY: a `Kernels` table is only handed out for an ISA this CPU runs.
+    unsafe { (k.bias_gelu_erf)(x, bias) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::math::erf_f64;
+
+    #[test]
+    fn bias_gelu_erf_has_the_bits_of_the_scalar_loop() {
+        // The active table's loop (vectorised under its features) against `gelu_erf` of
+        // each sum, lengths with vector tails, with and without a bias.
+        for len in [1usize, 7, 8, 9, 15, 16, 17, 33, 1536] {
+            let x: alloc::vec::Vec<f32> =
+                (0..len).map(|i| ((i * 7919) % 2001) as f32 / 150.0 - 6.7).collect();
+            let b: alloc::vec::Vec<f32> = (0..len).map(|i| (i % 13) as f32 / 7.0 - 0.9).collect();
+            let mut got = x.clone();
+            bias_gelu_erf(&mut got, &b);
+            for i in 0..len {
+                assert_eq!(got[i].to_bits(), gelu_erf(x[i] + b[i]).to_bits(), "len {len} i {i}");
+            }
+            let mut got = x.clone();
+            bias_gelu_erf(&mut got, &[]);
+            for i in 0..len {
+                assert_eq!(got[i].to_bits(), gelu_erf(x[i]).to_bits(), "len {len} i {i}");
+            }
+        }
+    }
 
     /// The f32 ulp at `v` (the spacing of f32 values of `v`'s binade; at 0 the smallest normal's).
     fn ulp(v: f64) -> f64 {

@@ -50,7 +50,7 @@ pub use attention::{
 };
 pub use fused::gemm_fused;
 pub(crate) use fused::{gemm_glu, gemm_q8, GluQuant};
-pub use gelu::{gelu_erf, gelu_erf_in_place};
+pub use gelu::{bias_gelu_erf, gelu_erf, gelu_erf_in_place};
 pub use layer_norm::{layer_norm, layer_norm_in_place};
 pub use matmul::{
     dequantize_row, gemm, gemm_with, gemv, scratch_bytes, Activations, Matrix, PAR_ROWS_F32,

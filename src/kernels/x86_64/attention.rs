@@ -78,6 +78,16 @@ pub(crate) unsafe fn scores(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f
     }
 }
 
+/// [`crate::ops::softmax`] compiled for AVX2 (8 lanes of its `expf`): the same bits.
+///
+/// # Safety
+///
+/// The CPU has AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn softmax(x: &mut [f32]) {
+    crate::math::softmax_body(x)
+}
+
 /// `out[i] = Σ_t` in order of `out[i] + p[t] * values[t * d + i]` (the portable loop of
 /// `axpy` calls), with `out` zeroed first and `d = out.len()`.
 ///

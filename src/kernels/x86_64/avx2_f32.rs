@@ -527,7 +527,7 @@ impl F32Decode<BlockQ6K> for Avx2F32 {
 ///
 /// AVX available.
 #[inline(always)]
-unsafe fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
+pub(super) unsafe fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
     // SAFETY: register-only AVX intrinsics.
     unsafe {
         let s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));

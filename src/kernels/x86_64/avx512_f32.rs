@@ -933,3 +933,204 @@ entry!(avx512_q5_k_f32, Q5KW);
 entry!(avx512_q6_k_f32, Q6KW);
 entry!(avx512_q2_k_f32, Q2KW);
 entry!(avx512_q3_k_f32, Q3KW);
+
+// ---- f32 weights: AVX2's arithmetic on 512-bit registers ----
+//
+// The AVX2 tier (`avx2_f32.rs`, the frame's `matmul`) gives each output one 8-lane
+// accumulator: `acc = fma(w[8 c ..], x[8 c ..], acc)` for each 8-element chunk `c` of K in
+// order (a K tail past the last whole chunk as one chunk zero-filled past `k`), then
+// `hsum4`'s fixed sum of the eight lanes. Here one 512-bit register holds the accumulators of
+// two outputs, the same weight row against two activation rows (lanes 0..8 and 8..16): the
+// chunk of weights is broadcast to both halves, and the activation rows are first copied
+// pair by pair into a stack buffer with the two rows' chunks side by side, so that one load
+// gives both. Every lane runs the same FMAs in the same order as AVX2's, and the halves are
+// summed by AVX2's `hsum4`, so each output has AVX2's bits (tiles, blocks and thread splits
+// do not change them) at twice the FLOPs per instruction on cores with 512-bit FMA units.
+
+/// Weight rows per f32 tile.
+const F32_ROWS: usize = 4;
+/// Activation-row pairs per f32 tile: `F32_ROWS × F32_PAIRS` accumulators (more spill).
+const F32_PAIRS: usize = 4;
+/// The largest K the paired kernel takes (its activation buffer, `2 F32_PAIRS × F32_KMAX`
+/// floats, is on the stack); longer rows go through AVX2's body, which gives the same bits.
+const F32_KMAX: usize = 2048;
+
+/// The 8 floats at `p` in both halves.
+///
+/// # Safety
+///
+/// 8 readable floats at `p`; AVX-512 F available.
+#[inline(always)]
+unsafe fn bcast8(p: *const f32) -> __m512 {
+    // SAFETY: 32 readable bytes (caller contract).
+    unsafe { _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(p.cast()))) }
+}
+
+/// The `len < 8` floats at `p`, the other lanes zero (AVX2's masked tail).
+///
+/// # Safety
+///
+/// `len` readable floats at `p`; AVX-512 F/VL available.
+#[inline(always)]
+unsafe fn load_tail8(p: *const f32, len: usize) -> __m256 {
+    // SAFETY: masked lanes are not read.
+    unsafe { _mm256_maskz_loadu_ps(((1u32 << len) - 1) as __mmask8, p) }
+}
+
+/// Copies the `nt <= 2 F32_PAIRS` activation rows at `x` (`k` floats each) into `buf` pair
+/// by pair: chunk `c` of rows `2 p` and `2 p + 1` at `buf[16 (c F32_PAIRS + p) ..]`, 8 floats
+/// each; a K tail as one more chunk zero-filled past `k`; rows past `nt` repeat the last.
+///
+/// # Safety
+///
+/// `x` holds `nt >= 1` rows of `k` floats, `buf` `16 F32_PAIRS ceil(k / 8)` floats; AVX-512
+/// F/VL available.
+#[inline(always)]
+unsafe fn f32_pack(x: *const f32, k: usize, nt: usize, buf: *mut f32) {
+    // SAFETY: reads below `k` in rows below `nt`, writes inside `buf` (caller contract).
+    unsafe {
+        let (chunks, len) = (k / 8, k % 8);
+        for p in 0..F32_PAIRS {
+            for h in 0..2 {
+                let src = x.add((2 * p + h).min(nt - 1) * k);
+                let dst = buf.add(16 * p + 8 * h);
+                for c in 0..chunks {
+                    _mm256_storeu_ps(dst.add(16 * F32_PAIRS * c), _mm256_loadu_ps(src.add(8 * c)));
+                }
+                if len != 0 {
+                    let v = load_tail8(src.add(8 * chunks), len);
+                    _mm256_storeu_ps(dst.add(16 * F32_PAIRS * chunks), v);
+                }
+            }
+        }
+    }
+}
+
+/// `R` f32 weight rows × the `nt` activation rows packed in `xp` by [`f32_pack`]:
+/// `y[t * ldy + r] = W[r] · x[t]` for `t < nt`, `r < R`, with AVX2's per-output arithmetic.
+///
+/// # Safety
+///
+/// `w` points to `R <= 4` rows of `rb` bytes holding `k` f32, `xp` as [`f32_pack`] wrote it;
+/// every `y[t * ldy + r]` is writable; the AVX-512 tier's features are available.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn f32_tile<const R: usize>(
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    xp: *const f32,
+    nt: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: weight loads below `k / 8` chunks of each row (the tail masked below `k`),
+    // activation loads inside the packed buffer; stores only the caller's outputs.
+    unsafe {
+        let w = w.cast::<f32>();
+        let rs = rb / 4;
+        let mut acc = [[_mm512_setzero_ps(); F32_PAIRS]; R];
+        let (chunks, len) = (k / 8, k % 8);
+        let mut xq = xp;
+        for c in 0..chunks {
+            let mut wv = [_mm512_setzero_ps(); R];
+            for r in 0..R {
+                wv[r] = bcast8(w.add(r * rs + 8 * c));
+            }
+            for p in 0..F32_PAIRS {
+                let xv = _mm512_loadu_ps(xq.add(16 * p));
+                for r in 0..R {
+                    acc[r][p] = _mm512_fmadd_ps(wv[r], xv, acc[r][p]);
+                }
+            }
+            xq = xq.add(16 * F32_PAIRS);
+        }
+        if len != 0 {
+            let mut wv = [_mm512_setzero_ps(); R];
+            for r in 0..R {
+                let v = _mm256_castps_pd(load_tail8(w.add(r * rs + 8 * chunks), len));
+                wv[r] = _mm512_castpd_ps(_mm512_broadcast_f64x4(v));
+            }
+            for p in 0..F32_PAIRS {
+                let xv = _mm512_loadu_ps(xq.add(16 * p));
+                for r in 0..R {
+                    acc[r][p] = _mm512_fmadd_ps(wv[r], xv, acc[r][p]);
+                }
+            }
+        }
+        for p in 0..F32_PAIRS {
+            for h in 0..2 {
+                let t = 2 * p + h;
+                if t >= nt {
+                    break;
+                }
+                let mut hv = [_mm256_setzero_ps(); 4];
+                for r in 0..R {
+                    let a = _mm512_castps_pd(acc[r][p]);
+                    hv[r] = _mm256_castpd_ps(if h == 0 {
+                        _mm512_castpd512_pd256(a)
+                    } else {
+                        _mm512_extractf64x4_pd::<1>(a)
+                    });
+                }
+                let s = super::avx2_f32::hsum4(hv[0], hv[1], hv[2], hv[3]);
+                let mut v = [0f32; 4];
+                _mm_storeu_ps(v.as_mut_ptr(), s);
+                for r in 0..R {
+                    *y.add(t * ldy + r) = v[r];
+                }
+            }
+        }
+    }
+}
+
+tier_fn! { Avx512;
+    /// AVX-512 table entry for f32 weights (see [`super::super::MatmulF32Fn`]): AVX2's
+    /// per-output arithmetic, two outputs per 512-bit register, `F32_ROWS` weight rows ×
+    /// `2 F32_PAIRS` activation rows per tile (each group of activation rows packed once,
+    /// then every weight row run past it); one activation row (GEMV) and rows longer than
+    /// `F32_KMAX` go through AVX2's body.
+    ///
+    /// # Safety
+    ///
+    /// As [`super::super::MatmulF32Fn`]; the CPU has the AVX-512 tier's features.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn avx512_f32_f32(
+        w: *const u8,
+        rb: usize,
+        rows: usize,
+        k: usize,
+        x: *const f32,
+        n: usize,
+        y: *mut f32,
+        ldy: usize,
+    ) {
+        // SAFETY: every tile covers weight rows `r .. r + R <= rows` and activation rows
+        // `t0 .. t0 + nt <= n` (caller contract), packed into `buf`, which holds
+        // `16 F32_PAIRS ceil(k / 8)` floats for `k <= F32_KMAX`; AVX2 and FMA are part of
+        // the tier.
+        unsafe {
+            if n <= 1 || k > F32_KMAX {
+                return super::avx2_f32::matmul_f32(w, rb, rows, k, x, n, y, ldy);
+            }
+            let mut buf = core::mem::MaybeUninit::<[f32; 2 * F32_PAIRS * F32_KMAX]>::uninit();
+            let buf = buf.as_mut_ptr().cast::<f32>();
+            let mut t0 = 0;
+            while t0 < n {
+                let nt = (n - t0).min(2 * F32_PAIRS);
+                f32_pack(x.add(t0 * k), k, nt, buf);
+                let yt = y.add(t0 * ldy);
+                let mut r = 0;
+                while r + F32_ROWS <= rows {
+                    f32_tile::<F32_ROWS>(w.add(r * rb), rb, k, buf, nt, yt.add(r), ldy);
+                    r += F32_ROWS;
+                }
+                while r < rows {
+                    f32_tile::<1>(w.add(r * rb), rb, k, buf, nt, yt.add(r), ldy);
+                    r += 1;
+                }
+                t0 += nt;
+            }
+        }
+    }
+}

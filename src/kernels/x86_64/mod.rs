@@ -29,6 +29,7 @@ pub(crate) const AVX2: Kernels = SCALAR
     .for_isa(Isa::Avx2)
     .with_attention(attention::flash_avx2)
     .with_glu(swiglu_avx2, geglu_tanh_avx2)
+    .with_bias_gelu_erf(bias_gelu_erf_avx2)
     .with_f32(DType::F32, avx2_f32::matmul_f32)
     .with_f32(DType::F16, avx2_f32::matmul_f16)
     .with_f32(DType::BF16, avx2_f32::matmul_bf16)
@@ -79,6 +80,8 @@ pub(crate) const AVX512: Kernels = AVX2
     .for_isa(Isa::Avx512)
     .with_attention(attention::flash_avx512)
     .with_glu(swiglu_avx512, geglu_tanh_avx512)
+    .with_bias_gelu_erf(bias_gelu_erf_avx512)
+    .with_f32(DType::F32, avx512_f32::avx512_f32_f32)
     .with_f32(DType::Q8_0, avx512_f32::avx512_q8_0_f32)
     .with_f32(DType::Q4_0, avx512_f32::avx512_q4_0_f32)
     .with_f32(DType::Q4_1, avx512_f32::avx512_q4_1_f32)
@@ -140,6 +143,13 @@ glu!(swiglu_avx2, crate::math::swiglu_body, Avx2, "SwiGLU, 8 lanes.");
 glu!(geglu_tanh_avx2, crate::math::geglu_tanh_body, Avx2, "GeGLU (tanh), 8 lanes.");
 glu!(swiglu_avx512, crate::math::swiglu_body, Avx512, "SwiGLU, 16 lanes.");
 glu!(geglu_tanh_avx512, crate::math::geglu_tanh_body, Avx512, "GeGLU (tanh), 16 lanes.");
+glu!(bias_gelu_erf_avx2, crate::math::bias_gelu_erf_body, Avx2, "Bias + GELU (erf), f64 lanes.");
+glu!(
+    bias_gelu_erf_avx512,
+    crate::math::bias_gelu_erf_body,
+    Avx512,
+    "Bias + GELU (erf), f64 lanes."
+);
 
 use core::arch::x86_64::*;
 

@@ -34,13 +34,41 @@ impl SharedOut {
     }
 }
 
-fn add_bias(y: &mut [f32], bias: &[f32]) {
-    if bias.is_empty() {
-        return;
+/// Runs `body` over rows `0..rows`, split across `exec` when it has several threads (each
+/// row's arithmetic is the same whichever chunk runs it).
+fn for_rows(exec: &dyn Executor, rows: usize, body: &(dyn Fn(Range<usize>) + Sync)) {
+    if exec.threads() > 1 && rows > 1 {
+        exec.parallel_for(0..rows, exec.schedule(), body);
+    } else {
+        body(0..rows);
     }
-    for row in y.chunks_exact_mut(bias.len()) {
-        ops::add_assign(row, bias);
-    }
+}
+
+/// `x = LN(x + (t + bias))` row by row (`bias` may be empty; `t` gets the bias added),
+/// LayerNorm with weight `w`, bias `b`, `eps`; the rows split across `exec`.
+#[allow(clippy::too_many_arguments)]
+fn residual_norm(
+    exec: &dyn Executor,
+    x: &mut [f32],
+    t: &mut [f32],
+    bias: &[f32],
+    w: &[f32],
+    b: &[f32],
+    eps: f32,
+) {
+    let h = w.len();
+    let (xp, tp) = (SharedOut(x.as_mut_ptr()), SharedOut(t.as_mut_ptr()));
+    for_rows(exec, x.len() / h, &|range: Range<usize>| {
+        for r in range {
+            // SAFETY: row `r` of `x` and of `t` (as long as `x`) belongs to this chunk alone.
+            let (xr, tr) = unsafe { (xp.slice(r * h, h), tp.slice(r * h, h)) };
+            if !bias.is_empty() {
+                ops::add_assign(tr, bias);
+            }
+            ops::add_assign(xr, tr);
+            ops::layer_norm_in_place(xr, w, b, eps);
+        }
+    });
 }
 
 impl EncoderWeights<'_> {
@@ -139,25 +167,34 @@ impl EncoderWeights<'_> {
                 act,
                 &mut scratch,
             )?;
-            add_bias(q, &layer.q_b);
-            add_bias(k, &layer.k_b);
-            add_bias(v, &layer.v_b);
-            if half > 0 {
-                let pos = seqs.iter().flat_map(|s| 0..s.len());
-                for ((qr, kr), p) in q.chunks_exact_mut(h).zip(k.chunks_exact_mut(h)).zip(pos) {
-                    let (cs, sn) = (&cos[p * half..][..half], &sin[p * half..][..half]);
-                    ops::rope(qr, cs, sn, ops::RopeLayout::RotateHalf);
-                    ops::rope(kr, cs, sn, ops::RopeLayout::RotateHalf);
+            // Biases and RoPE, row by row.
+            let (qp, kp, vp) =
+                (SharedOut(q.as_mut_ptr()), SharedOut(k.as_mut_ptr()), SharedOut(v.as_mut_ptr()));
+            let (cos, sin, sp) = (&*cos, &*sin, &spans[..]);
+            for_rows(exec, n, &|range: Range<usize>| {
+                for r in range {
+                    // SAFETY: row `r` of `q`, `k`, `v` (`n × h` each) belongs to this chunk.
+                    let (qr, kr, vr) =
+                        unsafe { (qp.slice(r * h, h), kp.slice(r * h, h), vp.slice(r * h, h)) };
+                    for (y, b) in [(&mut *qr, &layer.q_b), (&mut *kr, &layer.k_b), (vr, &layer.v_b)]
+                    {
+                        if !b.is_empty() {
+                            ops::add_assign(y, b);
+                        }
+                    }
+                    if half > 0 {
+                        // Row `r`'s position in its sequence.
+                        let p = r - sp[sp.partition_point(|s| s.end <= r)].start;
+                        let (cs, sn) = (&cos[p * half..][..half], &sin[p * half..][..half]);
+                        ops::rope(qr, cs, sn, ops::RopeLayout::RotateHalf);
+                        ops::rope(kr, cs, sn, ops::RopeLayout::RotateHalf);
+                    }
                 }
-            }
+            });
             self.attention(exec, &spans, q, k, v, kv_heads, scores, ctx);
             let o_act = act.for_other_input();
             ops::gemm(exec, None, &layer.o.matrix()?, ctx, n, tmp, o_act, &mut scratch)?;
-            add_bias(tmp, &layer.o_b);
-            for (xr, tr) in x.chunks_exact_mut(h).zip(tmp.chunks_exact(h)) {
-                ops::add_assign(xr, tr);
-                ops::layer_norm_in_place(xr, &layer.ln1_w, &layer.ln1_b, c.layer_norm_eps);
-            }
+            residual_norm(exec, x, tmp, &layer.o_b, &layer.ln1_w, &layer.ln1_b, c.layer_norm_eps);
             match &layer.gate {
                 None => {
                     let w_up = layer.up.matrix()?;
@@ -183,11 +220,15 @@ impl EncoderWeights<'_> {
             }
             let down_act = act.for_other_input();
             ops::gemm(exec, None, &layer.down.matrix()?, up, n, tmp, down_act, &mut scratch)?;
-            add_bias(tmp, &layer.down_b);
-            for (xr, tr) in x.chunks_exact_mut(h).zip(tmp.chunks_exact(h)) {
-                ops::add_assign(xr, tr);
-                ops::layer_norm_in_place(xr, &layer.ln2_w, &layer.ln2_b, c.layer_norm_eps);
-            }
+            residual_norm(
+                exec,
+                x,
+                tmp,
+                &layer.down_b,
+                &layer.ln2_w,
+                &layer.ln2_b,
+                c.layer_norm_eps,
+            );
         }
         arena.truncate(n * h);
         Ok(arena)
@@ -204,17 +245,22 @@ impl EncoderWeights<'_> {
             for r in range {
                 // SAFETY: row `r` of `y` (`rows * w` floats) belongs to this chunk alone.
                 let row = unsafe { out.slice(r * w, w) };
-                if !bias.is_empty() {
-                    ops::add_assign(row, bias);
-                }
                 match act {
-                    HiddenAct::GeluErf => ops::gelu_erf_in_place(row),
+                    HiddenAct::GeluErf => ops::bias_gelu_erf(row, bias),
                     HiddenAct::GeluTanh => {
+                        if !bias.is_empty() {
+                            ops::add_assign(row, bias);
+                        }
                         for e in row.iter_mut() {
                             *e = ops::gelu_tanh(*e);
                         }
                     }
-                    HiddenAct::SwiGlu => ops::swiglu(row, &up[r * w..(r + 1) * w]),
+                    HiddenAct::SwiGlu => {
+                        if !bias.is_empty() {
+                            ops::add_assign(row, bias);
+                        }
+                        ops::swiglu(row, &up[r * w..(r + 1) * w])
+                    }
                 }
             }
         };
