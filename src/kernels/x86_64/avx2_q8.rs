@@ -257,19 +257,26 @@ unsafe fn group_part<Q: QBlock, D: Dot256>(
     unsafe {
         let wb = w.add(b * Q::BYTES);
         let xb = qs.add(b * QK);
-        let dot = |j: usize| {
-            if j < m {
-                isum::<Q, D>(wb.add(j * Q::BYTES), xb.add(j * QK))
-            } else {
-                _mm256_setzero_si256()
-            }
-        };
-        let mut isum = if m <= 2 {
-            reduce2(dot(0), dot(1))
+        // Not through a closure: a closure is compiled without this function's target
+        // features, and where LLVM declined to inline it (Q5_0's larger block) every
+        // intrinsic in it became a call (AVX2 Q4_K_M decode 4x slower).
+        let mut dots = [_mm256_setzero_si256(); 8];
+        let k = if m <= 2 {
+            2
         } else if m <= 4 {
-            reduce4([dot(0), dot(1), dot(2), dot(3)])
+            4
         } else {
-            reduce8([dot(0), dot(1), dot(2), dot(3), dot(4), dot(5), dot(6), dot(7)])
+            8
+        };
+        for (j, v) in dots.iter_mut().enumerate().take(k) {
+            *v = isum_or_zero::<Q, D>(wb, xb, j, m);
+        }
+        let mut isum = if m <= 2 {
+            reduce2(dots[0], dots[1])
+        } else if m <= 4 {
+            reduce4([dots[0], dots[1], dots[2], dots[3]])
+        } else {
+            reduce8(dots)
         };
         let lanes = mask(m);
         if Q::OFFSET != 0 {
@@ -279,6 +286,28 @@ unsafe fn group_part<Q: QBlock, D: Dot256>(
         let ms = if Q::MIN { Some((dm.1, _mm256_maskload_ps(s.add(b), lanes))) } else { None };
         let t = term(acc, isum, dm.0, _mm256_maskload_ps(d.add(b), lanes), ms);
         _mm256_blendv_ps(acc, t, _mm256_castsi256_ps(lanes))
+    }
+}
+
+/// `isum` of block `j` at `wb` / `xb` when `j < m`, else zero.
+///
+/// # Safety
+///
+/// As [`isum`] for block `j` when `j < m`.
+#[inline(always)]
+unsafe fn isum_or_zero<Q: QBlock, D: Dot256>(
+    wb: *const u8,
+    xb: *const i8,
+    j: usize,
+    m: usize,
+) -> __m256i {
+    // SAFETY: block `j < m` is in bounds (caller contract).
+    unsafe {
+        if j < m {
+            isum::<Q, D>(wb.add(j * Q::BYTES), xb.add(j * QK))
+        } else {
+            _mm256_setzero_si256()
+        }
     }
 }
 
