@@ -255,7 +255,51 @@ pub struct Kernels {
     /// [`crate::ops::bias_gelu_erf`]'s loop on this ISA's vectors (`gate` the values,
     /// `up` the bias or empty).
     pub(crate) bias_gelu_erf: GluFn,
+    /// The encoders' bidirectional attention of one (sequence, head) item, where this ISA has
+    /// a body of its own ([`BidirFn`]); `None`: the per-query loops of
+    /// [`crate::ops::attention_head`].
+    pub(crate) bidir: Option<BidirFn>,
 }
+
+/// One (sequence, head) item of an encoder's bidirectional attention: query, key and value
+/// row `j` of the head at `q`, `k`, `v` plus `j * stride` (`d` floats each), its output at
+/// `out` plus `j * stride`, for `j < len`; `out = softmax(scale · q kᵀ) v` row by row.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BidirHead {
+    /// The head's first query row.
+    pub q: *const f32,
+    /// The head's first key row.
+    pub k: *const f32,
+    /// The head's first value row.
+    pub v: *const f32,
+    /// The head's first output row.
+    pub out: *mut f32,
+    /// Floats from one row to the next (in `q`, `k`, `v` and `out`).
+    pub stride: usize,
+    /// Rows (tokens of the sequence): `1..=BIDIR_MAX_LEN`.
+    pub len: usize,
+    /// Head width: a multiple of 16, at most [`BIDIR_MAX_D`].
+    pub d: usize,
+    /// Score scale (`1 / sqrt(d)`).
+    pub scale: f32,
+    /// Scratch of `d * len` floats (the keys transposed).
+    pub kt: *mut f32,
+}
+
+/// The longest sequence a [`BidirFn`] takes (its score rows live on the stack).
+pub(crate) const BIDIR_MAX_LEN: usize = 512;
+/// The widest head a [`BidirFn`] takes.
+pub(crate) const BIDIR_MAX_D: usize = 64;
+
+/// An encoder attention body (see [`BidirHead`]). Each output row's arithmetic depends only
+/// on the item's operands, never on how the caller splits items across threads.
+///
+/// # Safety
+///
+/// The table's ISA must be available; the item's rows readable (`q`, `k`, `v`) and writable
+/// (`out`, not overlapping the inputs) as [`BidirHead`] describes, `kt` writable for
+/// `d * len` floats and overlapping nothing else, `len` and `d` within their bounds.
+pub(crate) type BidirFn = unsafe fn(b: &BidirHead);
 
 /// A gated activation in place over `gate` (`up` at least as long), bit-identical to the
 /// portable loop (see [`crate::ops::swiglu_on`]).
@@ -301,6 +345,7 @@ pub(crate) const SCALAR: Kernels = {
         swiglu: swiglu_portable,
         geglu_tanh: geglu_tanh_portable,
         bias_gelu_erf: bias_gelu_erf_portable,
+        bidir: None,
     };
     k.q8_halves[DType::Q5_0x2 as usize] =
         Some([scalar::q5_0x2_col_q8::<0>, scalar::q5_0x2_col_q8::<1>]);
@@ -364,6 +409,13 @@ impl Kernels {
     #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
     pub(crate) const fn with_bias_gelu_erf(mut self, f: GluFn) -> Self {
         self.bias_gelu_erf = f;
+        self
+    }
+
+    /// This table with `f` as the encoders' bidirectional attention body.
+    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    pub(crate) const fn with_bidir(mut self, f: BidirFn) -> Self {
+        self.bidir = Some(f);
         self
     }
 

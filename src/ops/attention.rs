@@ -245,6 +245,54 @@ pub fn attention_head(
     }
 }
 
+/// An encoder's bidirectional attention of one (sequence, head) item through the active
+/// kernels' own body ([`crate::kernels::BidirFn`]; the AVX-512 tiers have one): the same
+/// function as [`attention_head`] for every query row over all the item's keys, computed as two
+/// small matrix products around the softmax, so the bits differ from [`attention_head`]'s by
+/// rounding (fused multiply-adds, another summation order, Cephes' exponential).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BidirAttention(kernels::BidirFn);
+
+impl BidirAttention {
+    /// The active kernels' body, when they have one that takes heads of `d` floats and
+    /// sequences of up to `longest` tokens (`d` a multiple of 16 up to
+    /// [`kernels::BIDIR_MAX_D`], `longest` at most [`kernels::BIDIR_MAX_LEN`]).
+    pub(crate) fn for_shape(d: usize, longest: usize) -> Option<Self> {
+        let fits = d > 0 && d % 16 == 0 && d <= kernels::BIDIR_MAX_D;
+        let fits = fits && longest <= kernels::BIDIR_MAX_LEN;
+        kernels::active().ok()?.bidir.filter(|_| fits).map(BidirAttention)
+    }
+
+    /// Row `j < len` of the output at `out + j * stride` = attention of query row `q + j *
+    /// stride` over the key and value rows `k`, `v` `+ i * stride` (`i < len`), scores scaled
+    /// by `scale`; `kt` is scratch of at least `d * len` floats.
+    ///
+    /// # Safety
+    ///
+    /// `1 <= len <= longest` and `d` as given to [`BidirAttention::for_shape`]; the `len` rows
+    /// of `d` floats at `q`, `k`, `v` readable, those at `out` writable and overlapping no
+    /// input nor `kt`, and no other thread touching them.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn run(
+        &self,
+        q: *const f32,
+        k: *const f32,
+        v: *const f32,
+        out: *mut f32,
+        stride: usize,
+        len: usize,
+        d: usize,
+        scale: f32,
+        kt: &mut [f32],
+    ) {
+        assert!(kt.len() >= d * len, "BidirAttention::run: scratch too short");
+        let b = kernels::BidirHead { q, k, v, out, stride, len, d, scale, kt: kt.as_mut_ptr() };
+        // SAFETY: the body came from the active table (its ISA is available); the rows, `kt`
+        // and the bounds as the caller contract and the assert above give them.
+        unsafe { (self.0)(&b) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,6 +312,67 @@ mod tests {
         // n = 1 attends to position 0 only.
         attention_head(&q, &keys, &values, 1, 0.5, &mut scores, &mut out);
         assert_eq!(out, [10.0, 0.0]);
+    }
+
+    #[test]
+    fn bidir_attention_matches_attention_head() {
+        // Where the active kernels have a bidirectional body (AVX-512), every query row of an
+        // item must be `attention_head` over the item's keys, to rounding: two heads side by
+        // side in rows `2 d` apart, row counts around the 4-row blocks and 16 / 32-key
+        // vectors, and an offset that makes every score very negative (the row maxima).
+        let Some(f) = BidirAttention::for_shape(16, kernels::BIDIR_MAX_LEN) else {
+            return;
+        };
+        for d in [16usize, 32, 48, 64] {
+            assert!(BidirAttention::for_shape(d, kernels::BIDIR_MAX_LEN).is_some());
+            for len in [1usize, 2, 3, 4, 5, 15, 16, 17, 31, 32, 33, 70, 128, 512] {
+                for shift in [0.0f32, -40.0] {
+                    let st = 2 * d;
+                    let g = |i: usize, s: f32| (i as f32 * 0.377 + s).sin() * 1.5;
+                    let q: alloc::vec::Vec<f32> = (0..len * st).map(|i| g(i, 0.1)).collect();
+                    let k: alloc::vec::Vec<f32> =
+                        (0..len * st).map(|i| g(i, 1.3) + shift * (i % 2) as f32).collect();
+                    let v: alloc::vec::Vec<f32> = (0..len * st).map(|i| g(i, 2.9)).collect();
+                    let mut out = alloc::vec![f32::NAN; len * st];
+                    let mut kt = alloc::vec![0f32; d * len];
+                    let scale = 1.0 / (d as f32).sqrt();
+                    for head in 0..2 {
+                        let o = head * d;
+                        // SAFETY: `len` rows of `d` floats, `st` apart, from `o` inside each
+                        // buffer; `out` and `kt` are distinct allocations.
+                        unsafe {
+                            let (qp, kp, vp) = (q.as_ptr().add(o), k.as_ptr().add(o), v.as_ptr());
+                            let op = out.as_mut_ptr().add(o);
+                            f.run(qp, kp, vp.add(o), op, st, len, d, scale, &mut kt);
+                        }
+                    }
+                    let head_rows = |m: &[f32], o: usize| -> alloc::vec::Vec<f32> {
+                        (0..len).flat_map(|j| m[j * st + o..j * st + o + d].to_vec()).collect()
+                    };
+                    let mut scores = alloc::vec![0f32; len];
+                    let mut want = alloc::vec![0f32; d];
+                    for head in 0..2 {
+                        let o = head * d;
+                        let (keys, values) = (head_rows(&k, o), head_rows(&v, o));
+                        for j in 0..len {
+                            let qr = &q[j * st + o..j * st + o + d];
+                            attention_head(qr, &keys, &values, len, scale, &mut scores, &mut want);
+                            for (c, &w) in want.iter().enumerate() {
+                                let got = out[j * st + o + c];
+                                assert!(
+                                    close(got, w, 2e-5),
+                                    "d {d} len {len} row {j}: {got} vs {w}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Shapes without a body.
+        assert!(BidirAttention::for_shape(8, 16).is_none());
+        assert!(BidirAttention::for_shape(80, 16).is_none());
+        assert!(BidirAttention::for_shape(32, kernels::BIDIR_MAX_LEN + 1).is_none());
     }
 
     #[test]

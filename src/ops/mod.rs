@@ -43,6 +43,7 @@ mod vector;
 pub use activation::{
     expf, geglu_tanh, geglu_tanh_on, gelu_tanh, silu, softcap, softmax, swiglu, swiglu_on,
 };
+pub(crate) use attention::BidirAttention;
 pub use attention::{
     attention_decode, attention_group, attention_group_on, attention_head, attention_layer,
     decode_attention_floats, layer_attention_floats, DecodeRow, DecodeShape, GroupShape, KvRows,

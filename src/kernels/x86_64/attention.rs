@@ -275,3 +275,198 @@ tier_fn! { Avx512;
         unsafe { flash::run::<Avx2>(b) }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The encoders' bidirectional attention of one (sequence, head) item on 512-bit registers, as
+// two small matrix products around a softmax: the keys transposed once into scratch, then per
+// block of up to `BIDIR_ROWS` query rows the scores `S = scale · Q Kᵀ` (16 keys per register,
+// each query element broadcast), the softmax of each score row (16-lane exponential, the row's
+// sum taken once), and `O = P V / sum` (the value rows read in place, 16 columns per register).
+// Each output row's operations depend only on its own query row and the item's keys and
+// values, never on the block it shares: bit-identical for every thread split.
+// ---------------------------------------------------------------------------------------------
+
+use crate::kernels::{BidirHead, BIDIR_MAX_LEN};
+
+/// Query rows per block of [`bidir_avx512`].
+const BIDIR_ROWS: usize = 4;
+
+/// The lanes below `n` (all 16 from `n >= 16`).
+#[inline(always)]
+fn lanes(n: usize) -> __mmask16 {
+    if n >= 16 {
+        0xffff
+    } else {
+        ((1u32 << n) - 1) as __mmask16
+    }
+}
+
+/// `e^x` per lane: [`flash::exp`]'s steps (Cephes' polynomial, `x` clamped to `[-87, 88]`)
+/// with fused multiply-adds and `vscalefps` for the power of two.
+///
+/// # Safety
+///
+/// AVX-512 F available.
+#[inline(always)]
+unsafe fn exp16(x: __m512) -> __m512 {
+    // SAFETY: AVX-512 F available (caller contract).
+    unsafe {
+        let s = _mm512_set1_ps;
+        let y = _mm512_max_ps(s(-87.0), _mm512_min_ps(s(88.0), x));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(y, s(flash::LOG2E)),
+        );
+        let r = _mm512_fnmadd_ps(n, s(flash::LN2_LO), _mm512_fnmadd_ps(n, s(flash::LN2_HI), y));
+        let mut p = _mm512_fmadd_ps(s(flash::E0), r, s(flash::E1));
+        p = _mm512_fmadd_ps(p, r, s(flash::E2));
+        p = _mm512_fmadd_ps(p, r, s(flash::E3));
+        p = _mm512_fmadd_ps(p, r, s(flash::E4));
+        p = _mm512_fmadd_ps(p, r, s(0.5));
+        let e = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), s(1.0));
+        _mm512_scalef_ps(e, n)
+    }
+}
+
+/// Query rows `i0 .. i0 + RB` of the item `b` (heads `16 DV` wide), the keys already
+/// transposed into `b.kt`; `p` is scratch of `RB × lp` floats (`lp`: `len` rounded up to 32).
+///
+/// # Safety
+///
+/// As [`bidir_avx512`], with `i0 + RB <= b.len`.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn bidir_rows<const RB: usize, const DV: usize>(
+    b: &BidirHead,
+    i0: usize,
+    lp: usize,
+    p: *mut f32,
+) {
+    let (len, d, st) = (b.len, 16 * DV, b.stride);
+    // SAFETY: query rows `i0 .. i0 + RB < len` and value rows `< len` (`d` floats each), the
+    // transposed keys `d × len` (loads masked below `len`; masked lanes are not read, and
+    // their addresses are formed with `wrapping_add`), `p` inside its `RB × lp` floats,
+    // output rows `i0 .. i0 + RB` (caller contract).
+    unsafe {
+        let q = b.q.add(i0 * st);
+        let scale = _mm512_set1_ps(b.scale);
+        let mut vmax = [_mm512_set1_ps(f32::NEG_INFINITY); RB];
+        // Scores, 32 keys at a time, and each row's running maximum over the real keys.
+        let mut jb = 0;
+        while jb < len {
+            let (m0, m1) = (lanes(len - jb), lanes(len.saturating_sub(jb + 16)));
+            let mut a0 = [_mm512_setzero_ps(); RB];
+            let mut a1 = [_mm512_setzero_ps(); RB];
+            for c in 0..d {
+                let kp = b.kt.wrapping_add(c * len + jb);
+                let k0 = _mm512_maskz_loadu_ps(m0, kp);
+                let k1 = _mm512_maskz_loadu_ps(m1, kp.wrapping_add(16));
+                for r in 0..RB {
+                    let qv = _mm512_set1_ps(*q.add(r * st + c));
+                    a0[r] = _mm512_fmadd_ps(qv, k0, a0[r]);
+                    a1[r] = _mm512_fmadd_ps(qv, k1, a1[r]);
+                }
+            }
+            for r in 0..RB {
+                let (s0, s1) = (_mm512_mul_ps(a0[r], scale), _mm512_mul_ps(a1[r], scale));
+                vmax[r] = _mm512_mask_max_ps(vmax[r], m0, vmax[r], s0);
+                vmax[r] = _mm512_mask_max_ps(vmax[r], m1, vmax[r], s1);
+                _mm512_storeu_ps(p.add(r * lp + jb), s0);
+                _mm512_storeu_ps(p.add(r * lp + jb + 16), s1);
+            }
+            jb += 32;
+        }
+        // Softmax numerators in place (zero past `len`) and each row's 1 / sum.
+        let mut inv = [0f32; RB];
+        for r in 0..RB {
+            let m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[r]));
+            let mut sum = _mm512_setzero_ps();
+            let mut j = 0;
+            while j < len {
+                let at = p.add(r * lp + j);
+                let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(at), m));
+                let e = _mm512_maskz_mov_ps(lanes(len - j), e);
+                _mm512_storeu_ps(at, e);
+                sum = _mm512_add_ps(sum, e);
+                j += 16;
+            }
+            inv[r] = 1.0 / _mm512_reduce_add_ps(sum);
+        }
+        // O = P V, scaled by 1 / sum.
+        let mut acc = [[_mm512_setzero_ps(); DV]; RB];
+        for j in 0..len {
+            let vr = b.v.add(j * st);
+            let mut vv = [_mm512_setzero_ps(); DV];
+            for c in 0..DV {
+                vv[c] = _mm512_loadu_ps(vr.add(16 * c));
+            }
+            for r in 0..RB {
+                let pb = _mm512_set1_ps(*p.add(r * lp + j));
+                for c in 0..DV {
+                    acc[r][c] = _mm512_fmadd_ps(pb, vv[c], acc[r][c]);
+                }
+            }
+        }
+        for r in 0..RB {
+            let iv = _mm512_set1_ps(inv[r]);
+            for c in 0..DV {
+                _mm512_storeu_ps(b.out.add((i0 + r) * st + 16 * c), _mm512_mul_ps(acc[r][c], iv));
+            }
+        }
+    }
+}
+
+/// [`bidir_avx512`] for heads `16 DV` wide.
+///
+/// # Safety
+///
+/// As [`bidir_avx512`], with `b.d == 16 DV`.
+#[inline(always)]
+unsafe fn bidir<const DV: usize>(b: &BidirHead) {
+    let (len, d, st) = (b.len, 16 * DV, b.stride);
+    let lp = len.next_multiple_of(32);
+    let mut buf = core::mem::MaybeUninit::<[f32; BIDIR_ROWS * BIDIR_MAX_LEN]>::uninit();
+    let p = buf.as_mut_ptr().cast::<f32>();
+    // SAFETY: key rows `< len` (`d` floats each) and `kt`'s `d × len` floats (caller
+    // contract); `lp <= BIDIR_MAX_LEN` (`len` is at most that, a multiple of 32), so every
+    // block's `RB × lp` scores fit `buf`, and each block writes its scores before reading them.
+    unsafe {
+        for j in 0..len {
+            let kr = b.k.add(j * st);
+            for c in 0..d {
+                *b.kt.add(c * len + j) = *kr.add(c);
+            }
+        }
+        let mut i0 = 0;
+        while i0 < len {
+            match len - i0 {
+                1 => bidir_rows::<1, DV>(b, i0, lp, p),
+                2 => bidir_rows::<2, DV>(b, i0, lp, p),
+                3 => bidir_rows::<3, DV>(b, i0, lp, p),
+                _ => bidir_rows::<BIDIR_ROWS, DV>(b, i0, lp, p),
+            }
+            i0 += (len - i0).min(BIDIR_ROWS);
+        }
+    }
+}
+
+tier_fn! { Avx512;
+    /// The AVX-512 tier's [`crate::kernels::BidirFn`]: one (sequence, head) item of an
+    /// encoder's bidirectional attention as the two products `Q Kᵀ` and `P V` (see the
+    /// comment above).
+    ///
+    /// # Safety
+    ///
+    /// As [`crate::kernels::BidirFn`]; AVX-512 F available.
+    pub(crate) unsafe fn bidir_avx512(b: &BidirHead) {
+        // SAFETY: caller contract; `d` is 16, 32, 48 or 64 (a multiple of 16 up to
+        // `BIDIR_MAX_D`).
+        unsafe {
+            match b.d / 16 {
+                1 => bidir::<1>(b),
+                2 => bidir::<2>(b),
+                3 => bidir::<3>(b),
+                _ => bidir::<4>(b),
+            }
+        }
+    }
+}

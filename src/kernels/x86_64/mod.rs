@@ -81,6 +81,7 @@ pub(crate) const AVX512: Kernels = AVX2
     .with_attention(attention::flash_avx512)
     .with_glu(swiglu_avx512, geglu_tanh_avx512)
     .with_bias_gelu_erf(bias_gelu_erf_avx512)
+    .with_bidir(attention::bidir_avx512)
     .with_f32(DType::F32, avx512_f32::avx512_f32_f32)
     .with_f32(DType::Q8_0, avx512_f32::avx512_q8_0_f32)
     .with_f32(DType::Q4_0, avx512_f32::avx512_q4_0_f32)

@@ -272,10 +272,14 @@ impl EncoderWeights<'_> {
     }
 
     /// Bidirectional attention of every sequence (`spans`: its rows) and head, into `ctx`
-    /// (`n × hidden`, head `j` in columns `j*d .. (j+1)*d`). Each (sequence, head) item first
+    /// (`n × hidden`, head `j` in columns `j*d .. (j+1)*d`). Where the kernels have a body for
+    /// the shape ([`ops::BidirAttention`]: AVX-512, heads a multiple of 16 wide, sequences of
+    /// up to 512 tokens) each (sequence, head) item runs as two small products around the
+    /// softmax, its keys transposed into its part of `kv_heads`. Otherwise each item first
     /// copies its keys and values into `kv_heads` (`2 × n × hidden`: keys then values, head
-    /// `j`'s rows at `j × n × d`, so one item's rows are contiguous) and keeps its scores in
-    /// `scores` (`heads × n`, head `j` at `j × n`); items write disjoint parts of all three.
+    /// `j`'s rows at `j × n × d`, so one item's rows are contiguous) and runs
+    /// [`ops::attention_head`] per query row with its scores in `scores` (`heads × n`, head `j`
+    /// at `j × n`). Items write disjoint parts of all three.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
@@ -295,12 +299,28 @@ impl EncoderWeights<'_> {
         let out = SharedOut(ctx.as_mut_ptr());
         let kv = SharedOut(kv_heads.as_mut_ptr());
         let sc = SharedOut(scores.as_mut_ptr());
+        let longest = spans.iter().map(|s| s.len()).max().unwrap_or(0);
+        let fast = ops::BidirAttention::for_shape(d, longest);
         let body = |items: Range<usize>| {
             for item in items {
                 let (span, head) = (&spans[item / heads], item % heads);
                 let len = span.len();
                 let cols = head * d..(head + 1) * d;
                 let at = head * n * d + span.start * d;
+                if let Some(f) = &fast {
+                    let first = span.start * h + head * d;
+                    // SAFETY: the item's rows of head `head` (`len` rows of `d` floats, `h`
+                    // apart, from `first`) are inside `q`, `k`, `v` (`n × h` each) and `ctx`,
+                    // whose columns of this head in these rows belong to this item alone, as
+                    // do the `len × d` floats of the key copy at `at` (its scratch); `len` is
+                    // at most `longest` and `d` the one `for_shape` took.
+                    unsafe {
+                        let (qp, kp) = (q.as_ptr().add(first), k.as_ptr().add(first));
+                        let (vp, o) = (v.as_ptr().add(first), out.0.add(first));
+                        f.run(qp, kp, vp, o, h, len, d, scale, kv.slice(at, len * d));
+                    }
+                    continue;
+                }
                 // SAFETY: this item's rows of head `head` in the head-major copies (keys at
                 // `at`, values `n × h` further) and its scores belong to it alone: items are
                 // distinct (sequence, head) pairs and sequences own distinct rows.
