@@ -1111,8 +1111,8 @@ fn simd_tiers_have_a_body_for_every_type_and_mode() {
 
 /// f32 weights: the AVX-512 tier's GEMM (two outputs per 512-bit register, activation rows
 /// packed in pairs) gives AVX2's bits for every output: odd and short K tails, odd and
-/// partial groups of activation rows, leftover weight rows, K past the packed kernel's limit
-/// (AVX2's body) and the GEMV.
+/// partial groups of activation rows, leftover weight rows, several panels of weight rows, K
+/// blocks, K past the packed kernel's limit (AVX2's body) and the GEMV.
 #[test]
 fn f32_weights_avx512_gives_avx2_bits() {
     let (Some(a2), Some(a5)) = (kernels(Isa::Avx2), kernels(Isa::Avx512)) else {
@@ -1129,6 +1129,11 @@ fn f32_weights_avx512_gives_avx2_bits() {
         (6, 2048, 5),
         (6, 2049, 5),
         (17, 100, 1),
+        // Panels of rows (K 384: 256 rows each) and K blocks with parked accumulators (K past
+        // 512: 64-row panels, the K tail in the last block), with leftover rows.
+        (300, 384, 10),
+        (143, 1536, 11),
+        (70, 513, 9),
     ];
     for (i, &(rows, k, n)) in shapes.iter().enumerate() {
         let mut rng = Rng(900 + i as u64);

@@ -1006,33 +1006,36 @@ unsafe fn f32_pack(x: *const f32, k: usize, nt: usize, buf: *mut f32) {
     }
 }
 
-/// `R` f32 weight rows × the `nt` activation rows packed in `xp` by [`f32_pack`]:
-/// `y[t * ldy + r] = W[r] · x[t]` for `t < nt`, `r < R`, with AVX2's per-output arithmetic.
+/// Accumulators of one f32 tile: `R` weight rows × `F32_PAIRS` pairs of activation rows.
+type F32Acc<const R: usize> = [[__m512; F32_PAIRS]; R];
+
+/// Adds chunks `c0 .. c1` of `R` f32 weight rows × the activation rows packed in `xp` by
+/// [`f32_pack`] into `acc`, in chunk order (AVX2's per-output arithmetic); chunk `k / 8`, when
+/// `k % 8 != 0`, is the tail (masked below `k`).
 ///
 /// # Safety
 ///
-/// `w` points to `R <= 4` rows of `rb` bytes holding `k` f32, `xp` as [`f32_pack`] wrote it;
-/// every `y[t * ldy + r]` is writable; the AVX-512 tier's features are available.
+/// `w` points to `R <= 4` rows of `rb` bytes holding `k` f32, `xp` as [`f32_pack`] wrote it,
+/// `c0 <= c1 <= ceil(k / 8)`; the AVX-512 tier's features are available.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)]
-unsafe fn f32_tile<const R: usize>(
+unsafe fn f32_span<const R: usize>(
+    acc: &mut F32Acc<R>,
     w: *const u8,
     rb: usize,
     k: usize,
     xp: *const f32,
-    nt: usize,
-    y: *mut f32,
-    ldy: usize,
+    c0: usize,
+    c1: usize,
 ) {
     // SAFETY: weight loads below `k / 8` chunks of each row (the tail masked below `k`),
-    // activation loads inside the packed buffer; stores only the caller's outputs.
+    // activation loads inside the packed buffer (caller contract).
     unsafe {
         let w = w.cast::<f32>();
         let rs = rb / 4;
-        let mut acc = [[_mm512_setzero_ps(); F32_PAIRS]; R];
         let (chunks, len) = (k / 8, k % 8);
-        let mut xq = xp;
-        for c in 0..chunks {
+        let mut xq = xp.add(16 * F32_PAIRS * c0);
+        for c in c0..c1.min(chunks) {
             let mut wv = [_mm512_setzero_ps(); R];
             for r in 0..R {
                 wv[r] = bcast8(w.add(r * rs + 8 * c));
@@ -1045,7 +1048,7 @@ unsafe fn f32_tile<const R: usize>(
             }
             xq = xq.add(16 * F32_PAIRS);
         }
-        if len != 0 {
+        if len != 0 && c1 > chunks {
             let mut wv = [_mm512_setzero_ps(); R];
             for r in 0..R {
                 let v = _mm256_castps_pd(load_tail8(w.add(r * rs + 8 * chunks), len));
@@ -1058,6 +1061,20 @@ unsafe fn f32_tile<const R: usize>(
                 }
             }
         }
+    }
+}
+
+/// Writes `y[t * ldy + r]` = AVX2's `hsum4` of the half of `acc[r][t / 2]` that holds
+/// activation row `t`, for `t < nt`, `r < R`.
+///
+/// # Safety
+///
+/// Every `y[t * ldy + r]` is writable; the AVX-512 tier's features are available.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn f32_store<const R: usize>(acc: &F32Acc<R>, nt: usize, y: *mut f32, ldy: usize) {
+    // SAFETY: stores only the caller's outputs.
+    unsafe {
         for p in 0..F32_PAIRS {
             for h in 0..2 {
                 let t = 2 * p + h;
@@ -1084,12 +1101,49 @@ unsafe fn f32_tile<const R: usize>(
     }
 }
 
+/// `R` f32 weight rows × the `nt` activation rows packed in `xp` by [`f32_pack`]:
+/// `y[t * ldy + r] = W[r] · x[t]` for `t < nt`, `r < R`, with AVX2's per-output arithmetic.
+///
+/// # Safety
+///
+/// `w` points to `R <= 4` rows of `rb` bytes holding `k` f32, `xp` as [`f32_pack`] wrote it;
+/// every `y[t * ldy + r]` is writable; the AVX-512 tier's features are available.
+#[inline(always)]
+unsafe fn f32_tile<const R: usize>(
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    xp: *const f32,
+    nt: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); F32_PAIRS]; R];
+        f32_span::<R>(&mut acc, w, rb, k, xp, 0, k.div_ceil(8));
+        f32_store::<R>(&acc, nt, y, ldy);
+    }
+}
+
+/// Weight bytes per panel of rows: each group of activation rows runs past one panel, which
+/// stays in L2 from group to group, before the next panel starts.
+const F32_PANEL_BYTES: usize = 384 << 10;
+/// Chunks of 8 per K block once a row has more: the packed activations of a K block
+/// (`16 F32_PAIRS F32_KC` floats, 16 KiB) stay in L1 while the panel's tiles run past them.
+const F32_KC: usize = 64;
+/// Tiles per panel whose accumulators are parked between K blocks (K-blocked panels have at
+/// most `F32_ROWS F32_PARK` rows).
+const F32_PARK: usize = 16;
+
 tier_fn! { Avx512;
     /// AVX-512 table entry for f32 weights (see [`super::super::MatmulF32Fn`]): AVX2's
     /// per-output arithmetic, two outputs per 512-bit register, `F32_ROWS` weight rows ×
-    /// `2 F32_PAIRS` activation rows per tile (each group of activation rows packed once,
-    /// then every weight row run past it); one activation row (GEMV) and rows longer than
-    /// `F32_KMAX` go through AVX2's body.
+    /// `2 F32_PAIRS` activation rows per tile. Weight rows run in panels of about
+    /// `F32_PANEL_BYTES`; per panel, each group of activation rows is packed, then the
+    /// panel's tiles run past it, in K blocks of `F32_KC` chunks (accumulators parked in
+    /// between, the same values) when rows are longer. One activation row (GEMV) and rows
+    /// longer than `F32_KMAX` go through AVX2's body.
     ///
     /// # Safety
     ///
@@ -1107,29 +1161,69 @@ tier_fn! { Avx512;
     ) {
         // SAFETY: every tile covers weight rows `r .. r + R <= rows` and activation rows
         // `t0 .. t0 + nt <= n` (caller contract), packed into `buf`, which holds
-        // `16 F32_PAIRS ceil(k / 8)` floats for `k <= F32_KMAX`; AVX2 and FMA are part of
-        // the tier.
+        // `16 F32_PAIRS ceil(k / 8)` floats for `k <= F32_KMAX`; parked tiles `i < F32_PARK`
+        // (a K-blocked panel has at most `F32_ROWS F32_PARK` rows), each written (first K
+        // block) before it is read; AVX2 and FMA are part of the tier.
         unsafe {
             if n <= 1 || k > F32_KMAX {
                 return super::avx2_f32::matmul_f32(w, rb, rows, k, x, n, y, ldy);
             }
             let mut buf = core::mem::MaybeUninit::<[f32; 2 * F32_PAIRS * F32_KMAX]>::uninit();
             let buf = buf.as_mut_ptr().cast::<f32>();
-            let mut t0 = 0;
-            while t0 < n {
-                let nt = (n - t0).min(2 * F32_PAIRS);
-                f32_pack(x.add(t0 * k), k, nt, buf);
-                let yt = y.add(t0 * ldy);
-                let mut r = 0;
-                while r + F32_ROWS <= rows {
-                    f32_tile::<F32_ROWS>(w.add(r * rb), rb, k, buf, nt, yt.add(r), ldy);
-                    r += F32_ROWS;
+            let mut park = core::mem::MaybeUninit::<[F32Acc<F32_ROWS>; F32_PARK]>::uninit();
+            let park = park.as_mut_ptr().cast::<F32Acc<F32_ROWS>>();
+            let chunks = k.div_ceil(8);
+            let kc = if chunks > F32_KC { F32_KC } else { chunks };
+            let main = rows / F32_ROWS * F32_ROWS;
+            let mut pr = (F32_PANEL_BYTES / rb).max(1).div_ceil(F32_ROWS) * F32_ROWS;
+            if kc < chunks {
+                pr = pr.min(F32_ROWS * F32_PARK);
+            }
+            let mut r0 = 0;
+            while r0 < rows {
+                // A panel of whole tiles, or the last `rows % F32_ROWS` rows.
+                let r1 = if r0 < main { (r0 + pr).min(main) } else { rows };
+                let mut t0 = 0;
+                while t0 < n {
+                    let nt = (n - t0).min(2 * F32_PAIRS);
+                    f32_pack(x.add(t0 * k), k, nt, buf);
+                    let yt = y.add(t0 * ldy);
+                    if r0 >= main {
+                        for r in r0..r1 {
+                            f32_tile::<1>(w.add(r * rb), rb, k, buf, nt, yt.add(r), ldy);
+                        }
+                    } else if kc == chunks {
+                        let mut r = r0;
+                        while r < r1 {
+                            f32_tile::<F32_ROWS>(w.add(r * rb), rb, k, buf, nt, yt.add(r), ldy);
+                            r += F32_ROWS;
+                        }
+                    } else {
+                        let mut c0 = 0;
+                        while c0 < chunks {
+                            let c1 = (c0 + kc).min(chunks);
+                            let mut r = r0;
+                            while r < r1 {
+                                let slot = &mut *park.add((r - r0) / F32_ROWS);
+                                let mut acc = if c0 == 0 {
+                                    [[_mm512_setzero_ps(); F32_PAIRS]; F32_ROWS]
+                                } else {
+                                    *slot
+                                };
+                                f32_span::<F32_ROWS>(&mut acc, w.add(r * rb), rb, k, buf, c0, c1);
+                                if c1 == chunks {
+                                    f32_store::<F32_ROWS>(&acc, nt, yt.add(r), ldy);
+                                } else {
+                                    *slot = acc;
+                                }
+                                r += F32_ROWS;
+                            }
+                            c0 = c1;
+                        }
+                    }
+                    t0 += nt;
                 }
-                while r < rows {
-                    f32_tile::<1>(w.add(r * rb), rb, k, buf, nt, yt.add(r), ldy);
-                    r += 1;
-                }
-                t0 += nt;
+                r0 = r1;
             }
         }
     }
