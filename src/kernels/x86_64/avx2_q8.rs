@@ -73,12 +73,18 @@ pub(super) trait QBlock {
     /// `2 · 31 · 127 = 7874` in magnitude (unsigned operands of at most 31), so the low and
     /// high halves' lanes add up in i16 before the one `madd`.
     const PAIR_I16: bool = false;
+    /// With [`QBlock::PAIRS`]: a block's first 8 bytes hold its f16 scale (at 0), with
+    /// [`QBlock::MIN`] its f16 minimum (at 2), and its 4 bytes of fifth bits (Q5_0, Q5_1):
+    /// the pair path reads them with one load per two blocks ([`heads`]) and takes the
+    /// group's scales from those loads ([`head_scales`]).
+    const HEADS: bool = false;
 
     /// With [`QBlock::PAIRS`], blocks `p` (low 128-bit lane) and `q` (high lane) at once:
     /// the (unsigned, signed) operand pairs of their elements `0..16` against `xl` and of
-    /// their elements `16..32` against `xh` (the activations laid out alike, [`x_pairs`]).
-    /// Only called where [`QBlock::PAIRS`] holds; the default, the blocks' own operands
-    /// against `xl` and `xh`, is not that product.
+    /// their elements `16..32` against `xh` (the activations laid out alike, [`x_pairs`]);
+    /// `h` is the two blocks' [`heads`] with [`QBlock::HEADS`] (else unused). Only called
+    /// where [`QBlock::PAIRS`] holds; the default, the blocks' own operands against `xl` and
+    /// `xh`, is not that product.
     ///
     /// # Safety
     ///
@@ -87,11 +93,57 @@ pub(super) trait QBlock {
     unsafe fn pair_operands(
         bp: *const u8,
         bq: *const u8,
+        h: __m256i,
         xl: __m256i,
         xh: __m256i,
     ) -> [(__m256i, __m256i); 2] {
+        let _ = h;
         // SAFETY: forwarded caller contract.
         unsafe { [Self::operands(bp, xl), Self::operands(bq, xh)] }
+    }
+}
+
+/// The first 8 bytes of two blocks (at `bp` into the low 128-bit lane, at `bq` into the high
+/// one; the upper 8 bytes of each lane zero).
+///
+/// # Safety
+///
+/// 8 readable bytes at `bp` and at `bq`; AVX2 available.
+#[inline(always)]
+unsafe fn heads(bp: *const u8, bq: *const u8) -> __m256i {
+    // SAFETY: 8 bytes at each (caller contract); the rest is register-only.
+    unsafe {
+        _mm256_inserti128_si256::<1>(
+            _mm256_castsi128_si256(_mm_loadl_epi64(bp.cast())),
+            _mm_loadl_epi64(bq.cast()),
+        )
+    }
+}
+
+/// The f16 scales (and with [`QBlock::MIN`] minimums) of a group's eight blocks as f32 lanes
+/// (block `j` in lane `j`, the same values as [`scales8`]) from its four pairs' [`heads`]
+/// `h[p]` (blocks `p` and `p + 4`): an unpack tree instead of eight inserts.
+///
+/// # Safety
+///
+/// [`QBlock::HEADS`]; AVX2 + F16C available.
+#[inline(always)]
+unsafe fn head_scales<Q: QBlock>(h: &[__m256i; 4]) -> (__m256, __m256) {
+    // SAFETY: register-only intrinsics.
+    unsafe {
+        if Q::MIN {
+            // Per lane: [dm_p, dm_q, ..] (u32 `d | m << 16`), then [dm0..dm4 | dm4..dm8].
+            let a = _mm256_unpacklo_epi32(h[0], h[1]);
+            let b = _mm256_unpacklo_epi32(h[2], h[3]);
+            split_f16_pairs(_mm256_unpacklo_epi64(a, b))
+        } else {
+            // Per lane: [d_p, d_q, ..] (u16), then [d0..d4, ..| d4..d8, ..], then the two
+            // low quarters together.
+            let a = _mm256_unpacklo_epi16(h[0], h[1]);
+            let b = _mm256_unpacklo_epi16(h[2], h[3]);
+            let d = _mm256_permute4x64_epi64::<0b00_00_10_00>(_mm256_unpacklo_epi32(a, b));
+            (_mm256_cvtph_ps(_mm256_castsi256_si128(d)), _mm256_setzero_ps())
+        }
     }
 }
 
@@ -115,36 +167,40 @@ unsafe fn nibble_pairs(qp: *const u8, qq: *const u8) -> (__m256i, __m256i) {
     }
 }
 
-/// The fifth bits of two Q5 blocks (the little-endian u32s at `hp`, low 128-bit lane, and
-/// `hq`, high lane) as bytes `0x10` (bit set) or 0, laid out as [`nibble_pairs`]: elements
-/// `0..16` of each block, then elements `16..32`.
+/// The fifth bits of two Q5 blocks (the little-endian u32 at byte `at` of each 128-bit lane
+/// of `v`: block `p`'s in the low lane, block `q`'s in the high one) as bytes `0x10` (bit
+/// set) or 0, laid out as [`nibble_pairs`]: elements `0..16` of each block, then elements
+/// `16..32`.
 ///
 /// # Safety
 ///
-/// 4 readable bytes at `hp` and at `hq`; AVX2 available.
+/// `at + 4 <= 16`; AVX2 available.
 #[inline(always)]
-unsafe fn fifth_bit_pairs(hp: *const u8, hq: *const u8) -> (__m256i, __m256i) {
-    // SAFETY: 4 bytes at each (caller contract); the rest is register-only.
+unsafe fn fifth_bit_pairs(v: __m256i, at: usize) -> (__m256i, __m256i) {
+    // SAFETY: register-only AVX2 intrinsics.
     unsafe {
-        let v = _mm256_inserti128_si256::<1>(
-            _mm256_castsi128_si256(_mm_cvtsi32_si128(hp.cast::<i32>().read_unaligned())),
-            _mm_cvtsi32_si128(hq.cast::<i32>().read_unaligned()),
-        );
+        let at = _mm256_set1_epi8(at as i8);
         // Byte i of a half takes byte i / 8 (elements 0..16) or 2 + i / 8 (16..32) of its
         // block's bits, then tests bit i % 8.
         let (lo, hi) = (
             _mm256_shuffle_epi8(
                 v,
-                _mm256_setr_epi8(
-                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1,
-                    1, 1, 1, 1, 1, 1,
+                _mm256_add_epi8(
+                    at,
+                    _mm256_setr_epi8(
+                        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+                        1, 1, 1, 1, 1, 1, 1,
+                    ),
                 ),
             ),
             _mm256_shuffle_epi8(
                 v,
-                _mm256_setr_epi8(
-                    2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                    3, 3, 3, 3, 3, 3,
+                _mm256_add_epi8(
+                    at,
+                    _mm256_setr_epi8(
+                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                        3, 3, 3, 3, 3, 3, 3,
+                    ),
                 ),
             ),
         );
@@ -207,6 +263,7 @@ impl QBlock for Q4_0B {
     unsafe fn pair_operands(
         bp: *const u8,
         bq: *const u8,
+        _h: __m256i,
         xl: __m256i,
         xh: __m256i,
     ) -> [(__m256i, __m256i); 2] {
@@ -235,6 +292,7 @@ impl QBlock for Q4_1B {
     unsafe fn pair_operands(
         bp: *const u8,
         bq: *const u8,
+        _h: __m256i,
         xl: __m256i,
         xh: __m256i,
     ) -> [(__m256i, __m256i); 2] {
@@ -257,18 +315,21 @@ impl QBlock for Q5_0B {
     const OFFSET: i32 = 16;
     const PAIRS: bool = true;
     const PAIR_I16: bool = true;
+    const HEADS: bool = true;
 
     #[inline(always)]
     unsafe fn pair_operands(
         bp: *const u8,
         bq: *const u8,
+        h: __m256i,
         xl: __m256i,
         xh: __m256i,
     ) -> [(__m256i, __m256i); 2] {
-        // SAFETY: each block's 4 bytes of fifth bits and 16 of quants (caller contract).
+        // SAFETY: each block's 16 bytes of quants (caller contract); the fifth bits are in
+        // the heads.
         unsafe {
             let (lo, hi) = nibble_pairs(bp.add(Self::QS), bq.add(Self::QS));
-            let (fl, fh) = fifth_bit_pairs(bp.add(Self::QH), bq.add(Self::QH));
+            let (fl, fh) = fifth_bit_pairs(h, Self::QH);
             [(_mm256_or_si256(lo, fl), xl), (_mm256_or_si256(hi, fh), xh)]
         }
     }
@@ -285,18 +346,21 @@ impl QBlock for Q5_1B {
     const OFFSET: i32 = 0;
     const PAIRS: bool = true;
     const PAIR_I16: bool = true;
+    const HEADS: bool = true;
 
     #[inline(always)]
     unsafe fn pair_operands(
         bp: *const u8,
         bq: *const u8,
+        h: __m256i,
         xl: __m256i,
         xh: __m256i,
     ) -> [(__m256i, __m256i); 2] {
-        // SAFETY: each block's 4 bytes of fifth bits and 16 of quants (caller contract).
+        // SAFETY: each block's 16 bytes of quants (caller contract); the fifth bits are in
+        // the heads.
         unsafe {
             let (lo, hi) = nibble_pairs(bp.add(Self::QS), bq.add(Self::QS));
-            let (fl, fh) = fifth_bit_pairs(bp.add(Self::QH), bq.add(Self::QH));
+            let (fl, fh) = fifth_bit_pairs(h, Self::QH);
             [(_mm256_or_si256(lo, fl), xl), (_mm256_or_si256(hi, fh), xh)]
         }
     }
@@ -317,6 +381,7 @@ impl QBlock for Iq4NlB {
     unsafe fn pair_operands(
         bp: *const u8,
         bq: *const u8,
+        _h: __m256i,
         xl: __m256i,
         xh: __m256i,
     ) -> [(__m256i, __m256i); 2] {
@@ -671,13 +736,13 @@ unsafe fn reduce_pairs(v: [__m256i; 4]) -> __m256i {
 ///
 /// # Safety
 ///
-/// As [`group8`]; `xp` the activation row's [`x_pairs`] of blocks `b .. b + 8`.
+/// As [`group8`] (the scales read here); `xp` the activation row's [`x_pairs`] of blocks
+/// `b .. b + 8`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn group8_pairs<Q: QBlock>(
     acc: __m256,
     w: *const u8,
-    dm: (__m256, __m256),
     b: usize,
     xp: &[[__m256i; 2]; 4],
     d: *const f32,
@@ -686,13 +751,24 @@ unsafe fn group8_pairs<Q: QBlock>(
 ) -> __m256 {
     // SAFETY: blocks `b .. b + 8` are in bounds (caller contract).
     unsafe {
+        const {
+            assert!(!Q::HEADS || (Q::D == 0 && Q::QH + 4 <= 8 && (!Q::MIN || Q::M == 2)));
+        }
         let wb = w.add(b * Q::BYTES);
+        let mut h = [_mm256_setzero_si256(); 4];
+        if Q::HEADS {
+            for (p, h) in h.iter_mut().enumerate() {
+                *h = heads(wb.add(p * Q::BYTES), wb.add((p + 4) * Q::BYTES));
+            }
+        }
+        let dm = if Q::HEADS { head_scales::<Q>(&h) } else { scales8::<Q>(wb) };
         let ones = _mm256_set1_epi16(1);
         let mut v = [_mm256_setzero_si256(); 4];
         for (p, v) in v.iter_mut().enumerate() {
             let [(ul, sl), (uh, sh)] = Q::pair_operands(
                 wb.add(p * Q::BYTES),
                 wb.add((p + 4) * Q::BYTES),
+                h[p],
                 xp[p][0],
                 xp[p][1],
             );
@@ -746,9 +822,7 @@ impl<Q: QBlock, D: Dot256> Q8Tier<Q> for Avx2Tier<D> {
                 // tile's rows.
                 let xp = x_pairs(x.qs.add(b * QK));
                 for (r, a) in acc.iter_mut().enumerate() {
-                    let wr = w.add(r * rb);
-                    let dm = scales8::<Q>(wr.add(b * Q::BYTES));
-                    *a = group8_pairs::<Q>(*a, wr, dm, b, &xp, x.d, x.s, x.sum);
+                    *a = group8_pairs::<Q>(*a, w.add(r * rb), b, &xp, x.d, x.s, x.sum);
                 }
                 return;
             }
