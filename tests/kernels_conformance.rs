@@ -1120,6 +1120,7 @@ fn f32_weights_avx512_gives_avx2_bits() {
     };
     let shapes = [
         (1, 1, 2),
+        (5, 0, 3),
         (3, 7, 3),
         (4, 8, 8),
         (5, 9, 9),

@@ -1175,7 +1175,7 @@ tier_fn! { Avx512;
             let chunks = k.div_ceil(8);
             let kc = if chunks > F32_KC { F32_KC } else { chunks };
             let main = rows / F32_ROWS * F32_ROWS;
-            let mut pr = (F32_PANEL_BYTES / rb).max(1).div_ceil(F32_ROWS) * F32_ROWS;
+            let mut pr = (F32_PANEL_BYTES / rb.max(1)).max(1).div_ceil(F32_ROWS) * F32_ROWS;
             if kc < chunks {
                 pr = pr.min(F32_ROWS * F32_PARK);
             }
