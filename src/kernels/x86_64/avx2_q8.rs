@@ -13,7 +13,11 @@
 //! Eight blocks' i32 vectors are reduced together (unpack + add; on plain AVX2 the 4-bit
 //! types reduce their `maddubs` pairs in i16 instead, with no `madd` per block, as eight of
 //! them cannot overflow); the last one to seven blocks of a row go the same way on fewer
-//! vectors, blended into their lanes (no per-block horizontal sums). The f32 part follows the
+//! vectors, blended into their lanes (no per-block horizontal sums). The plain-AVX2 GEMV of
+//! the nibble types takes a group's blocks `p` and `p + 4` in one register
+//! ([`group8_pairs`]: one 256-bit shift and two ANDs split 64 weights, the activations are
+//! rearranged to match once per group for the tile's rows, and the four pair vectors reduce
+//! without a cross-lane step). The f32 part follows the
 //! oracle's order exactly ([`crate::kernels::scalar::accumulate8`]: block `b` into lane
 //! `b % 8` with separate multiply and add, then the fixed horizontal sum), so the results
 //! are bit-identical to the scalar table.
@@ -61,6 +65,161 @@ pub(super) trait QBlock {
     ///
     /// `blk` is a whole block, `x` holds values in -127..=127; AVX2 available.
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i);
+
+    /// The quants are 16 bytes of nibbles (every type but Q8_0): plain AVX2's GEMV takes
+    /// eight blocks as four pairs ([`group8_pairs`]).
+    const PAIRS: bool = false;
+    /// With [`QBlock::PAIRS`]: a `maddubs` lane of [`QBlock::pair_operands`] is at most
+    /// `2 · 31 · 127 = 7874` in magnitude (unsigned operands of at most 31), so the low and
+    /// high halves' lanes add up in i16 before the one `madd`.
+    const PAIR_I16: bool = false;
+    /// With [`QBlock::PAIRS`]: a block's first 8 bytes hold its f16 scale (at 0), with
+    /// [`QBlock::MIN`] its f16 minimum (at 2), and its 4 bytes of fifth bits (Q5_0, Q5_1):
+    /// the pair path reads them with one load per two blocks ([`heads`]) and takes the
+    /// group's scales from those loads ([`head_scales`]).
+    const HEADS: bool = false;
+
+    /// With [`QBlock::PAIRS`], blocks `p` (low 128-bit lane) and `q` (high lane) at once:
+    /// the (unsigned, signed) operand pairs of their elements `0..16` against `xl` and of
+    /// their elements `16..32` against `xh` (the activations laid out alike, [`x_pairs`]);
+    /// `h` is the two blocks' [`heads`] with [`QBlock::HEADS`] (else unused). Only called
+    /// where [`QBlock::PAIRS`] holds; the default, the blocks' own operands against `xl` and
+    /// `xh`, is not that product.
+    ///
+    /// # Safety
+    ///
+    /// `bp` and `bq` are whole blocks, the activations in -127..=127; AVX2 available.
+    #[inline(always)]
+    unsafe fn pair_operands(
+        bp: *const u8,
+        bq: *const u8,
+        h: __m256i,
+        xl: __m256i,
+        xh: __m256i,
+    ) -> [(__m256i, __m256i); 2] {
+        let _ = h;
+        // SAFETY: forwarded caller contract.
+        unsafe { [Self::operands(bp, xl), Self::operands(bq, xh)] }
+    }
+}
+
+/// The first 8 bytes of two blocks (at `bp` into the low 128-bit lane, at `bq` into the high
+/// one; the upper 8 bytes of each lane zero).
+///
+/// # Safety
+///
+/// 8 readable bytes at `bp` and at `bq`; AVX2 available.
+#[inline(always)]
+unsafe fn heads(bp: *const u8, bq: *const u8) -> __m256i {
+    // SAFETY: 8 bytes at each (caller contract); the rest is register-only.
+    unsafe {
+        _mm256_inserti128_si256::<1>(
+            _mm256_castsi128_si256(_mm_loadl_epi64(bp.cast())),
+            _mm_loadl_epi64(bq.cast()),
+        )
+    }
+}
+
+/// The f16 scales (and with [`QBlock::MIN`] minimums) of a group's eight blocks as f32 lanes
+/// (block `j` in lane `j`, the same values as [`scales8`]) from its four pairs' [`heads`]
+/// `h[p]` (blocks `p` and `p + 4`): an unpack tree instead of eight inserts.
+///
+/// # Safety
+///
+/// [`QBlock::HEADS`]; AVX2 + F16C available.
+#[inline(always)]
+unsafe fn head_scales<Q: QBlock>(h: &[__m256i; 4]) -> (__m256, __m256) {
+    // SAFETY: register-only intrinsics.
+    unsafe {
+        if Q::MIN {
+            // Per lane: [dm_p, dm_q, ..] (u32 `d | m << 16`), then [dm0..dm4 | dm4..dm8].
+            let a = _mm256_unpacklo_epi32(h[0], h[1]);
+            let b = _mm256_unpacklo_epi32(h[2], h[3]);
+            split_f16_pairs(_mm256_unpacklo_epi64(a, b))
+        } else {
+            // Per lane: [d_p, d_q, ..] (u16), then [d0..d4, ..| d4..d8, ..], then the two
+            // low quarters together.
+            let a = _mm256_unpacklo_epi16(h[0], h[1]);
+            let b = _mm256_unpacklo_epi16(h[2], h[3]);
+            let d = _mm256_permute4x64_epi64::<0b00_00_10_00>(_mm256_unpacklo_epi32(a, b));
+            (_mm256_cvtph_ps(_mm256_castsi256_si128(d)), _mm256_setzero_ps())
+        }
+    }
+}
+
+/// The 16 quant bytes of two blocks (at `qp` into the low 128-bit lane, at `qq` into the
+/// high one) as their low nibbles (elements `0..16` of each block) and high nibbles
+/// (elements `16..32`), u8 lanes: one shift and two ANDs for 64 weights.
+///
+/// # Safety
+///
+/// 16 readable bytes at `qp` and at `qq`; AVX2 available.
+#[inline(always)]
+unsafe fn nibble_pairs(qp: *const u8, qq: *const u8) -> (__m256i, __m256i) {
+    // SAFETY: 16 bytes at each (caller contract); the rest is register-only.
+    unsafe {
+        let v = _mm256_inserti128_si256::<1>(
+            _mm256_castsi128_si256(_mm_loadu_si128(qp.cast())),
+            _mm_loadu_si128(qq.cast()),
+        );
+        let m = _mm256_set1_epi8(0x0F);
+        (_mm256_and_si256(v, m), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m))
+    }
+}
+
+/// The fifth bits of two Q5 blocks (the little-endian u32 at byte `at` of each 128-bit lane
+/// of `v`: block `p`'s in the low lane, block `q`'s in the high one) as bytes `0x10` (bit
+/// set) or 0, laid out as [`nibble_pairs`]: elements `0..16` of each block, then elements
+/// `16..32`.
+///
+/// # Safety
+///
+/// `at + 4 <= 16`; AVX2 available.
+#[inline(always)]
+unsafe fn fifth_bit_pairs(v: __m256i, at: usize) -> (__m256i, __m256i) {
+    // SAFETY: register-only AVX2 intrinsics.
+    unsafe {
+        let at = _mm256_set1_epi8(at as i8);
+        // Byte i of a half takes byte i / 8 (elements 0..16) or 2 + i / 8 (16..32) of its
+        // block's bits, then tests bit i % 8.
+        let (lo, hi) = (
+            _mm256_shuffle_epi8(
+                v,
+                _mm256_add_epi8(
+                    at,
+                    _mm256_setr_epi8(
+                        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+                        1, 1, 1, 1, 1, 1, 1,
+                    ),
+                ),
+            ),
+            _mm256_shuffle_epi8(
+                v,
+                _mm256_add_epi8(
+                    at,
+                    _mm256_setr_epi8(
+                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                        3, 3, 3, 3, 3, 3, 3,
+                    ),
+                ),
+            ),
+        );
+        (bit_bytes(lo), bit_bytes(hi))
+    }
+}
+
+/// `0x10` in the bytes `i` of `s` whose bit `i % 8` is set, else 0.
+///
+/// # Safety
+///
+/// AVX2 available.
+#[inline(always)]
+unsafe fn bit_bytes(s: __m256i) -> __m256i {
+    // SAFETY: register-only AVX2 intrinsics.
+    unsafe {
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(s, bit), bit), _mm256_set1_epi8(0x10))
+    }
 }
 
 pub(super) struct Q8_0B;
@@ -97,6 +256,23 @@ impl QBlock for Q4_0B {
     type L = BlockQ4_0;
     const OFFSET: i32 = 8;
     const NIBBLES: bool = true;
+    const PAIRS: bool = true;
+    const PAIR_I16: bool = true;
+
+    #[inline(always)]
+    unsafe fn pair_operands(
+        bp: *const u8,
+        bq: *const u8,
+        _h: __m256i,
+        xl: __m256i,
+        xh: __m256i,
+    ) -> [(__m256i, __m256i); 2] {
+        // SAFETY: 16 bytes at each block's quants (caller contract).
+        unsafe {
+            let (lo, hi) = nibble_pairs(bp.add(Self::QS), bq.add(Self::QS));
+            [(lo, xl), (hi, xh)]
+        }
+    }
 
     #[inline(always)]
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
@@ -109,6 +285,23 @@ impl QBlock for Q4_1B {
     type L = BlockQ4_1;
     const OFFSET: i32 = 0;
     const NIBBLES: bool = true;
+    const PAIRS: bool = true;
+    const PAIR_I16: bool = true;
+
+    #[inline(always)]
+    unsafe fn pair_operands(
+        bp: *const u8,
+        bq: *const u8,
+        _h: __m256i,
+        xl: __m256i,
+        xh: __m256i,
+    ) -> [(__m256i, __m256i); 2] {
+        // SAFETY: 16 bytes at each block's quants (caller contract).
+        unsafe {
+            let (lo, hi) = nibble_pairs(bp.add(Self::QS), bq.add(Self::QS));
+            [(lo, xl), (hi, xh)]
+        }
+    }
 
     #[inline(always)]
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
@@ -120,6 +313,26 @@ impl QBlock for Q4_1B {
 impl QBlock for Q5_0B {
     type L = BlockQ5_0;
     const OFFSET: i32 = 16;
+    const PAIRS: bool = true;
+    const PAIR_I16: bool = true;
+    const HEADS: bool = true;
+
+    #[inline(always)]
+    unsafe fn pair_operands(
+        bp: *const u8,
+        bq: *const u8,
+        h: __m256i,
+        xl: __m256i,
+        xh: __m256i,
+    ) -> [(__m256i, __m256i); 2] {
+        // SAFETY: each block's 16 bytes of quants (caller contract); the fifth bits are in
+        // the heads.
+        unsafe {
+            let (lo, hi) = nibble_pairs(bp.add(Self::QS), bq.add(Self::QS));
+            let (fl, fh) = fifth_bit_pairs(h, Self::QH);
+            [(_mm256_or_si256(lo, fl), xl), (_mm256_or_si256(hi, fh), xh)]
+        }
+    }
 
     #[inline(always)]
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
@@ -131,6 +344,26 @@ impl QBlock for Q5_0B {
 impl QBlock for Q5_1B {
     type L = BlockQ5_1;
     const OFFSET: i32 = 0;
+    const PAIRS: bool = true;
+    const PAIR_I16: bool = true;
+    const HEADS: bool = true;
+
+    #[inline(always)]
+    unsafe fn pair_operands(
+        bp: *const u8,
+        bq: *const u8,
+        h: __m256i,
+        xl: __m256i,
+        xh: __m256i,
+    ) -> [(__m256i, __m256i); 2] {
+        // SAFETY: each block's 16 bytes of quants (caller contract); the fifth bits are in
+        // the heads.
+        unsafe {
+            let (lo, hi) = nibble_pairs(bp.add(Self::QS), bq.add(Self::QS));
+            let (fl, fh) = fifth_bit_pairs(h, Self::QH);
+            [(_mm256_or_si256(lo, fl), xl), (_mm256_or_si256(hi, fh), xh)]
+        }
+    }
 
     #[inline(always)]
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
@@ -142,6 +375,28 @@ impl QBlock for Q5_1B {
 impl QBlock for Iq4NlB {
     type L = BlockIq4Nl;
     const OFFSET: i32 = 0;
+    const PAIRS: bool = true;
+
+    #[inline(always)]
+    unsafe fn pair_operands(
+        bp: *const u8,
+        bq: *const u8,
+        _h: __m256i,
+        xl: __m256i,
+        xh: __m256i,
+    ) -> [(__m256i, __m256i); 2] {
+        // SAFETY: 16 bytes at each block's quants (caller contract); the codebook is 16
+        // bytes. Its values are in -127..=113: the sign trick of Q8_0.
+        unsafe {
+            let (lo, hi) = nibble_pairs(bp.add(Self::QS), bq.add(Self::QS));
+            let kv = _mm_loadu_si128(crate::quant::iq4_nl::KVALUES.as_ptr().cast());
+            let kv = _mm256_set_m128i(kv, kv);
+            [
+                signed_operands(_mm256_shuffle_epi8(kv, lo), xl),
+                signed_operands(_mm256_shuffle_epi8(kv, hi), xh),
+            ]
+        }
+    }
 
     #[inline(always)]
     unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
@@ -427,6 +682,113 @@ unsafe fn group8<Q: QBlock, D: Dot256>(
     }
 }
 
+/// The activations of blocks `b .. b + 8` (at `xb`) laid out for [`group8_pairs`]: pair `p`
+/// is `[x_p[0..16] | x_{p+4}[0..16]]` and `[x_p[16..32] | x_{p+4}[16..32]]` (block `p` in
+/// the low 128-bit lane, block `p + 4` in the high one), as [`nibble_pairs`] lays out the
+/// weights.
+///
+/// # Safety
+///
+/// 256 readable values at `xb`; AVX2 available.
+#[inline(always)]
+unsafe fn x_pairs(xb: *const i8) -> [[__m256i; 2]; 4] {
+    // SAFETY: blocks `p` and `p + 4 < 8` at `xb` (caller contract).
+    unsafe {
+        let mut xp = [[_mm256_setzero_si256(); 2]; 4];
+        for (p, xp) in xp.iter_mut().enumerate() {
+            for (h, v) in xp.iter_mut().enumerate() {
+                let (a, c) = (xb.add(p * QK + 16 * h), xb.add((p + 4) * QK + 16 * h));
+                *v = _mm256_inserti128_si256::<1>(
+                    _mm256_castsi128_si256(_mm_loadu_si128(a.cast())),
+                    _mm_loadu_si128(c.cast()),
+                );
+            }
+        }
+        xp
+    }
+}
+
+/// The i32 lane totals of `v[0..4]` per 128-bit lane, `v[p]` holding block `p` in its low
+/// lane and block `p + 4` in its high one, as the eight block sums in order.
+///
+/// # Safety
+///
+/// AVX2 available.
+#[inline(always)]
+unsafe fn reduce_pairs(v: [__m256i; 4]) -> __m256i {
+    // SAFETY: register-only AVX2 intrinsics.
+    unsafe {
+        // Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] (a = v[0], b = v[1]), likewise c, d.
+        let p01 =
+            _mm256_add_epi32(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1]));
+        let p23 =
+            _mm256_add_epi32(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3]));
+        // Per 128-bit lane: [a, b, c, d]: blocks 0..4, then 4..8.
+        _mm256_add_epi32(_mm256_unpacklo_epi64(p01, p23), _mm256_unpackhi_epi64(p01, p23))
+    }
+}
+
+/// [`group8`] for a [`QBlock::PAIRS`] type on plain AVX2, blocks `p` and `p + 4` of the group
+/// together ([`QBlock::pair_operands`] against the activations' [`x_pairs`] `xp`): per two
+/// blocks one weight load, shift and two ANDs split the nibbles, the halves' `maddubs` lanes
+/// add in i16 ([`QBlock::PAIR_I16`]) and one `madd` makes i32 lanes, and four vectors reduce
+/// to the eight block sums (no cross-lane step). The same integer sums, so the same bits.
+///
+/// # Safety
+///
+/// As [`group8`] (the scales read here); `xp` the activation row's [`x_pairs`] of blocks
+/// `b .. b + 8`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn group8_pairs<Q: QBlock>(
+    acc: __m256,
+    w: *const u8,
+    b: usize,
+    xp: &[[__m256i; 2]; 4],
+    d: *const f32,
+    s: *const f32,
+    sum: *const i32,
+) -> __m256 {
+    // SAFETY: blocks `b .. b + 8` are in bounds (caller contract).
+    unsafe {
+        const {
+            assert!(!Q::HEADS || (Q::D == 0 && Q::QH + 4 <= 8 && (!Q::MIN || Q::M == 2)));
+        }
+        let wb = w.add(b * Q::BYTES);
+        let mut h = [_mm256_setzero_si256(); 4];
+        if Q::HEADS {
+            for (p, h) in h.iter_mut().enumerate() {
+                *h = heads(wb.add(p * Q::BYTES), wb.add((p + 4) * Q::BYTES));
+            }
+        }
+        let dm = if Q::HEADS { head_scales::<Q>(&h) } else { scales8::<Q>(wb) };
+        let ones = _mm256_set1_epi16(1);
+        let mut v = [_mm256_setzero_si256(); 4];
+        for (p, v) in v.iter_mut().enumerate() {
+            let [(ul, sl), (uh, sh)] = Q::pair_operands(
+                wb.add(p * Q::BYTES),
+                wb.add((p + 4) * Q::BYTES),
+                h[p],
+                xp[p][0],
+                xp[p][1],
+            );
+            let (ml, mh) = (_mm256_maddubs_epi16(ul, sl), _mm256_maddubs_epi16(uh, sh));
+            *v = if Q::PAIR_I16 {
+                _mm256_madd_epi16(_mm256_add_epi16(ml, mh), ones)
+            } else {
+                _mm256_add_epi32(_mm256_madd_epi16(ml, ones), _mm256_madd_epi16(mh, ones))
+            };
+        }
+        let mut isum = reduce_pairs(v);
+        if Q::OFFSET != 0 {
+            let sx = _mm256_loadu_si256(sum.add(b).cast());
+            isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(sx, _mm256_set1_epi32(Q::OFFSET)));
+        }
+        let ms = if Q::MIN { Some((dm.1, _mm256_loadu_ps(s.add(b)))) } else { None };
+        term(acc, isum, dm.0, _mm256_loadu_ps(d.add(b)), ms)
+    }
+}
+
 /// The AVX2 and AVX-VNNI tiers' [`Q8Tier`] ([`Avx2Ops`] / [`super::VexOps`] for `D`): one
 /// output per 8-lane accumulator, each output's groups of eight blocks ([`group8`]) and last
 /// blocks ([`group_part`]) one after the other.
@@ -455,6 +817,15 @@ impl<Q: QBlock, D: Dot256> Q8Tier<Q> for Avx2Tier<D> {
         // SAFETY: blocks `b .. b + m <= nb` of rows `r < R` and activation rows `t < N`
         // (caller contract).
         unsafe {
+            if Q::PAIRS && D::MADDUBS && N == 1 && m == 8 {
+                // The GEMV on plain AVX2: the activations laid out in pairs once for the
+                // tile's rows.
+                let xp = x_pairs(x.qs.add(b * QK));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = group8_pairs::<Q>(*a, w.add(r * rb), b, &xp, x.d, x.s, x.sum);
+                }
+                return;
+            }
             for r in 0..R {
                 let wr = w.add(r * rb);
                 // The row's scales once for all `N` activation rows.

@@ -44,10 +44,9 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::avx2_q8::{Avx2Tier, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
-use super::{
-    hsum_ps, opaque512, prefetch_next_tile, GfniNibbles, Nibbles, ShiftNibbles, VexOps, X86Prefetch,
-};
+use super::{hsum_ps, opaque512, GfniNibbles, Nibbles, ShiftNibbles, VexOps, X86Prefetch};
 use crate::kernels::frame::q8::{q8_entries, Q8Tier, TileX, ROWS16};
+use crate::kernels::frame::{Prefetch, NEXT_TILE_LEAD};
 use crate::quant::q5_0x2::{D_OFFSET as X2_D, QH_OFFSET as X2_QH, QS_OFFSET as X2_QS};
 use crate::quant::QK;
 
@@ -111,6 +110,23 @@ trait VBlock {
         unsafe { Self::decode2::<Nb>(p0, p1) }
     }
 
+    /// `Some(qs)` where the block's quants are 16 packed bytes at byte `qs`, elements `0..16`
+    /// their low nibbles and `16..32` their high ones, the operand a function of the nibble
+    /// alone ([`VBlock::map4`]): [`tile16`] then transposes the packed bytes and splits them
+    /// after ([`transpose16_nib`]), a third of the shuffles of [`transpose16`].
+    const NIB16: Option<usize> = None;
+
+    /// The unsigned operands of nibble values `0..16` (lanes of bytes): the nibbles
+    /// themselves by default.
+    ///
+    /// # Safety
+    ///
+    /// AVX-512 F/BW available.
+    #[inline(always)]
+    unsafe fn map4(v: __m512i) -> __m512i {
+        v
+    }
+
     /// Where block `b` (at `p`, its row's start `+ b * BYTES`) keeps its f16 scale (and, with
     /// [`VBlock::MIN`], its minimum in the next word): `p` by default.
     ///
@@ -133,7 +149,7 @@ macro_rules! vblock_consts {
 }
 
 /// Whether `Q`'s f16 scale is at byte 0 and its minimum (if any) at byte 2, as the scale
-/// picks ([`VBlock::scales8`], [`pick_words`], [`tile16`]'s gather) take them.
+/// picks ([`VBlock::scales8`], [`pick_words`], [`scale_dwords`]) take them.
 const fn scales_first<Q: QBlock>() -> bool {
     Q::D == 0 && (!Q::MIN || Q::M == 2)
 }
@@ -341,6 +357,7 @@ impl VBlock for Q8_0B {
 impl VBlock for Q4_0B {
     vblock_consts!(Q4_0B);
     const OFF: i32 = 8;
+    const NIB16: Option<usize> = Some(Self::QS);
 
     #[inline(always)]
     unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
@@ -369,6 +386,16 @@ static KVALUES_128: [u8; 16] = {
 impl VBlock for Iq4NlB {
     vblock_consts!(Iq4NlB);
     const OFF: i32 = 128;
+    const NIB16: Option<usize> = Some(Self::QS);
+
+    #[inline(always)]
+    unsafe fn map4(v: __m512i) -> __m512i {
+        // SAFETY: the table is 16 bytes; the rest is register-only.
+        unsafe {
+            let kv = _mm_loadu_si128(KVALUES_128.as_ptr().cast());
+            _mm512_shuffle_epi8(_mm512_broadcast_i32x4(kv), v)
+        }
+    }
 
     #[inline(always)]
     unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
@@ -392,6 +419,7 @@ impl VBlock for Iq4NlB {
 impl VBlock for Q4_1B {
     vblock_consts!(Q4_1B);
     const OFF: i32 = 0;
+    const NIB16: Option<usize> = Some(Self::QS);
 
     #[inline(always)]
     unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
@@ -852,6 +880,69 @@ unsafe fn transpose16<Q: VBlock, Nb: Nibbles>(wb: *const u8, rb: usize, b: usize
     }
 }
 
+/// [`transpose16`] for the packed-nibble blocks ([`VBlock::NIB16`], quants at byte `qs`):
+/// the 16 bytes of row `i + 4 L` in 128-bit lane `L` of vector `i` (`i`, `L < 4`), a 4 × 4
+/// dword transpose inside each 128-bit lane (dword lane `4 L + i` = row `i + 4 L`), then
+/// each packed dword `k` split into its low nibbles (elements `4 k ..`, `t[k]`) and high
+/// ones (elements `16 + 4 k ..`, `t[4 + k]`).
+///
+/// # Safety
+///
+/// 16 bytes at `wb + r * rb + qs` for `r < 16`; AVX-512 F/BW/VL available, and what `Nb`
+/// needs.
+#[inline(always)]
+unsafe fn transpose16_nib<Q: VBlock, Nb: Nibbles>(
+    wb: *const u8,
+    rb: usize,
+    qs: usize,
+) -> [__m512i; 8] {
+    // SAFETY: 16 bytes of each of the 16 rows (caller contract); the rest is register-only.
+    unsafe {
+        let row = |r: usize| _mm_loadu_si128(wb.add(r * rb + qs).cast());
+        let mut a = [_mm512_setzero_si512(); 4];
+        for (i, a) in a.iter_mut().enumerate() {
+            let z = _mm512_castsi128_si512(row(i));
+            let z = _mm512_inserti32x4::<1>(z, row(i + 4));
+            let z = _mm512_inserti32x4::<2>(z, row(i + 8));
+            *a = _mm512_inserti32x4::<3>(z, row(i + 12));
+        }
+        let (t0, t1) = (_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
+        let (t2, t3) = (_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
+        let k = [
+            _mm512_unpacklo_epi64(t0, t2),
+            _mm512_unpackhi_epi64(t0, t2),
+            _mm512_unpacklo_epi64(t1, t3),
+            _mm512_unpackhi_epi64(t1, t3),
+        ];
+        let mut t = [_mm512_setzero_si512(); 8];
+        for (i, k) in k.into_iter().enumerate() {
+            t[i] = Q::map4(Nb::split::<0>(k));
+            t[4 + i] = Q::map4(Nb::split::<0xFF>(k));
+        }
+        t
+    }
+}
+
+/// The scale dwords of block `b` (at `wb + r * rb`) of 16 rows, lane `r` the 4 bytes at
+/// [`VBlock::scale_ptr`]: four rows per 128-bit lane by scalar loads and inserts (a 16-lane
+/// gather is microcoded, and was a sixth of the `16 × 4` Q4_1 tile's time on Zen 5).
+///
+/// # Safety
+///
+/// Block `b` whole at `wb + r * rb` for `r < 16`; AVX-512 F available.
+#[inline(always)]
+unsafe fn scale_dwords<Q: VBlock>(wb: *const u8, rb: usize, b: usize) -> __m512i {
+    // SAFETY: 4 bytes at each block's scale (every block has at least 18 bytes).
+    unsafe {
+        let d = |r: usize| Q::scale_ptr(wb.add(r * rb), b).cast::<i32>().read_unaligned();
+        let q = |r: usize| _mm_setr_epi32(d(r), d(r + 1), d(r + 2), d(r + 3));
+        let z = _mm512_castsi128_si512(q(0));
+        let z = _mm512_inserti32x4::<1>(z, q(4));
+        let z = _mm512_inserti32x4::<2>(z, q(8));
+        _mm512_inserti32x4::<3>(z, q(12))
+    }
+}
+
 /// The most activation rows for which [`tile16`] prefetches the next 16 rows' weights.
 const TILE16_PREFETCH_MAX_N: usize = 8;
 
@@ -860,10 +951,11 @@ const TILE16_PREFETCH_MAX_N: usize = 8;
 /// needed: lane `r` of every vector is weight row `r`.
 ///
 /// The blocks `b` in order (the rows' streams sequential): block `b` of the 16 rows is
-/// decoded and transposed once ([`transpose16`]) and dotted with each activation row `t` by
-/// eight `vpdpbusd` of broadcast activation dwords (from `- OFF · Σ x`, [`VBlock::OFF`]); its
-/// term `(dw · dx) · isum [+ mw · s]`, unfused, the f16 scales of the 16 rows gathered, goes
-/// into `part[t][b % 8] = part[t][b % 8] + term` (the oracle's lane `b % 8`,
+/// decoded and transposed once ([`transpose16`], or for packed nibbles [`transpose16_nib`])
+/// and dotted with each activation row `t` by eight `vpdpbusd` of broadcast activation dwords
+/// (from `- OFF · Σ x`, [`VBlock::OFF`]); its term `(dw · dx) · isum [+ mw · s]`, unfused,
+/// the f16 scales of the 16 rows read one block ahead ([`scale_dwords`]), goes into
+/// `part[t][b % 8] = part[t][b % 8] + term` (the oracle's lane `b % 8`,
 /// [`crate::kernels::scalar::accumulate8`]). The eight lanes' vectors end in
 /// [`crate::kernels::scalar::hsum8`]'s tree, taken vertically: every output is the oracle's
 /// bits. (Visiting lane by lane instead, blocks `j, j + 8, ..`, so that `part[t][j]` could
@@ -884,32 +976,46 @@ unsafe fn tile16<Q: VBlock, Nb: Nibbles, const N: usize>(
 ) {
     debug_assert!(ROWS16 * rb <= i32::MAX as usize);
     // SAFETY: blocks `b < nb` of the 16 rows and `N` activation rows (caller contract); the
-    // gathers read the first 4 bytes of such blocks (every block has at least 18 bytes).
+    // scale reads take 4 bytes at such blocks' scales ([`scale_dwords`]).
     unsafe {
         let nb = x.nb;
-        let rbv = _mm512_set1_epi32(rb as i32);
-        let offs = _mm512_mullo_epi32(
-            rbv,
-            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        );
         // Decode batches (up to eight activation rows) over whole rows prefetch the next 16
         // rows: past the caches the tile is otherwise bound by its demand misses (a column
         // block, the outlier correction's, would prefetch bytes it never reads).
         let ahead = N <= TILE16_PREFETCH_MAX_N && rb == nb * Q::BYTES;
+        // [`prefetch_next_tile`]'s lines, its division taken once per tile.
+        let span = ROWS16 * rb;
+        let per = span.div_ceil(nb.max(1)).next_multiple_of(64);
+        let next = w.wrapping_add(span + NEXT_TILE_LEAD);
         // part[t][j]: lane `j`'s accumulator of activation row `t`.
         let mut part = [[_mm512_setzero_ps(); 8]; N];
-        // Block `b`'s contribution (a macro, so that each use below is its own copy).
-        macro_rules! block {
+        // Each row's scale dword of block `b` (the f16 scale, then with a minimum the minimum),
+        // read one block ahead of its use.
+        macro_rules! scales {
             ($b:expr) => {{
+                let b: usize = $b;
+                scale_dwords::<Q>(w.add(b * Q::BYTES), rb, b)
+            }};
+        }
+        // Block `b`'s contribution, its scale dwords `g` (a macro, so that each use below is
+        // its own copy).
+        macro_rules! block {
+            ($b:expr, $g:expr) => {{
                 let b: usize = $b;
                 let j = b % 8;
                 let wb = w.add(b * Q::BYTES);
                 if ahead {
-                    prefetch_next_tile(w, ROWS16 * rb, b, nb);
+                    let (mut o, end) = (b * per, ((b + 1) * per).min(span));
+                    while o < end {
+                        X86Prefetch::line(next.wrapping_add(o));
+                        o += 64;
+                    }
                 }
-                let tw = transpose16::<Q, Nb>(wb, rb, b);
-                // Each row's scale dword: the f16 scale, then (with a minimum) the minimum.
-                let g = _mm512_i32gather_epi32::<1>(offs, Q::scale_ptr(wb, b).cast());
+                let tw = match Q::NIB16 {
+                    Some(qs) => transpose16_nib::<Q, Nb>(wb, rb, qs),
+                    None => transpose16::<Q, Nb>(wb, rb, b),
+                };
+                let g = $g;
                 let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
                 let mw = if Q::MIN {
                     _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(g)))
@@ -939,16 +1045,23 @@ unsafe fn tile16<Q: VBlock, Nb: Nibbles, const N: usize>(
                 }
             }};
         }
-        if Q::PAIRS {
-            // In pairs (rows are whole pairs), so that the half of each copy (`b % 2`,
-            // [`VBlock::decode_col2`]) is a constant: 1.5% of the Q4_K_M prefill.
-            for p in 0..nb / 2 {
-                block!(2 * p);
-                block!(2 * p + 1);
-            }
-        } else {
-            for b in 0..nb {
-                block!(b);
+        if nb > 0 {
+            let mut g = scales!(0);
+            if Q::PAIRS {
+                // In pairs (rows are whole pairs), so that the half of each copy (`b % 2`,
+                // [`VBlock::decode_col2`]) is a constant: 1.5% of the Q4_K_M prefill.
+                for p in 0..nb / 2 {
+                    let g1 = scales!(2 * p + 1);
+                    block!(2 * p, g);
+                    g = if 2 * p + 2 < nb { scales!(2 * p + 2) } else { g1 };
+                    block!(2 * p + 1, g1);
+                }
+            } else {
+                for b in 0..nb {
+                    let gn = if b + 1 < nb { scales!(b + 1) } else { g };
+                    block!(b, g);
+                    g = gn;
+                }
             }
         }
         for (t, p) in part.iter().enumerate() {
