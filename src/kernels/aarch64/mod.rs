@@ -1,8 +1,9 @@
 //! aarch64 kernels: NEON (`neon_f32.rs`: f32 / f16 / bf16 / every quantized type with f32
 //! activations; `neon_q8.rs`: the 32-element types with int8 activations, with `SDOT` where
 //! the `dotprod` extension is present and a widening-multiply fallback where it is not, and
-//! the Q8 quantizer; `neon_k.rs`: the K-quants' decoders and their int8 row loop over Q8_K
-//! activations, on the same two instruction choices).
+//! the Q8 quantizer; `neon_k.rs`: the K-quants' decoders and their int8 product with Q8_K
+//! activations, on the same two instruction choices). The int8 products run on the kernel
+//! frame ([`super::frame`]).
 //!
 //! `vdotq_s32` is still unstable, so `SDOT` is inline assembly inside
 //! `#[target_feature(enable = "neon,dotprod")]` functions; f16 widening is inline `FCVTL`

@@ -1,25 +1,29 @@
 //! NEON kernels for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): the per-type decoders of
 //! runs of 32 values ([`KQuant`]), shared by the f32-activation kernels (`neon_f32.rs`), and
-//! the int8 row loop against Q8_K activations ([`crate::quant::ActFormat::Q8K`]) with `SDOT`
-//! or the widening fallback ([`Dot`]).
+//! the NEON and NEON + `SDOT` tiers' [`KTier`] for the int8 product against Q8_K activations
+//! ([`crate::quant::ActFormat::Q8K`]): their tiles and schedule are the kernel frame's
+//! ([`crate::kernels::frame::k`]), as for AVX2.
 //!
 //! A super-block is 8 units of 32 values, each unit two sub-blocks of 16 (the 32-element
 //! sub-blocks of Q4_K/Q5_K give both halves the same scale). A unit decodes to two vectors of
 //! 16 signed bytes: the weights' integers with the type's offset already applied (Q3_K
-//! `q - 4`, Q6_K `q - 32`; the others unsigned, with the mins kept apart), so `SDOT` gives
-//! the oracle's sub-block sums `Σ q · x` directly. The int8 path then forms the oracle's exact
-//! integers `isum = Σ_j sc_j Σ_{i in j} q_i x_i` (one `MLA` by the scale per 16 values) and
-//! `msum = Σ_j m_j · bsum_j` (the activations' per-16 sums), and the f32 term of the scalar
-//! oracle (`crate::quant::q4_k::dot_q4_k_q8k` etc.), term for term: super-block `b` into lane
-//! `b % 8` ([`crate::kernels::scalar::accumulate8`]'s order), then [`hsum8`]; the results are
-//! bit-identical to the scalar table. The sub-block scales come from the oracle's own
-//! unpacking ([`scales_mins_k4`], [`scales_q3`]), once per super-block.
+//! `q - 4`, Q6_K `q - 32`; the others unsigned, with the mins kept apart), so `SDOT` (or
+//! `SMULL` + `SADALP`, [`KDot`]) gives the oracle's sub-block sums `Σ q · x` directly, one
+//! 4-lane vector per scale. Pairwise adds gather four sub-blocks' sums into the lanes of one
+//! vector, which is multiplied by the sub-block scales' lanes ([`KScales`], unpacked in
+//! registers once per decoded super-block) into the oracle's exact integer
+//! `isum = Σ_j sc_j Σ_{i in j} q_i x_i`, and the activations' per-16 sums by the mins' lanes
+//! into `msum = Σ_j m_j · bsum_j`. The frame's f32 epilogue is the scalar oracle's
+//! (`crate::quant::q4_k::dot_q4_k_q8k` etc.) term for term, lane by lane, so the results are
+//! bit-identical to the scalar table.
 
 use core::arch::aarch64::*;
+use core::arch::asm;
+use core::marker::PhantomData;
 
-use super::f16_scalar;
 use super::neon_q8::{Dot, Sdot, Widen};
-use crate::kernels::scalar::hsum8;
+use super::{cvt_f16x4, NeonPrefetch};
+use crate::kernels::frame::k::{k_entries, KTier};
 use crate::quant::q2_k::BlockQ2K;
 use crate::quant::q3_k::scales_q3;
 use crate::quant::q3_k::BlockQ3K;
@@ -28,7 +32,6 @@ use crate::quant::q4_k::BlockQ4K;
 use crate::quant::q5_k::BlockQ5K;
 use crate::quant::q6_k::BlockQ6K;
 use crate::quant::BlockLayout;
-use crate::quant::{Q8Acts, QK_K};
 
 /// A K-quant super-block as the NEON kernels see it.
 pub(super) trait KQuant {
@@ -282,150 +285,395 @@ impl KQuant for Q6K {
     }
 }
 
-/// `(isum, msum)` of the super-block at `blk` against the 256 activations at `x` with per-16
-/// sums `bsums` (`msum` 0 without mins): the oracle's exact integers.
+/// A K-quant's sub-block scales (and mins) for the int8 dot, as i32 lanes.
+pub(super) trait KScales: KQuant {
+    /// Whether a scale (and min) covers 32 values (Q4_K, Q5_K), else 16.
+    const S32: bool;
+
+    /// Lane `l` of vector `q`: the scale of sub-block `4 q + l`, and of its min (0 without
+    /// [`KQuant::MINS`]); sub-blocks of 32 values with [`KScales::S32`] (vectors 0, 1), of
+    /// 16 without (0..4). The oracle's unpacking ([`scales_mins_k4`], [`scales_q3`]) done in
+    /// lanes.
+    ///
+    /// # Safety
+    ///
+    /// `blk` is a whole super-block; NEON available.
+    unsafe fn scales_i32(blk: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]);
+}
+
+/// The 8 bytes of `v` as i32 lanes (two vectors).
 ///
 /// # Safety
 ///
-/// `blk` is a whole super-block, 256 values at `x`, 16 sums at `bsums`; NEON (+ `dotprod`
-/// for [`Sdot`]).
+/// NEON available.
 #[inline(always)]
-unsafe fn isums<K: KQuant, D: Dot>(blk: *const u8, x: *const i8, bsums: *const i32) -> (i32, i32) {
-    // SAFETY: every read stays inside the super-block and the 256 activations.
+unsafe fn widen8(v: uint8x8_t) -> [int32x4_t; 2] {
+    // SAFETY: register-only NEON intrinsics.
     unsafe {
-        let (sc, mn) = K::scales(blk);
-        let zero = vdupq_n_s32(0);
-        let mut acc = zero;
-        for u in 0..8 {
-            let (w0, w1) = K::unit(blk, u);
-            let xu = x.add(32 * u);
-            acc = vmlaq_n_s32(acc, D::dot(zero, w0, vld1q_s8(xu)), sc[2 * u]);
-            acc = vmlaq_n_s32(acc, D::dot(zero, w1, vld1q_s8(xu.add(16))), sc[2 * u + 1]);
-        }
-        let ms = if K::MINS {
-            let mut m = zero;
-            for q in 0..4 {
-                m = vmlaq_s32(m, vld1q_s32(mn.as_ptr().add(4 * q)), vld1q_s32(bsums.add(4 * q)));
-            }
-            vaddvq_s32(m)
-        } else {
-            0
-        };
-        (vaddvq_s32(acc), ms)
+        let h = vmovl_u8(v);
+        [
+            vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(h))),
+            vreinterpretq_s32_u32(vmovl_high_u16(h)),
+        ]
     }
 }
 
-/// One weight row (`nb` super-blocks at `w`) · one Q8_K activation row (values `qs`, scales
-/// `d`, per-16 sums `sums`), in the oracle's f32 order.
+/// The 16 i16 lanes of `lo`, `hi` as i32 lanes (four vectors).
 ///
 /// # Safety
 ///
-/// `w` holds `nb` super-blocks, `qs` `256 nb` values, `d` `nb` scales, `sums` `16 nb` sums;
-/// NEON (+ `dotprod` for [`Sdot`]).
+/// NEON available.
 #[inline(always)]
-unsafe fn row_dot<K: KQuant, D: Dot>(
-    w: *const u8,
-    nb: usize,
-    qs: *const i8,
-    d: *const f32,
-    sums: *const i32,
-) -> f32 {
-    let mut acc = [0f32; 8];
-    for b in 0..nb {
-        // SAFETY: super-block `b < nb` of the row and of the activations (caller contract).
+unsafe fn widen16(lo: int16x8_t, hi: int16x8_t) -> [int32x4_t; 4] {
+    // SAFETY: register-only NEON intrinsics.
+    unsafe {
+        [
+            vmovl_s16(vget_low_s16(lo)),
+            vmovl_high_s16(lo),
+            vmovl_s16(vget_low_s16(hi)),
+            vmovl_high_s16(hi),
+        ]
+    }
+}
+
+/// The 4 bytes at `p` in both halves of a vector of 8.
+///
+/// # Safety
+///
+/// 4 readable bytes at `p`; NEON available.
+#[inline(always)]
+unsafe fn word_twice(p: *const u8) -> uint8x8_t {
+    // SAFETY: 4 bytes readable (caller contract).
+    unsafe { vreinterpret_u8_u32(vdup_n_u32(p.cast::<u32>().read_unaligned())) }
+}
+
+impl KScales for Q2K {
+    const S32: bool = false;
+
+    #[inline(always)]
+    unsafe fn scales_i32(blk: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
+        // SAFETY: the 16 scale bytes at 0..16 (caller contract): scale in the low nibble,
+        // min in the high one.
         unsafe {
-            let blk = w.add(b * K::BYTES);
-            let (is, ms) = isums::<K, D>(blk, qs.add(b * QK_K), sums.add(16 * b));
-            let (dw, dx) = (f16_scalar(blk.add(K::D_AT)), *d.add(b));
-            acc[b % 8] += if K::MINS {
-                (dw * dx) * is as f32 - (f16_scalar(blk.add(K::D_AT + 2)) * dx) * ms as f32
-            } else {
-                (dw * dx) * is as f32
+            let v = vld1q_u8(blk.add(BlockQ2K::SCALES_OFFSET));
+            let (sc, mn) = (vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(v));
+            let s16 = |v: uint8x16_t| {
+                let (l, h) = (vmovl_u8(vget_low_u8(v)), vmovl_high_u8(v));
+                widen16(vreinterpretq_s16_u16(l), vreinterpretq_s16_u16(h))
             };
+            (s16(sc), s16(mn))
         }
     }
-    hsum8(&acc)
 }
 
-/// Every (row, activation row) pair of the block, one at a time.
+impl KScales for Q3K {
+    const S32: bool = false;
+
+    #[inline(always)]
+    unsafe fn scales_i32(blk: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
+        // SAFETY: the 12 packed scale bytes at 96..108 (caller contract). [`scales_q3`] in
+        // lanes: the words `a`, `b` (bytes 0..8) give the low four bits (the nibbles of `a`,
+        // `b`, then their high nibbles), word `c` (bytes 8..12) bits 4, 5: two bits of each
+        // byte, shifted by 0, 2, 4, 6 for the four words.
+        unsafe {
+            let sp = blk.add(BlockQ3K::SCALES_OFFSET);
+            let ab = vld1_u8(sp);
+            let lo = vcombine_u8(vand_u8(ab, vdup_n_u8(0x0F)), vshr_n_u8::<4>(ab));
+            let c = vdupq_n_u32(sp.add(8).cast::<u32>().read_unaligned());
+            const SHIFTS: [i32; 4] = [0, -2, -4, -6];
+            let c = vreinterpretq_u8_u32(vshlq_u32(c, vld1q_s32(SHIFTS.as_ptr())));
+            let hi = vshlq_n_u8::<4>(vandq_u8(c, vdupq_n_u8(3)));
+            let s = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), vdupq_n_s8(32));
+            let z = vdupq_n_s32(0);
+            (widen16(vmovl_s8(vget_low_s8(s)), vmovl_high_s8(s)), [z; 4])
+        }
+    }
+}
+
+/// The scales and mins of a Q4_K/Q5_K super-block from the 12 packed bytes at `sp`
+/// ([`scales_mins_k4`] in lanes: words `a`, `b` (bytes 0..8) give scales and mins 0..4 and
+/// the top bits of 4..8, word `c` (bytes 8..12) their low nibbles).
 ///
 /// # Safety
 ///
-/// As [`crate::kernels::MatmulQ8Fn`] with `xq` in the Q8_K format; NEON (+ `dotprod` for
-/// [`Sdot`]).
+/// 12 readable bytes at `sp`; NEON available.
 #[inline(always)]
-unsafe fn matmul<K: KQuant, D: Dot>(
-    w: *const u8,
-    rb: usize,
-    rows: usize,
-    xq: &Q8Acts<'_>,
-    n: usize,
-    y: *mut f32,
-    ldy: usize,
-) {
-    let nb = xq.nb();
-    let (qs, d, sums) = (xq.qs().as_ptr(), xq.d().as_ptr(), xq.sum().as_ptr());
-    for r in 0..rows {
-        for t in 0..n {
-            let o = t * nb;
-            // SAFETY: row `r < rows` of `nb` super-blocks, activation row `t < n <= xq.n()`,
-            // `y[t * ldy + r]` writable (caller contract).
-            unsafe {
-                *y.add(t * ldy + r) = row_dot::<K, D>(
-                    w.add(r * rb),
-                    nb,
-                    qs.add(o * QK_K),
-                    d.add(o),
-                    sums.add(16 * o),
-                );
-            }
+unsafe fn k4_scales_i32(sp: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
+    // SAFETY: 12 bytes readable (caller contract); the rest is register-only.
+    unsafe {
+        let ab = vld1_u8(sp);
+        // Scales 0..4, mins 0..4.
+        let low = vand_u8(ab, vdup_n_u8(0x3F));
+        // Scales 4..8: c & 0x0F | (a >> 2) & 0x30; mins 4..8: c >> 4 | (b >> 2) & 0x30.
+        const SHIFTS: [i8; 8] = [0, 0, 0, 0, -4, -4, -4, -4];
+        let c = vand_u8(vshl_u8(word_twice(sp.add(8)), vld1_s8(SHIFTS.as_ptr())), vdup_n_u8(0x0F));
+        let high = vorr_u8(c, vand_u8(vshr_n_u8::<2>(ab), vdup_n_u8(0x30)));
+        let (low, high) = (vreinterpret_u32_u8(low), vreinterpret_u32_u8(high));
+        let sc = widen8(vreinterpret_u8_u32(vzip1_u32(low, high)));
+        let mn = widen8(vreinterpret_u8_u32(vzip2_u32(low, high)));
+        let z = vdupq_n_s32(0);
+        ([sc[0], sc[1], z, z], [mn[0], mn[1], z, z])
+    }
+}
+
+impl KScales for Q4K {
+    const S32: bool = true;
+
+    #[inline(always)]
+    unsafe fn scales_i32(blk: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
+        // SAFETY: the packed scales at 4..16 (caller contract).
+        unsafe { k4_scales_i32(blk.add(BlockQ4K::SCALES_OFFSET)) }
+    }
+}
+
+impl KScales for Q5K {
+    const S32: bool = true;
+
+    #[inline(always)]
+    unsafe fn scales_i32(blk: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
+        // SAFETY: the packed scales at 4..16 (caller contract).
+        unsafe { k4_scales_i32(blk.add(BlockQ5K::SCALES_OFFSET)) }
+    }
+}
+
+impl KScales for Q6K {
+    const S32: bool = false;
+
+    #[inline(always)]
+    unsafe fn scales_i32(blk: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
+        // SAFETY: the 16 i8 scales at 192..208 (caller contract).
+        unsafe {
+            let s = vld1q_s8(blk.add(BlockQ6K::SCALES_OFFSET).cast());
+            let z = vdupq_n_s32(0);
+            (widen16(vmovl_s8(vget_low_s8(s)), vmovl_high_s8(s)), [z; 4])
         }
     }
 }
 
-macro_rules! entry {
-    ($name:ident, $k:ty, $d:ty, $tier:ident, $doc:expr) => {
-        tier_fn! { $tier;
-            #[doc = $doc]
-            ///
-            /// # Safety
-            ///
-            /// As [`crate::kernels::MatmulQ8Fn`] (activations in Q8_K); the CPU has the enabled
-            /// features.
-            pub(super) unsafe fn $name(
-                w: *const u8,
-                rb: usize,
-                rows: usize,
-                xq: &Q8Acts<'_>,
-                n: usize,
-                y: *mut f32,
-                ldy: usize,
-            ) {
-                // SAFETY: forwarded caller contract; the features are enabled here.
-                unsafe { matmul::<$k, $d>(w, rb, rows, xq, n, y, ldy) }
+/// One super-block decoded for the int8 dot: `v[2 u]`, `v[2 u + 1]` the signed values of
+/// unit `u` ([`KQuant::unit`]), `sc`, `mn` its scales and mins ([`KScales::scales_i32`]).
+#[derive(Clone, Copy)]
+pub(super) struct KW {
+    v: [int8x16_t; 16],
+    sc: [int32x4_t; 4],
+    mn: [int32x4_t; 4],
+}
+
+/// The totals of `v[o]` (`o < P <= 4` from `at`) as lanes `o` (the lanes from `P` on repeat
+/// the last total).
+///
+/// # Safety
+///
+/// NEON available.
+#[inline(always)]
+unsafe fn totals4<const P: usize>(v: [int32x4_t; P], at: usize) -> int32x4_t {
+    // SAFETY: register-only NEON intrinsics.
+    unsafe {
+        let g = |i: usize| v[(at + i).min(P - 1)];
+        vpaddq_s32(vpaddq_s32(g(0), g(1)), vpaddq_s32(g(2), g(3)))
+    }
+}
+
+/// The K-quants' [`Dot`]: [`Sdot`]'s, and [`Widen`]'s with its two widening multiplies in
+/// inline assembly.
+///
+/// The weights of Q2_K, Q4_K and Q5_K decode to bytes LLVM knows are non-negative, so it
+/// rewrites `SMULL` as a zero-extension of the weights times the activations sign-extended
+/// to i16, and hoists those extensions out of the loop over a tile's rows: 32 vectors of
+/// activations, which do not fit in registers with the rest and are reloaded from the stack
+/// before every multiply (three instructions for each `SMULL`). `SMULL` in assembly keeps
+/// one instruction per eight products.
+pub(super) trait KDot: Dot {
+    /// As [`Dot::dot`].
+    ///
+    /// # Safety
+    ///
+    /// As [`Dot::dot`].
+    unsafe fn kdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t;
+}
+
+impl KDot for Sdot {
+    #[inline(always)]
+    unsafe fn kdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        // SAFETY: forwarded caller contract.
+        unsafe { Sdot::dot(acc, a, b) }
+    }
+}
+
+impl KDot for Widen {
+    #[inline(always)]
+    unsafe fn kdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        let (lo, hi): (int16x8_t, int16x8_t);
+        // SAFETY: register-only base AdvSIMD instructions (`lo` is written before the second
+        // reads `a` and `b`, so it is an early output).
+        unsafe {
+            asm!(
+                "smull {lo:v}.8h, {a:v}.8b, {b:v}.8b",
+                "smull2 {hi:v}.8h, {a:v}.16b, {b:v}.16b",
+                lo = out(vreg) lo,
+                hi = lateout(vreg) hi,
+                a = in(vreg) a,
+                b = in(vreg) b,
+                options(pure, nomem, nostack, preserves_flags)
+            );
+            vpadalq_s16(vpadalq_s16(acc, lo), hi)
+        }
+    }
+}
+
+/// The NEON and NEON + SDOT tiers' [`KTier`] ([`Widen`] / [`Sdot`] for `D`): each unit's
+/// values dotted with `D` per sub-block (one sum per scale), the sub-block sums of an output
+/// gathered into lanes by pairwise adds and multiplied by the scale lanes, the per-16
+/// activation sums by the min lanes; eight f32 lanes as two 4-lane vectors.
+pub(super) struct NeonK<D>(PhantomData<D>);
+
+impl<K: KScales, D: KDot> KTier<K> for NeonK<D> {
+    const BYTES: usize = K::BYTES;
+    const D_AT: usize = K::D_AT;
+    const MINS: bool = K::MINS;
+    type Prefetch = NeonPrefetch;
+    type W = KW;
+    /// `(isum, msum)` lane vectors.
+    type S = (int32x4_t, int32x4_t);
+    type F = [float32x4_t; 2];
+
+    #[inline(always)]
+    unsafe fn decode(blk: *const u8) -> KW {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            let (sc, mn) = K::scales_i32(blk);
+            let mut v = [vdupq_n_s8(0); 16];
+            for u in 0..8 {
+                (v[2 * u], v[2 * u + 1]) = K::unit(blk, u);
+            }
+            KW { v, sc, mn }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn dot(w: &KW, x: *const i8, bsums: *const i32) -> (int32x4_t, int32x4_t) {
+        // SAFETY: the reads stay inside the 256 values and 16 sums (caller contract); the
+        // rest is register-only.
+        unsafe {
+            let z = vdupq_n_s32(0);
+            let xv = |j: usize| vld1q_s8(x.add(16 * j));
+            let bs = |q: usize| vld1q_s32(bsums.add(4 * q));
+            if K::S32 {
+                // One sum per unit (both halves share the scale).
+                let d: [int32x4_t; 8] = core::array::from_fn(|u| {
+                    D::kdot(D::kdot(z, w.v[2 * u], xv(2 * u)), w.v[2 * u + 1], xv(2 * u + 1))
+                });
+                let s = [totals4(d, 0), totals4(d, 4)];
+                let is = vmlaq_s32(vmulq_s32(s[0], w.sc[0]), s[1], w.sc[1]);
+                let ms = if K::MINS {
+                    let b = [vpaddq_s32(bs(0), bs(1)), vpaddq_s32(bs(2), bs(3))];
+                    vmlaq_s32(vmulq_s32(b[0], w.mn[0]), b[1], w.mn[1])
+                } else {
+                    z
+                };
+                (is, ms)
+            } else {
+                let d: [int32x4_t; 16] = core::array::from_fn(|j| D::kdot(z, w.v[j], xv(j)));
+                let mut is = vmulq_s32(totals4(d, 0), w.sc[0]);
+                for q in 1..4 {
+                    is = vmlaq_s32(is, totals4(d, 4 * q), w.sc[q]);
+                }
+                let ms = if K::MINS {
+                    let mut m = vmulq_s32(bs(0), w.mn[0]);
+                    for q in 1..4 {
+                        m = vmlaq_s32(m, bs(q), w.mn[q]);
+                    }
+                    m
+                } else {
+                    z
+                };
+                (is, ms)
             }
         }
-    };
+    }
+
+    #[inline(always)]
+    unsafe fn totals<const P: usize>(
+        s: &[(int32x4_t, int32x4_t); P],
+    ) -> ([float32x4_t; 2], [float32x4_t; 2]) {
+        // SAFETY: register-only NEON intrinsics.
+        unsafe {
+            let is: [int32x4_t; P] = core::array::from_fn(|o| s[o].0);
+            let ms: [int32x4_t; P] = core::array::from_fn(|o| s[o].1);
+            let f = |v: int32x4_t| vcvtq_f32_s32(v);
+            let z = vdupq_n_f32(0.0);
+            if K::MINS && P <= 2 {
+                // One reduction: lanes 0..2 the `isum`s, 2..4 the `msum`s.
+                let g = |v: &[int32x4_t; P], i: usize| v[i.min(P - 1)];
+                let r =
+                    vpaddq_s32(vpaddq_s32(g(&is, 0), g(&is, 1)), vpaddq_s32(g(&ms, 0), g(&ms, 1)));
+                let r = f(r);
+                ([r, z], [vextq_f32::<2>(r, r), z])
+            } else {
+                let hi = |v: [int32x4_t; P]| if P > 4 { f(totals4(v, 4)) } else { z };
+                let ms = if K::MINS { [f(totals4(ms, 0)), hi(ms)] } else { [z, z] };
+                ([f(totals4(is, 0)), hi(is)], ms)
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn f16(h: [u16; 8]) -> [float32x4_t; 2] {
+        // SAFETY: an 8-lane load from a local array; the rest is register-only.
+        unsafe {
+            let v = vld1q_u16(h.as_ptr());
+            [cvt_f16x4(vget_low_u16(v)), cvt_f16x4(vget_high_u16(v))]
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn lanes(v: [f32; 8]) -> [float32x4_t; 2] {
+        // SAFETY: two 4-lane loads from a local array.
+        unsafe { [vld1q_f32(v.as_ptr()), vld1q_f32(v.as_ptr().add(4))] }
+    }
+
+    #[inline(always)]
+    unsafe fn add(a: [float32x4_t; 2], b: [float32x4_t; 2]) -> [float32x4_t; 2] {
+        // SAFETY: register-only NEON intrinsics.
+        unsafe { [vaddq_f32(a[0], b[0]), vaddq_f32(a[1], b[1])] }
+    }
+
+    #[inline(always)]
+    unsafe fn sub(a: [float32x4_t; 2], b: [float32x4_t; 2]) -> [float32x4_t; 2] {
+        // SAFETY: register-only NEON intrinsics.
+        unsafe { [vsubq_f32(a[0], b[0]), vsubq_f32(a[1], b[1])] }
+    }
+
+    #[inline(always)]
+    unsafe fn mul(a: [float32x4_t; 2], b: [float32x4_t; 2]) -> [float32x4_t; 2] {
+        // SAFETY: register-only NEON intrinsics (`FMUL`, never fused).
+        unsafe { [vmulq_f32(a[0], b[0]), vmulq_f32(a[1], b[1])] }
+    }
+
+    #[inline(always)]
+    unsafe fn array(a: [float32x4_t; 2]) -> [f32; 8] {
+        let mut out = [0f32; 8];
+        // SAFETY: two 4-lane stores into a local array.
+        unsafe {
+            vst1q_f32(out.as_mut_ptr(), a[0]);
+            vst1q_f32(out.as_mut_ptr().add(4), a[1]);
+        }
+        out
+    }
 }
 
-/// The NEON and NEON + `SDOT` int8 entries of each type.
-macro_rules! entries {
-    ($($neon:ident, $sdot:ident, $k:ty, $block:literal;)*) => { $(
-        entry!($neon, $k, Widen, Neon, concat!("NEON table entry for ggml `", $block, "`."));
-        entry!(
-            $sdot,
-            $k,
-            Sdot,
-            NeonDotprod,
-            concat!("NEON + `SDOT` table entry for ggml `", $block, "`.")
-        );
-    )* };
+k_entries! { Neon, NeonK<Widen>, "NEON table entry, activations in Q8_K.";
+    matmul_q2_k_q8k_neon, Q2K;
+    matmul_q3_k_q8k_neon, Q3K;
+    matmul_q4_k_q8k_neon, Q4K;
+    matmul_q5_k_q8k_neon, Q5K;
+    matmul_q6_k_q8k_neon, Q6K;
 }
 
-entries! {
-    matmul_q2_k_q8k_neon, matmul_q2_k_q8k_sdot, Q2K, "block_q2_K";
-    matmul_q3_k_q8k_neon, matmul_q3_k_q8k_sdot, Q3K, "block_q3_K";
-    matmul_q4_k_q8k_neon, matmul_q4_k_q8k_sdot, Q4K, "block_q4_K";
-    matmul_q5_k_q8k_neon, matmul_q5_k_q8k_sdot, Q5K, "block_q5_K";
-    matmul_q6_k_q8k_neon, matmul_q6_k_q8k_sdot, Q6K, "block_q6_K";
+k_entries! { NeonDotprod, NeonK<Sdot>, "NEON + `SDOT` table entry, activations in Q8_K.";
+    matmul_q2_k_q8k_sdot, Q2K;
+    matmul_q3_k_q8k_sdot, Q3K;
+    matmul_q4_k_q8k_sdot, Q4K;
+    matmul_q5_k_q8k_sdot, Q5K;
+    matmul_q6_k_q8k_sdot, Q6K;
 }

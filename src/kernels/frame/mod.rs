@@ -12,8 +12,8 @@
 //! - `k`: the int8 product of the K-quants (Q2_K .. Q6_K × Q8_K activations): the 4-row
 //!   GEMV (as [`GEMV_STREAMS`] streams from [`GEMV_STREAM_MIN_ROWS`] rows), the `1 × N`
 //!   prefill tiles, their prefetch and f32 epilogue and the entry glue, over a tier's
-//!   `k::KTier` (decode a super-block, its integer dot, the joint reduction). The AVX2 and
-//!   AVX-VNNI tiers implement it (x86 only so far).
+//!   `k::KTier` (decode a super-block, its integer dot, the joint reduction). The AVX2,
+//!   AVX-VNNI, NEON and NEON + SDOT tiers implement it.
 //! - [`f32`]: the f32-activation product (weights widened or dequantized on the fly): the
 //!   register tiles, their schedule (8- or 4-row GEMV, `4 × 3` prefill tiles, K blocking) and the
 //!   entry glue ([`f32_entries`](f32::f32_entries)), over a tier's [`f32::F32Lanes`] and its
@@ -27,7 +27,6 @@
 //! scalar table whatever tile computes an output.
 
 pub(crate) mod f32;
-#[cfg(target_arch = "x86_64")]
 pub(crate) mod k;
 pub(crate) mod q8;
 
