@@ -16,7 +16,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use serve::{connect, generate, http, write_request, Reply, Server};
+use serve::{connect, generate, http, wait_for, write_request, Reply, Server};
+
+/// The hang guard of the polling loops below ([`wait_for`]): not a speed bound.
+const LIMIT: Duration = Duration::from_secs(120);
+/// How often those loops poll.
+const POLL: Duration = Duration::from_millis(20);
 
 fn chat_body(user: &str, max_tokens: usize, stream: bool) -> Value {
     json!({
@@ -376,15 +381,8 @@ fn disconnect_frees_the_slot_and_a_full_queue_answers_503() {
         let b = chat_body("Say hi.", 4, false).to_string();
         http(&addr, "POST", "/v1/chat/completions", &[("Authorization", "Bearer k")], b.as_bytes())
     });
-    let t0 = Instant::now();
-    loop {
-        let m = s.get("/metrics").text();
-        if m.contains("rml_requests_deferred 1") {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(120), "{m}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let deferred = || s.get("/metrics").text().contains("rml_requests_deferred 1").then_some(());
+    wait_for(LIMIT, POLL, deferred, || s.get("/metrics").text());
     let r = s.post("/v1/chat/completions", &chat_body("Say hi.", 4, false));
     assert_error(&r, 503, None);
     assert_eq!(r.header("retry-after"), Some("1"));
@@ -422,17 +420,13 @@ fn a_non_streaming_client_that_disconnects_frees_its_slot() {
         body.to_string().as_bytes(),
     );
     // Once it is generating, its client goes away without reading an answer.
-    let t0 = Instant::now();
-    loop {
+    let generating = || {
         let m = s.get("/metrics").text();
-        if metric(&m, "rml_requests_processing") == 1.0
-            && metric(&m, "rml_tokens_predicted_total") >= 4.0
-        {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(120), "{m}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        (metric(&m, "rml_requests_processing") == 1.0
+            && metric(&m, "rml_tokens_predicted_total") >= 4.0)
+            .then_some(())
+    };
+    wait_for(LIMIT, POLL, generating, || s.get("/metrics").text());
     held.shutdown(std::net::Shutdown::Both).unwrap();
     drop(held);
     // The slot serves the next request (the read timeout of `http` is the hang guard) and
@@ -468,15 +462,8 @@ fn shutdown_with_requests_in_flight_exits_zero() {
     std::thread::sleep(Duration::from_millis(1500));
     let pid = s.child.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    // A hang guard, not a speed bound: the server drains for 3 s, then cancels what is left.
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = s.child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "still running: {}", s.log());
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    // The server drains for 3 s, then cancels what is left.
+    let status = s.wait_exit(Duration::from_secs(60));
     assert!(status.success(), "{status}: {}", s.log());
     for h in handles {
         // Every stream ended: finished, or cut with an error event; none hangs.

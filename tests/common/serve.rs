@@ -12,6 +12,27 @@ use serde_json::{json, Value};
 
 use super::decoder_common::smollm2_gguf;
 
+/// Polls `poll` every `every` until it gives `Some`, and returns that. A hang guard, not a
+/// speed bound: past `limit` (minutes, far beyond any normal wait on a loaded machine) the
+/// test fails with `what()` instead of hanging CI.
+pub fn wait_for<T>(
+    limit: Duration,
+    every: Duration,
+    mut poll: impl FnMut() -> Option<T>,
+    what: impl Fn() -> String,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = poll() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("gave up after {limit:?}: {}", what());
+        }
+        std::thread::sleep(every);
+    }
+}
+
 /// A running `rml serve`, killed when dropped.
 pub struct Server {
     pub child: Child,
@@ -60,19 +81,28 @@ impl Server {
             sink.lock().unwrap().push_str(&rest);
         });
         let server = Server { child, addr, log };
-        let t0 = Instant::now();
-        loop {
+        let ready = || {
             let r = server.get("/health");
             if r.status == 200 {
                 assert_eq!(r.json(), json!({"status": "ok"}));
-                break;
+                return Some(());
             }
             assert_eq!(r.status, 503, "{}", r.text());
             assert_eq!(r.json()["error"]["message"], "Loading model");
-            assert!(t0.elapsed() < Duration::from_secs(120), "not ready: {}", server.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            None
+        };
+        let not_ready = || format!("not ready: {}", server.log());
+        wait_for(Duration::from_secs(120), Duration::from_millis(50), ready, not_ready);
         server
+    }
+
+    /// Waits for the process to exit (after a signal) and returns its status; fails the test
+    /// with the server's log after `limit` (a hang guard, see [`wait_for`]).
+    pub fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let (child, log) = (&mut self.child, &self.log);
+        let exited = || child.try_wait().unwrap();
+        let running = || format!("still running: {}", log.lock().unwrap());
+        wait_for(limit, Duration::from_millis(50), exited, running)
     }
 
     pub fn log(&self) -> String {
