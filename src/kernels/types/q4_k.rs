@@ -10,7 +10,7 @@ pub(crate) struct Q4K;
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
 mod avx2_k {
     use super::Q4K;
-    use crate::kernels::frame::k::k_entries;
+    use crate::kernels::frame::q8::q8_entries;
     use crate::kernels::x86_64::avx2_k::*;
     use crate::kernels::x86_64::*;
     use crate::quant::q4_k::BlockQ4K;
@@ -30,11 +30,11 @@ mod avx2_k {
         }
     }
 
-    k_entries! { Avx2, Avx2K<Avx2Ops>, "AVX2 table entry, activations in Q8_K.";
+    q8_entries! { k: Avx2, Avx2K<Avx2Ops>, "AVX2 table entry, activations in Q8_K.";
         matmul_q4_k_q8k, Q4K;
     }
 
-    k_entries! { AvxVnni, Avx2K<VexOps>, "AVX-VNNI table entry, activations in Q8_K.";
+    q8_entries! { k: AvxVnni, Avx2K<VexOps>, "AVX-VNNI table entry, activations in Q8_K.";
         vnni_q4_k_q8k, Q4K;
     }
 }
@@ -157,7 +157,7 @@ mod neon_k {
     use crate::kernels::aarch64::neon_k::*;
     use crate::kernels::aarch64::neon_q8::{Sdot, Widen};
 
-    use crate::kernels::frame::k::k_entries;
+    use crate::kernels::frame::q8::q8_entries;
     use crate::quant::q4_k::BlockQ4K;
     use crate::quant::*;
     use core::arch::aarch64::*;
@@ -190,11 +190,11 @@ mod neon_k {
         }
     }
 
-    k_entries! { Neon, NeonK<Widen>, "NEON table entry, activations in Q8_K.";
+    q8_entries! { k: Neon, NeonK<Widen>, "NEON table entry, activations in Q8_K.";
         matmul_q4_k_q8k_neon, Q4K;
     }
 
-    k_entries! { NeonDotprod, NeonK<Sdot>, "NEON + `SDOT` table entry, activations in Q8_K.";
+    q8_entries! { k: NeonDotprod, NeonK<Sdot>, "NEON + `SDOT` table entry, activations in Q8_K.";
         matmul_q4_k_q8k_sdot, Q4K;
     }
 }
