@@ -1,9 +1,11 @@
-//! aarch64 kernels: NEON (`neon_f32.rs`: f32 / f16 / bf16 / every quantized type with f32
-//! activations; `neon_q8.rs`: the 32-element types with int8 activations, with `SDOT` where
-//! the `dotprod` extension is present and a widening-multiply fallback where it is not, and
-//! the Q8 quantizer; `neon_k.rs`: the K-quants' decoders and their int8 product with Q8_K
-//! activations, on the same two instruction choices). The int8 products run on the kernel
-//! frame ([`super::frame`]).
+//! aarch64 kernels: the tiers' shared machinery, per tier file, and the tables. NEON
+//! (`neon_f32.rs`: the f32-activation lanes and the float weights' decoders; `neon_q8.rs`: the
+//! 32-element types' int8 tier ([`neon_q8::QBlock`]), with `SDOT` where the `dotprod`
+//! extension is present and a widening-multiply fallback where it is not, and the Q8
+//! quantizer; `neon_k.rs`: the K-quants' int8 tier ([`neon_k::KQuant`], [`neon_k::KScales`])
+//! on the same two instruction choices). The int8 products run on the kernel frame
+//! ([`super::frame`]). Each quantized type's own bodies are in `kernels/types/<type>.rs`; the
+//! tables take them through `kernels/types/mod.rs`'s type list.
 //!
 //! `vdotq_s32` is still unstable, so `SDOT` is inline assembly inside
 //! `#[target_feature(enable = "neon,dotprod")]` functions; f16 widening is inline `FCVTL`

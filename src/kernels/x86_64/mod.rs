@@ -1,13 +1,18 @@
-//! x86_64 kernels: AVX2 + FMA + F16C (`avx2_f32.rs`: f32 / f16 / bf16 / quantized weights
-//! with f32 activations; `avx2_q8.rs`: int8 activations and Q8 quantization for the
-//! 32-element types; `avx2_k.rs`: int8 activations for the K-quants on 256-bit registers and
-//! the K-quant row loop of every tier), and the tiers built on AVX2's table: AVX-VNNI
+//! x86_64 kernels: the tiers' shared machinery, per tier file, and the tables. AVX2 + FMA +
+//! F16C (`avx2_f32.rs`: the f32-activation lanes and the float weights' decoders;
+//! `avx2_q8.rs`: the 32-element types' int8 tier ([`avx2_q8::QBlock`]) and the Q8 / Q8_K
+//! quantizers; `avx2_k.rs`: the K-quants' int8 tier on 256-bit registers ([`avx2_k::K256`])
+//! and the K-quant row loop of every tier), and the tiers built on AVX2's table: AVX-VNNI
 //! (`avx2_q8.rs` / `avx2_k.rs` with [`VexOps`]) and AVX-512 (`avx512_q8.rs`: the 32-element
-//! types on 512-bit `vpdpbusd`; `avx512_k.rs`: the K-quants on 512-bit `vpdpwssd`;
-//! `avx512_f32.rs`: f32 activations for every quantized type, 16 lanes, block
-//! scales factored out of the inner sums);
+//! types on 512-bit `vpdpbusd` ([`avx512_q8::VBlock`]); `avx512_k.rs`: the K-quants on 512-bit
+//! `vpdpwssd` ([`avx512_k::K512`]); `avx512_f32.rs`: f32 activations for every quantized type,
+//! 16 lanes, block scales factored out of the inner sums ([`avx512_f32::W512`]));
 //! `attention.rs`: the AVX2 loops of [`crate::ops::attention_head`] and the lanes of the
 //! grouped, tiled attention (`flash.rs`) for the AVX2 and AVX-512 tables.
+//!
+//! Each quantized type's own bodies (its impls of those traits, its entries) are in
+//! `kernels/types/<type>.rs`; the tables below take them through `kernels/types/mod.rs`'s
+//! type list (`types::avx2`, ...) and add the entries every type shares.
 //!
 //! Compiled only where SSE2 is a target feature (not on the soft-float
 //! `x86_64-unknown-none`); the entry points are `#[target_feature]` wrappers around
