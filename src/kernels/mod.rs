@@ -113,6 +113,14 @@ pub(crate) mod flash;
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod aarch64;
 
+// Each quantized type's SIMD bodies, for both architectures (only where a SIMD tier is
+// compiled, as `frame`).
+#[cfg(any(
+    all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))),
+    all(target_arch = "aarch64", target_feature = "neon")
+))]
+mod types;
+
 #[cfg(all(target_arch = "arm", feature = "arm-dsp"))]
 mod arm;
 
