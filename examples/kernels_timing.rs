@@ -10,7 +10,9 @@
 //! loop over the same bytes (GB/s, and the GEMV's GB/s as a percentage of it: near 100 % is
 //! bandwidth-bound). `KT_SHAPES=0,1` times only the shapes of those indices (0 = 576x1536,
 //! 1 = 1536x576, 2 = 8192x8192, 3 = past the last-level cache), `KT_TIERS=avx512` only the
-//! tiers of those names, `KT_ACTS=f32` the f32-activation GEMV instead of the int8 one.
+//! tiers of those names, `KT_ACTS=f32` the f32-activation GEMV instead of the int8 one,
+//! `KT_ROWS8=1` also each type's row-interleaved layout (`rml::kernels::rows8`, a row `T/r8`)
+//! on the tiers that have a kernel for it (the others show `-`).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -236,6 +238,8 @@ fn bandwidth(best: &Kernels) {
 /// One type's times at one shape.
 struct TypeRow {
     dtype: DType,
+    /// The matrix is in the row-interleaved layout.
+    rows8: bool,
     /// Seconds per GEMV, per tier.
     t: Vec<f64>,
     /// Seconds per read of the weights by [`read_bytes`].
@@ -269,6 +273,9 @@ impl Gemv {
     /// The fastest of [`Gemv::iters`] GEMVs of `w` with `kern`, in seconds.
     fn time(&mut self, kern: &Kernels, w: &Matrix<'_>) -> f64 {
         let Gemv { x, y, s, iters, act } = self;
+        if w.is_rows8() && kern.matmul_q8_rows8(w.dtype()).is_none() {
+            return f64::MAX;
+        }
         best_of(*iters, || {
             gemm_with(kern, &InlineExecutor, None, w, black_box(x), 1, y, *act, s).unwrap()
         })
@@ -297,7 +304,8 @@ impl Gemv {
                 q = q.min(self.time(kern, w));
             }
         }
-        let mut row = TypeRow { dtype, t, read, q41: q, bytes: data.as_slice().len() };
+        let mut row =
+            TypeRow { dtype, rows8: w.is_rows8(), t, read, q41: q, bytes: data.as_slice().len() };
         if q41.is_none() {
             row.q41 = row.best().1;
         }
@@ -371,7 +379,20 @@ fn types(only: &[String]) {
             let w = Matrix::new(dtype, rows, k, data.as_slice()).unwrap();
             rows_out.push(g.row(&tiers, dtype, &data, &w, Some((q41_kern, &q41_w))));
         }
-        rows_out.sort_by_key(|r| r.dtype as usize);
+        if std::env::var("KT_ROWS8").is_ok_and(|v| v == "1") {
+            for dtype in std::iter::once(DType::Q4_1).chain(picked.iter().copied()) {
+                if !kernels::rows8::supports(dtype) || rows % kernels::rows8::ROWS != 0 {
+                    continue;
+                }
+                let plain = type_weights(dtype, rows, k);
+                let mut data = AlignedBlock::try_new(plain.as_slice().len()).unwrap();
+                kernels::rows8::pack(dtype, rows, k, plain.as_slice(), data.as_mut_slice())
+                    .unwrap();
+                let w = Matrix::new_rows8(dtype, rows, k, data.as_slice()).unwrap();
+                rows_out.push(g.row(&tiers, dtype, &data, &w, Some((q41_kern, &q41_w))));
+            }
+        }
+        rows_out.sort_by_key(|r| (r.dtype as usize, r.rows8));
         let weights = (rows * k) as f64;
         print!("{rows}x{k} (µs)");
         for kern in &tiers {
@@ -380,9 +401,14 @@ fn types(only: &[String]) {
         println!("      best  ns/weight   GB/s  Q4_1 µs  ×Q4_1  read GB/s  % of read");
         for r in &rows_out {
             let (bi, b) = r.best();
-            print!("{:>12}", r.dtype.to_string());
+            let name = format!("{}{}", r.dtype, if r.rows8 { "/r8" } else { "" });
+            print!("{name:>12}");
             for v in &r.t {
-                print!(" {:9.1}", v * 1e6);
+                if *v == f64::MAX {
+                    print!(" {:>9}", "-");
+                } else {
+                    print!(" {:9.1}", v * 1e6);
+                }
             }
             let gbs = r.bytes as f64 / b / 1e9;
             let read = r.bytes as f64 / r.read / 1e9;

@@ -763,6 +763,103 @@ fn check_pairs_as_q5_0(kern: &Kernels, c: &Case) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// As [`case_blocks`] for the row-interleaved layout: whole groups of 8 rows (0 to 72: the
+/// GEMV's four streams of groups from 4 groups on, and the groups left over), 0 to 9 blocks
+/// of 32, 1 to 33 activation rows (the 4-row tile, its 1- to 3-row tail).
+fn case_rows8() -> impl Strategy<Value = Case> {
+    (0usize..=9, 0usize..=9, 1usize..=33, any::<u64>()).prop_map(|(g, b, n, seed)| Case {
+        rows: 8 * g,
+        k: 32 * b,
+        n,
+        seed,
+    })
+}
+
+/// The row-interleaved layout ([`rml::kernels::rows8`]) of a table that has a kernel for
+/// it: the same bits as the scalar table on the plain rows with int8 activations, plain
+/// and corrected (a massive channel per activation row: the correction's column reads),
+/// inline and on a pool of 3 threads (chunks of whole groups), the GEMV of the first and
+/// last activation rows alone too; `dequantize_row` of the
+/// packed matrix gives the plain row's values; f32 activations are an error.
+fn check_rows8(kern: &Kernels, dtype: DType, c: &Case) -> Result<(), TestCaseError> {
+    let Some(_) = kern.matmul_q8_rows8(dtype) else { return Ok(()) };
+    let mut rng = Rng(c.seed ^ 0x8080);
+    let (plain, _) = weights(dtype, c.rows, c.k, &mut rng);
+    let mut packed = vec![0u8; plain.as_slice().len()];
+    rml::kernels::rows8::pack(dtype, c.rows, c.k, plain.as_slice(), &mut packed).unwrap();
+    let wp = Matrix::new(dtype, c.rows, c.k, plain.as_slice()).unwrap();
+    let wx = Matrix::new_rows8(dtype, c.rows, c.k, &packed).unwrap();
+    let mut x: Vec<f32> = (0..c.n * c.k).map(|_| rng.f() * 3.0).collect();
+    for t in 0..c.n {
+        if c.k > 0 && t % 2 == 0 {
+            x[t * c.k + (rng.next() % c.k as u64) as usize] = 50.0;
+        }
+    }
+    let scalar = table(Isa::Scalar).unwrap();
+    let pool = rml::exec::ThreadPool::new(3);
+    for act in [Activations::Int8Plain, Activations::Int8] {
+        let want = run(scalar, &wp, &x, c.n, act).unwrap();
+        let got = run(kern, &wx, &x, c.n, act).unwrap();
+        prop_assert_eq!(
+            bits(&got),
+            bits(&want),
+            "{} {} {:?}: rows8 differs",
+            kern.isa(),
+            dtype,
+            act
+        );
+        let mut y = vec![f32::NAN; c.n * c.rows];
+        let mut scratch = vec![0u8; scratch_bytes(c.k, c.n, act)];
+        gemm_with(
+            kern,
+            &pool,
+            Some(rml::Schedule::Fixed8),
+            &wx,
+            &x,
+            c.n,
+            &mut y,
+            act,
+            &mut scratch,
+        )
+        .unwrap();
+        prop_assert_eq!(
+            bits(&y),
+            bits(&want),
+            "{} {}: rows8 on 3 threads differs",
+            kern.isa(),
+            dtype
+        );
+        for t in [0, c.n - 1] {
+            let y1 = run(kern, &wx, &x[t * c.k..(t + 1) * c.k], 1, act).unwrap();
+            let w1 = &want[t * c.rows..(t + 1) * c.rows];
+            prop_assert_eq!(bits(&y1), bits(w1), "{} {}: rows8 GEMV differs", kern.isa(), dtype);
+        }
+    }
+    let (mut a, mut b) = (vec![0f32; c.k], vec![0f32; c.k]);
+    for r in 0..c.rows {
+        rml::ops::dequantize_row(&wp, r, &mut a);
+        rml::ops::dequantize_row(&wx, r, &mut b);
+        prop_assert_eq!(bits(&a), bits(&b), "dequantize_row {}", r);
+    }
+    if c.rows > 0 {
+        let e = run(kern, &wx, &x, c.n, Activations::F32).unwrap_err();
+        prop_assert_eq!(e.code(), Code::Unimplemented);
+    }
+    Ok(())
+}
+
+/// Only whole groups of 8 rows of the interleaved types make a row-interleaved matrix.
+#[test]
+fn rows8_shapes() {
+    let rb = DType::Q4_1.row_bytes(64).unwrap();
+    let data = vec![0u8; 12 * rb];
+    let e = Matrix::new_rows8(DType::Q4_1, 12, 64, &data).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(Matrix::new_rows8(DType::Q4_1, 8, 64, &data[..8 * rb]).unwrap().is_rows8());
+    let e = Matrix::new_rows8(DType::Q5_1, 8, 32, &[0u8; 8 * 24]).unwrap_err();
+    assert_eq!(e.code(), Code::Unimplemented);
+}
+
 /// The newer types at the extremes of their integer ranges: every weight byte all-ones,
 /// all-zeros or alternating (largest unsigned values, Q3_K's scale -32 and high bits, Q6_K's
 /// 63) against activations of ±127: the int8 path must give the scalar table's bits (no
@@ -982,6 +1079,16 @@ proptest! {
         each(|k| {
             for dtype in &K_QUANTS {
                 check_outliers(k, *dtype, &c)?;
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn rows8_int8(c in case_rows8()) {
+        each(|k| {
+            for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0] {
+                check_rows8(k, dtype, &c)?;
             }
             Ok(())
         })?;

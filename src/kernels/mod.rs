@@ -86,6 +86,7 @@ tier::declare_tiers! { $
         table arm::ARM_DSP;
 }
 
+pub mod rows8;
 pub mod scalar;
 
 /// The block formats, now [`crate::quant`] (kept here so older paths resolve).
@@ -249,6 +250,8 @@ pub struct Kernels {
     /// `h` of the pair at each row, for one activation block of 32 per row (the outlier
     /// correction's reads, see [`Kernels::matmul_q8_halves`]).
     q8_halves: [Option<[MatmulQ8Fn; 2]>; DType::COUNT],
+    /// The int8 kernels of the row-interleaved layout ([`rows8`]), where this table has them.
+    q8_rows8: [Option<MatmulQ8Fn>; DType::COUNT],
     pub(crate) quantize_q8: QuantizeQ8Fn,
     /// The same rule over blocks of 256 ([`crate::quant::ActFormat::Q8K`]: one scale per
     /// 256 values; `x` holds `nb * 256` floats, each block's 256 values at `qs + b *
@@ -352,6 +355,7 @@ pub(crate) const SCALAR: Kernels = {
         q8: scalar::Q8_ENTRIES,
         simd_q8: [false; DType::COUNT],
         q8_halves: [None; DType::COUNT],
+        q8_rows8: [None; DType::COUNT],
         quantize_q8: scalar::quantize_q8,
         quantize_q8k: scalar::quantize_q8k,
         attention: flash::run_portable,
@@ -412,6 +416,21 @@ impl Kernels {
     )]
     pub(crate) const fn with_q8_halves(mut self, dtype: DType, halves: [MatmulQ8Fn; 2]) -> Self {
         self.q8_halves[dtype as usize] = Some(halves);
+        self
+    }
+
+    /// This table with `f` as the int8 kernel of `dtype`'s row-interleaved layout ([`rows8`]).
+    // Only the AVX2 tiers have interleaved bodies so far.
+    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    pub(crate) const fn with_q8_rows8(mut self, dtype: DType, f: MatmulQ8Fn) -> Self {
+        self.q8_rows8[dtype as usize] = Some(f);
+        self
+    }
+
+    /// This table without row-interleaved kernels (a tier whose plain kernels are faster).
+    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    pub(crate) const fn without_q8_rows8(mut self) -> Self {
+        self.q8_rows8 = [None; DType::COUNT];
         self
     }
 
@@ -511,6 +530,17 @@ impl Kernels {
     /// bytes per 32 elements and is read by [`Kernels::matmul_q8`] itself.
     pub fn matmul_q8_halves(&self, dtype: DType) -> Option<[MatmulQ8Fn; 2]> {
         self.q8_halves[dtype as usize]
+    }
+
+    /// The int8 kernel of `dtype`'s row-interleaved layout ([`rows8`]), where this table has
+    /// one (then the loader may repack `dtype` matrices into it, see
+    /// [`crate::model::DecoderOptions::repack_weights`]). It is a [`MatmulQ8Fn`] whose
+    /// `rows` is a multiple of [`rows8::ROWS`] and whose weights are `rows / 8` interleaved
+    /// groups, group `j` at `w + 8 j · row_bytes` (with one activation block per row and `w`
+    /// advanced by `8 b` blocks, it reads column block `b`); each output has the bits of
+    /// [`Kernels::matmul_q8`] on the plain rows.
+    pub fn matmul_q8_rows8(&self, dtype: DType) -> Option<MatmulQ8Fn> {
+        self.q8_rows8[dtype as usize]
     }
 
     /// Quantizes a row to Q8_0 blocks with this table's kernel; see

@@ -51,6 +51,9 @@ pub fn gemm_fused<const N: usize>(
     let k = first.k;
     let mut offsets = [0usize; N];
     let mut total = 0usize;
+    // Chunks of whole interleaved groups when a matrix is row-interleaved: each matrix's
+    // rows then start on a multiple of 8 of the numbering (gaps skipped by the body).
+    let unit = w.iter().map(|m| m.row_unit()).max().unwrap_or(1);
     for i in 0..N {
         let (rows, ki) = (w[i].rows, w[i].k);
         if ki != k || Some(x.len()) != n.checked_mul(k) || Some(y[i].len()) != n.checked_mul(rows) {
@@ -62,7 +65,7 @@ pub fn gemm_fused<const N: usize>(
             )));
         }
         offsets[i] = total;
-        total += rows;
+        total += rows.next_multiple_of(unit);
     }
     if total == 0 || n == 0 {
         return Ok(());
@@ -82,7 +85,10 @@ pub fn gemm_fused<const N: usize>(
         }
     };
     if exec.threads() > 1 && total >= fused.threshold() {
-        exec.parallel_for(0..total, schedule.unwrap_or_else(|| exec.schedule()), &body);
+        let s = schedule.unwrap_or_else(|| exec.schedule());
+        exec.parallel_for(0..total / unit, s, &|g: Range<usize>| {
+            body(g.start * unit..g.end * unit)
+        });
     } else {
         body(0..total);
     }
@@ -136,15 +142,16 @@ impl<'w, 'x, 's, const N: usize> Fused<'w, 'x, 's, N> {
             _ => Ok(None),
         };
         let (out8, outk) = (find(&xq8, o8)?, find(&xqk, ok)?);
-        let mut fns = [RowKernel::F32(kern.matmul_f32(w[0].dtype)?); N];
+        let mut fns = [RowKernel::F32(kern.matmul_f32(DType::F32)?); N];
         let mut cols = [None; N];
         for i in 0..N {
             fns[i] = match int8_fmt(w[i]) {
                 Some(f) => {
-                    cols[i] = Some(Columns::of(kern, w[i].dtype, f)?);
-                    RowKernel::Q8(kern.matmul_q8(w[i].dtype)?, f)
+                    let (k8, c) = w[i].q8_kernel(kern, f)?;
+                    cols[i] = Some(c);
+                    RowKernel::Q8(k8, f)
                 }
-                None => RowKernel::F32(kern.matmul_f32(w[i].dtype)?),
+                None => RowKernel::F32(w[i].f32_kernel(kern)?),
             };
         }
         Ok(Fused { w, x, n, fns, cols, xq8, xqk, out8, outk })
@@ -261,7 +268,9 @@ pub(crate) fn gemm_glu<'s>(
         return Ok(parts.map(|p| unsafe { p.finish() }));
     }
     let fused = Fused::prepare(kern, w, x, n, act, scratch)?;
-    let unit = parts.as_ref().map_or(1, |p| p.block_elems());
+    // Items are quantization blocks (multiples of 8 rows), else rows, or whole interleaved
+    // groups for row-interleaved matrices (whose rows are a multiple of 8).
+    let unit = parts.as_ref().map_or(w[0].row_unit().max(w[1].row_unit()), |p| p.block_elems());
     let (gp, up) = (SyncPtr(g.as_mut_ptr()), SyncPtr(u.as_mut_ptr()));
     let finite = core::sync::atomic::AtomicBool::new(true);
     let body = |items: Range<usize>| {
@@ -337,8 +346,7 @@ pub(crate) fn gemm_q8(
         return Ok(());
     }
     let kern = kernels::active()?;
-    let f = kern.matmul_q8(w.dtype)?;
-    let cols = Columns::of(kern, w.dtype, xq.format())?;
+    let (f, cols) = w.q8_kernel(kern, xq.format())?;
     let out = SyncPtr(y.as_mut_ptr());
     let (data, rb) = (w.data, w.row_bytes);
     let body = |range: Range<usize>| {
@@ -351,7 +359,9 @@ pub(crate) fn gemm_q8(
         }
     };
     if exec.threads() > 1 && rows >= PAR_ROWS_QUANT {
-        exec.parallel_for(0..rows, schedule.unwrap_or_else(|| exec.schedule()), &body);
+        // Whole interleaved groups per chunk for a row-interleaved matrix.
+        let (s, unit) = (schedule.unwrap_or_else(|| exec.schedule()), w.row_unit());
+        exec.parallel_for(0..rows / unit, s, &|g: Range<usize>| body(g.start * unit..g.end * unit));
     } else {
         body(0..rows);
     }

@@ -61,6 +61,8 @@ pub struct Matrix<'a> {
     pub(super) k: usize,
     pub(super) row_bytes: usize,
     pub(super) data: &'a [u8],
+    /// The bytes are in the row-interleaved layout ([`crate::kernels::rows8`]).
+    pub(super) rows8: bool,
 }
 
 impl<'a> Matrix<'a> {
@@ -89,7 +91,88 @@ impl<'a> Matrix<'a> {
         if dtype == DType::F32 && data.as_ptr() as usize % 4 != 0 {
             return Err(Error::invalid_argument("f32 matrix data is not 4-byte aligned"));
         }
-        Ok(Matrix { dtype, rows, k, row_bytes, data })
+        Ok(Matrix { dtype, rows, k, row_bytes, data, rows8: false })
+    }
+
+    /// A matrix over `data` in the row-interleaved layout ([`crate::kernels::rows8`], made
+    /// by [`crate::kernels::rows8::pack`]): only the int8 products read it (with a table
+    /// that has [`Kernels::matmul_q8_rows8`] for `dtype`; f32 activations are an error), and
+    /// [`dequantize_row`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Matrix::new`]; [`crate::Code::Unimplemented`] if `dtype` has no interleaved
+    /// layout, [`crate::Code::InvalidArgument`] if `rows` is not a multiple of
+    /// [`crate::kernels::rows8::ROWS`].
+    pub fn new_rows8(dtype: DType, rows: usize, k: usize, data: &'a [u8]) -> Result<Self> {
+        let m = Matrix::new(dtype, rows, k, data)?;
+        if !kernels::rows8::supports(dtype) {
+            return Err(Error::unimplemented(format_args!(
+                "{dtype} has no row-interleaved layout"
+            )));
+        }
+        if rows % kernels::rows8::ROWS != 0 {
+            return Err(Error::invalid_argument(format_args!(
+                "row-interleaved {dtype} matrix: {rows} rows is not a multiple of {}",
+                kernels::rows8::ROWS
+            )));
+        }
+        Ok(Matrix { rows8: true, ..m })
+    }
+
+    /// Whether the bytes are in the row-interleaved layout ([`Matrix::new_rows8`]).
+    pub fn is_rows8(&self) -> bool {
+        self.rows8
+    }
+
+    /// Rows per unit of work: the kernels take whole interleaved groups (8 rows) of a
+    /// [`Matrix::new_rows8`] matrix, single rows of others.
+    pub(super) fn row_unit(&self) -> usize {
+        if self.rows8 {
+            kernels::rows8::ROWS
+        } else {
+            1
+        }
+    }
+
+    /// The int8 kernel of this matrix in `kern` and how the outlier correction reads its
+    /// column blocks of activation format `fmt`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Kernels::matmul_q8`]; [`crate::Code::Unimplemented`] for an interleaved matrix
+    /// whose layout `kern` has no kernel for.
+    pub(super) fn q8_kernel(
+        &self,
+        kern: &Kernels,
+        fmt: ActFormat,
+    ) -> Result<(kernels::MatmulQ8Fn, Columns)> {
+        if !self.rows8 {
+            return Ok((kern.matmul_q8(self.dtype)?, Columns::of(kern, self.dtype, fmt)?));
+        }
+        let f = kern.matmul_q8_rows8(self.dtype).ok_or_else(|| {
+            Error::unimplemented(format_args!(
+                "the {} kernels have no int8 kernel for row-interleaved {}",
+                kern.isa(),
+                self.dtype
+            ))
+        })?;
+        Ok((f, Columns::rows8(f, self.dtype)))
+    }
+
+    /// The f32-activation kernel of this matrix in `kern`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Kernels::matmul_f32`]; [`crate::Code::Unimplemented`] for an interleaved matrix.
+    pub(super) fn f32_kernel(&self, kern: &Kernels) -> Result<kernels::MatmulF32Fn> {
+        if self.rows8 {
+            return Err(Error::unimplemented(format_args!(
+                "row-interleaved {} weights take int8 activations only",
+                self.dtype
+            )));
+        }
+        kern.matmul_f32(self.dtype)
     }
 
     /// The weight dtype.
@@ -116,8 +199,10 @@ impl<'a> Matrix<'a> {
     ///
     /// # Panics
     ///
-    /// If `r >= rows`.
+    /// If `r >= rows`, or the matrix is row-interleaved ([`Matrix::is_rows8`]: its rows are
+    /// not contiguous).
     pub fn row(&self, r: usize) -> &'a [u8] {
+        assert!(!self.rows8, "Matrix::row of a row-interleaved matrix");
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
     }
 }
@@ -362,9 +447,14 @@ pub fn gemm_with(
     let schedule = schedule.unwrap_or_else(|| exec.schedule());
     let out = SyncPtr(y.as_mut_ptr());
     let (data, rb) = (w.data, w.row_bytes);
+    // Whole interleaved groups per chunk for a row-interleaved matrix (`rows` is a multiple
+    // of the unit then).
+    let unit = w.row_unit();
     let run = |body: &(dyn Fn(Range<usize>) + Sync)| {
         if parallel {
-            exec.parallel_for(0..rows, schedule, body);
+            exec.parallel_for(0..rows / unit, schedule, &|g: Range<usize>| {
+                body(g.start * unit..g.end * unit)
+            });
         } else {
             body(0..rows);
         }
@@ -373,7 +463,7 @@ pub fn gemm_with(
     if let (Activations::Int8 | Activations::Int8Plain | Activations::Mixed, true, Some(fmt)) =
         (act, quantized, fmt)
     {
-        let f = kern.matmul_q8(w.dtype)?;
+        let (f, cols) = w.q8_kernel(kern, fmt)?;
         let (is8, corr) = (fmt == ActFormat::Q8, act == Activations::Int8);
         let [s8, sk, o8, ok] =
             split_int8(scratch, k, n, act, [is8, !is8, corr && is8, corr && !is8]);
@@ -381,7 +471,6 @@ pub fn gemm_with(
         let xq = Q8Acts::quantize_as(fmt, kern, x, n, k, sq)?;
         let outl = if corr { Some(Outliers::find(kern, x, k, &xq, so)?) } else { None };
         let outl = outl.filter(|o| !o.is_empty());
-        let cols = Columns::of(kern, w.dtype, fmt)?;
         run(&|range: Range<usize>| {
             // SAFETY: `kern` is an available table (only `kernels::table`/`active` hand them
             // out); rows `range` lie inside `data` (`Matrix::new` checked `rows * rb`); `xq`
@@ -395,7 +484,7 @@ pub fn gemm_with(
             }
         });
     } else {
-        let f = kern.matmul_f32(w.dtype)?;
+        let f = w.f32_kernel(kern)?;
         run(&|range: Range<usize>| {
             // SAFETY: as above, with `x` holding `n * k` floats and f32 rows 4-byte aligned
             // (`Matrix::new` checked it; `rb` is a multiple of 4 for f32).
@@ -425,9 +514,21 @@ pub fn dequantize_row(w: &Matrix<'_>, r: usize, out: &mut [f32]) {
     assert_eq!(out.len(), w.k(), "dequantize_row: out must hold k floats");
     let f = crate::quant::info(w.dtype()).dequantize;
     // `Matrix::new` admits only the weight dtypes, which all dequantize.
-    match f {
-        Some(f) => f(w.row(r), out),
-        None => out.fill(0.0),
+    let Some(f) = f else {
+        out.fill(0.0);
+        return;
+    };
+    if !w.rows8 {
+        f(w.row(r), out);
+        return;
+    }
+    assert!(r < w.rows, "dequantize_row: row {r} of {}", w.rows);
+    // Block by block out of the interleaved group (at most 34 bytes per block).
+    let (bb, mut blk) = (w.dtype.block_bytes(), [0u8; 64]);
+    let be = w.dtype.block_size();
+    for (b, o) in out.chunks_exact_mut(be).enumerate() {
+        kernels::rows8::unpack_block(w.dtype, w.row_bytes, w.data, r, b, &mut blk[..bb]);
+        f(&blk[..bb], o);
     }
 }
 

@@ -65,7 +65,20 @@ impl Columns {
         })
     }
 
-    /// The kernel that reads column block `b` and its byte offset in a row.
+    /// The column reads of a row-interleaved matrix of `dtype` ([`crate::kernels::rows8`])
+    /// by its kernel `f`: column block `b` of a group is its group-block `b`, `8 ·` bytes
+    /// per block from the next (the activation blocks of the interleaved types are their
+    /// blocks of 32).
+    pub(crate) fn rows8(f: MatmulQ8Fn, dtype: crate::DType) -> Self {
+        Columns {
+            f: [f, f],
+            bytes: crate::kernels::rows8::ROWS * dtype.block_bytes(),
+            pairs: false,
+        }
+    }
+
+    /// The kernel that reads column block `b` and its byte offset in a row (in a group of
+    /// rows for the interleaved layout).
     fn at(&self, b: usize) -> (MatmulQ8Fn, usize) {
         if self.pairs {
             (self.f[b % 2], b / 2 * self.bytes)

@@ -179,7 +179,11 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
     let vocab = c.vocab_size as u32;
     let tokens: Vec<u32> = (0..prompt.max(start) as u32).map(|i| (i * 7919 + 13) % vocab).collect();
     let per_token = dec.weights().bytes_per_token() as f64;
-    let repacked = dec.weights().matrices().filter(|m| m.dtype() == rml::DType::Q5_0x2).count();
+    let repacked = dec
+        .weights()
+        .matrices()
+        .filter(|m| m.dtype() == rml::DType::Q5_0x2 || m.is_rows8())
+        .count();
     use std::io::Write;
     let mut out = crate::out::stdout();
     let big = probe(PROBE_BYTES);

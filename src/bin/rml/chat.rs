@@ -70,8 +70,9 @@ pub struct ChatArgs {
     /// of "What is the capital of France?" ("The" / "L'") into a French ramble.
     #[arg(long, value_enum, default_value_t = crate::Act::F32)]
     pub activations: crate::Act,
-    /// Use Q5_0 matrices as stored instead of repacking them at load for the AVX-512 int8
-    /// kernels (same results; repacking costs a copy and runs those products faster).
+    /// Use the matrices as stored instead of repacking them at load for the int8 kernels (Q5_0
+    /// pairs on AVX-512, row-interleaved Q4_0/Q4_1/Q5_0/Q8_0 on AVX2; same results;
+    /// repacking costs a copy and runs those products faster).
     #[arg(long)]
     pub no_repack: bool,
     /// Element type of the KV cache.

@@ -129,8 +129,9 @@ struct ModelArg {
     /// Activations for quantized weights.
     #[arg(long, value_enum, default_value_t = Act::Int8)]
     activations: Act,
-    /// Use Q5_0 matrices as stored instead of repacking them at load for the AVX-512 int8
-    /// kernels (same results; repacking costs a copy and runs those products faster).
+    /// Use the matrices as stored instead of repacking them at load for the int8 kernels (Q5_0
+    /// pairs on AVX-512, row-interleaved Q4_0/Q4_1/Q5_0/Q8_0 on AVX2; same results;
+    /// repacking costs a copy and runs those products faster).
     #[arg(long)]
     no_repack: bool,
 }
@@ -278,8 +279,9 @@ struct GenerateArgs {
     /// Activations for quantized weights.
     #[arg(long, value_enum, default_value_t = Act::Int8)]
     activations: Act,
-    /// Use Q5_0 matrices as stored instead of repacking them at load for the AVX-512 int8
-    /// kernels (same results; repacking costs a copy and runs those products faster).
+    /// Use the matrices as stored instead of repacking them at load for the int8 kernels (Q5_0
+    /// pairs on AVX-512, row-interleaved Q4_0/Q4_1/Q5_0/Q8_0 on AVX2; same results;
+    /// repacking costs a copy and runs those products faster).
     #[arg(long)]
     no_repack: bool,
     /// Element type of the KV cache.

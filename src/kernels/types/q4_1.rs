@@ -255,6 +255,35 @@ mod neon_f32 {
 }
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
+mod avx2_rows {
+    use crate::kernels::x86_64::avx2_rows::*;
+    use core::arch::x86_64::*;
+
+    /// Q4_1 in the interleaved layout ([`crate::kernels::rows8`]).
+    pub(crate) struct R4_1;
+
+    impl RowsType for R4_1 {
+        const BYTES: usize = 20;
+        const MIN: bool = true;
+        type Dec = [__m256i; 8];
+        #[inline(always)]
+        unsafe fn decode(g: *const u8) -> [__m256i; 8] {
+            // SAFETY: the quants at byte 32 of the group-block (caller contract).
+            unsafe { nibbles(g.add(32)) }
+        }
+        #[inline(always)]
+        unsafe fn dot(d: &[__m256i; 8], x: *const i8) -> __m256i {
+            // SAFETY: forwarded caller contract.
+            unsafe { nibble_dot(d, x) }
+        }
+    }
+
+    rows8_entries! {
+        Avx2, avx2_q4_1_rows8, R4_1;
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
 pub(crate) mod x86 {
     use crate::kernels::Kernels;
     use crate::tensor::DType;
@@ -263,6 +292,7 @@ pub(crate) mod x86 {
     pub(crate) const fn avx2(t: Kernels) -> Kernels {
         t.with_f32(DType::Q4_1, super::avx2_f32::matmul_q4_1)
             .with_q8(DType::Q4_1, super::avx2_q8::matmul_q4_1_q8)
+            .with_q8_rows8(DType::Q4_1, super::avx2_rows::avx2_q4_1_rows8)
     }
 
     /// `t` with Q4_1's AVX-VNNI entries.

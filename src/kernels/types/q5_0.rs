@@ -223,6 +223,53 @@ mod neon_f32 {
 }
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
+mod avx2_rows {
+    use crate::kernels::x86_64::avx2_rows::*;
+    use core::arch::x86_64::*;
+
+    /// Q5_0 in the interleaved layout ([`crate::kernels::rows8`]).
+    pub(crate) struct R5_0;
+
+    impl RowsType for R5_0 {
+        const BYTES: usize = 22;
+        const OFFSET: i32 = 16;
+        type Dec = [__m256i; 8];
+        #[inline(always)]
+        unsafe fn decode(g: *const u8) -> [__m256i; 8] {
+            // SAFETY: the fifth bits at byte 16 and the quants at byte 48 of the group-block
+            // (caller contract).
+            unsafe {
+                let (h, q) = (_mm256_loadu_si256(g.add(16).cast()), g.add(48));
+                let (l0, h0) = chunk5::<0, 4>(q, h);
+                let (l1, h1) = chunk5::<1, 3>(q, h);
+                let (l2, h2) = chunk5::<2, 2>(q, h);
+                let (l3, h3) = chunk5::<3, 1>(q, h);
+                [l0, l1, l2, l3, h0, h1, h2, h3]
+            }
+        }
+        /// Four `vpmaddubsw` lanes of 5-bit values (at most `4 · 2 · 31 · 127 = 31496`) add up in
+        /// i16, the low and the high halves each, then one `vpmaddwd` per half.
+        #[inline(always)]
+        unsafe fn dot(d: &[__m256i; 8], x: *const i8) -> __m256i {
+            // SAFETY: 32 bytes at `x` (caller contract); the rest is register-only.
+            unsafe {
+                let p = |i: usize| _mm256_maddubs_epi16(d[i], bcast(x, i));
+                let a =
+                    _mm256_add_epi16(_mm256_add_epi16(p(0), p(1)), _mm256_add_epi16(p(2), p(3)));
+                let b =
+                    _mm256_add_epi16(_mm256_add_epi16(p(4), p(5)), _mm256_add_epi16(p(6), p(7)));
+                let one = _mm256_set1_epi16(1);
+                _mm256_add_epi32(_mm256_madd_epi16(a, one), _mm256_madd_epi16(b, one))
+            }
+        }
+    }
+
+    rows8_entries! {
+        Avx2, avx2_q5_0_rows8, R5_0;
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
 pub(crate) mod x86 {
     use crate::kernels::Kernels;
     use crate::tensor::DType;
@@ -231,6 +278,7 @@ pub(crate) mod x86 {
     pub(crate) const fn avx2(t: Kernels) -> Kernels {
         t.with_f32(DType::Q5_0, super::avx2_f32::matmul_q5_0)
             .with_q8(DType::Q5_0, super::avx2_q8::matmul_q5_0_q8)
+            .with_q8_rows8(DType::Q5_0, super::avx2_rows::avx2_q5_0_rows8)
     }
 
     /// `t` with Q5_0's AVX-VNNI entries.

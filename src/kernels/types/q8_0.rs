@@ -198,6 +198,50 @@ mod neon_f32 {
 }
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
+mod avx2_rows {
+    use crate::kernels::x86_64::avx2_rows::*;
+    use core::arch::x86_64::*;
+
+    /// Q8_0 in the interleaved layout ([`crate::kernels::rows8`]).
+    pub(crate) struct R8_0;
+
+    impl RowsType for R8_0 {
+        const BYTES: usize = 34;
+        /// The group-block's address (the 8 chunks are read per activation row: 16 registers
+        /// of `|w|` and `w` would not stay in registers).
+        type Dec = *const u8;
+        #[inline(always)]
+        unsafe fn decode(g: *const u8) -> *const u8 {
+            g
+        }
+        #[inline(always)]
+        unsafe fn dot(g: &*const u8, x: *const i8) -> __m256i {
+            // SAFETY: 8 × 32 bytes of quants at byte 16 of the group-block and 32 bytes at `x`
+            // (caller contract); the rest is register-only.
+            unsafe {
+                let q = g.add(16);
+                let one = _mm256_set1_epi16(1);
+                let p = |c: usize| {
+                    let w = _mm256_loadu_si256(q.add(32 * c).cast());
+                    let s =
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(bcast(x, c), w));
+                    _mm256_madd_epi16(s, one)
+                };
+                let a =
+                    _mm256_add_epi32(_mm256_add_epi32(p(0), p(1)), _mm256_add_epi32(p(2), p(3)));
+                let b =
+                    _mm256_add_epi32(_mm256_add_epi32(p(4), p(5)), _mm256_add_epi32(p(6), p(7)));
+                _mm256_add_epi32(a, b)
+            }
+        }
+    }
+
+    rows8_entries! {
+        Avx2, avx2_q8_0_rows8, R8_0;
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
 pub(crate) mod x86 {
     use crate::kernels::Kernels;
     use crate::tensor::DType;
@@ -206,6 +250,7 @@ pub(crate) mod x86 {
     pub(crate) const fn avx2(t: Kernels) -> Kernels {
         t.with_f32(DType::Q8_0, super::avx2_f32::matmul_q8_0)
             .with_q8(DType::Q8_0, super::avx2_q8::matmul_q8_0_q8)
+            .with_q8_rows8(DType::Q8_0, super::avx2_rows::avx2_q8_0_rows8)
     }
 
     /// `t` with Q8_0's AVX-VNNI entries.

@@ -7,7 +7,8 @@
 //! types on 512-bit `vpdpbusd` ([`avx512_q8::VBlock`]); `avx512_k.rs`: the K-quants on 512-bit
 //! `vpdpwssd` ([`avx512_k::K512`]); `avx512_f32.rs`: f32 activations for every quantized type,
 //! 16 lanes, block scales factored out of the inner sums ([`avx512_f32::W512`]));
-//! `attention.rs`: the AVX2 loops of [`crate::ops::attention_head`] and the lanes of the
+//! `avx2_rows.rs`: the row-interleaved layout's int8 kernels ([`avx2_rows::RowsType`], AVX2
+//! and AVX-VNNI tables only); `attention.rs`: the AVX2 loops of [`crate::ops::attention_head`] and the lanes of the
 //! grouped, tiled attention (`flash.rs`) for the AVX2 and AVX-512 tables.
 //!
 //! Each quantized type's own bodies (its impls of those traits, its entries) are in
@@ -26,6 +27,7 @@ pub(crate) mod attention;
 pub(crate) mod avx2_f32;
 pub(crate) mod avx2_k;
 pub(crate) mod avx2_q8;
+pub(crate) mod avx2_rows;
 pub(crate) mod avx512_f32;
 pub(crate) mod avx512_k;
 pub(crate) mod avx512_q8;
@@ -52,6 +54,7 @@ pub(crate) const AVX_VNNI: Kernels = types::avx_vnni(AVX2.for_isa(Isa::AvxVnni))
 /// and `vpdpwssd` (K-quants), four weight rows per activation load.
 pub(crate) const AVX512: Kernels = types::avx512(
     AVX2.for_isa(Isa::Avx512)
+        .without_q8_rows8()
         .with_attention(attention::flash_avx512)
         .with_glu(swiglu_avx512, geglu_tanh_avx512)
         .with_bias_gelu_erf(bias_gelu_erf_avx512)

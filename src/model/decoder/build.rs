@@ -293,12 +293,23 @@ impl<'a> DecoderLM<'a> {
         plan(config, options, Some(src), 1)
     }
 
-    /// Whether loading repacks Q5_0 matrices ([`DecoderOptions::repack_weights`]): asked, int8
-    /// activations, and a SIMD int8 body for the repacked layout in the active kernels.
+    /// Whether loading repacks matrices ([`DecoderOptions::repack_weights`]): asked, int8
+    /// activations, and a SIMD int8 body for a repacked layout in the active kernels (Q5_0x2,
+    /// or a row-interleaved layout, [`crate::kernels::rows8`]).
     pub(super) fn repacks(options: &DecoderOptions) -> bool {
         options.repack_weights
             && matches!(options.activations, Activations::Int8 | Activations::Int8Plain)
-            && crate::kernels::active().is_ok_and(|k| k.has_simd_q8(crate::DType::Q5_0x2))
+            && crate::kernels::active().is_ok_and(|k| {
+                k.has_simd_q8(crate::DType::Q5_0x2)
+                    || [
+                        crate::DType::Q4_0,
+                        crate::DType::Q4_1,
+                        crate::DType::Q5_0,
+                        crate::DType::Q8_0,
+                    ]
+                    .iter()
+                    .any(|&d| k.matmul_q8_rows8(d).is_some())
+            })
     }
 
     /// Places the decoder's own buffers (sized by [`own_buffers`], in the plan's order)

@@ -7,9 +7,11 @@
 //! `&'static [u8]`) when the kernels take their dtype as it is — aligned f32, f16, bf16, Q8_0,
 //! Q4_0, Q4_1; a misaligned f32 matrix is copied once into an aligned block. With
 //! [`WeightFormat::Q8_0`], f32 / f16 / bf16 matrices are quantized to Q8_0 at load instead.
-//! A decoder built with [`crate::model::DecoderOptions::repack_weights`] (on AVX-512, int8
-//! activations) copies the layers' Q5_0 matrices into [`crate::tensor::DType::Q5_0x2`], the layout its int8
-//! kernel reads fastest; [`Weights::load`] itself never repacks.
+//! A decoder built with [`crate::model::DecoderOptions::repack_weights`] (int8 activations)
+//! copies the layers' matrices into the layout the active int8 kernels read fastest: Q5_0
+//! into [`crate::tensor::DType::Q5_0x2`] on AVX-512, Q4_0 / Q4_1 / Q5_0 / Q8_0 into the
+//! row-interleaved layout of [`crate::kernels::rows8`] on AVX2; [`Weights::load`] itself
+//! never repacks.
 //! Norm vectors and biases are small and always widened to f32; norm weights get the family's
 //! offset (Gemma's `1 + w`) added at load, so the forward pass multiplies by them as they are.
 //!

@@ -64,7 +64,7 @@ pub(crate) fn plan_weights<'a>(
             }
             None => conversion(DType::F32, core::ptr::null(), rows, k, format, repack)?,
         };
-        Ok(conv.map_or(0, |(_, bytes)| bytes))
+        Ok(conv.map_or(0, |(_, bytes, _)| bytes))
     };
     // `n` buffers of `bytes` each.
     let mut add_n = |field: &mut usize, bytes: usize, n: usize| -> Result<()> {

@@ -100,6 +100,8 @@ pub struct Linear<'a> {
     rows: usize,
     k: usize,
     bytes: Bytes<'a>,
+    /// The bytes are in the row-interleaved layout ([`crate::kernels::rows8`]).
+    rows8: bool,
 }
 
 impl Linear<'_> {
@@ -110,7 +112,17 @@ impl Linear<'_> {
     ///
     /// As [`Matrix::new`].
     pub fn matrix(&self) -> Result<Matrix<'_>> {
-        Matrix::new(self.dtype, self.rows, self.k, self.bytes.as_slice())
+        if self.rows8 {
+            Matrix::new_rows8(self.dtype, self.rows, self.k, self.bytes.as_slice())
+        } else {
+            Matrix::new(self.dtype, self.rows, self.k, self.bytes.as_slice())
+        }
+    }
+
+    /// `true` if the bytes are in the row-interleaved layout loading makes for the active
+    /// kernels ([`crate::kernels::rows8`]; only the int8 products read them).
+    pub fn is_rows8(&self) -> bool {
+        self.rows8
     }
 
     /// The tensor's name in the file.
@@ -197,10 +209,14 @@ pub(super) fn check_shape(name: &str, view: &TensorView<'_>, want: &[usize]) -> 
 }
 
 /// What loading does with a `rows × k` matrix stored as `dtype` (its bytes at `data`):
-/// `Some((dtype, bytes))` when it is converted or copied into a new buffer of that size,
-/// `None` when it is used in place. With `repack`, a Q5_0 matrix whose rows are whole pairs
-/// of blocks (`k % 64 == 0`) is copied into [`DType::Q5_0x2`] (the same bytes, repacked).
-/// [`super::Weights::load`] and the memory plan both ask this.
+/// `Some((dtype, bytes, rows8))` when it is converted or copied into a new buffer of that
+/// size (`rows8`: copied into the row-interleaved layout, [`crate::kernels::rows8`]), `None`
+/// when it is used in place. With `repack`, the active kernels' fastest int8 layout: a Q5_0
+/// matrix whose rows are whole pairs of blocks (`k % 64 == 0`) is copied into
+/// [`DType::Q5_0x2`] (the same bytes, repacked) where they have a SIMD body for it; a matrix
+/// of a dtype they have a row-interleaved kernel for
+/// ([`crate::kernels::Kernels::matmul_q8_rows8`]), with rows a multiple of 8, is copied
+/// into that layout. [`super::Weights::load`] and the memory plan both ask this.
 ///
 /// # Errors
 ///
@@ -212,22 +228,33 @@ pub(crate) fn conversion(
     k: usize,
     format: WeightFormat,
     repack: bool,
-) -> Result<Option<(DType, usize)>> {
+) -> Result<Option<(DType, usize, bool)>> {
     let overflow = || Error::resource_exhausted(format_args!("{rows} x {k} matrix overflows"));
+    let kern = if repack { crate::kernels::active().ok() } else { None };
+    let pairs = kern.is_some_and(|k| k.has_simd_q8(DType::Q5_0x2));
+    let rows8 = |dt: DType| {
+        kern.is_some_and(|k| k.matmul_q8_rows8(dt).is_some())
+            && rows % crate::kernels::rows8::ROWS == 0
+    };
     Ok(match (dtype, format) {
         (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0)
             if k % DType::Q8_0.block_size() == 0 =>
         {
             let row = DType::Q8_0.row_bytes(k)?;
-            Some((DType::Q8_0, row.checked_mul(rows).ok_or_else(overflow)?))
+            Some((DType::Q8_0, row.checked_mul(rows).ok_or_else(overflow)?, rows8(DType::Q8_0)))
         }
         (DType::F32, _) if data as usize % 4 != 0 => Some((
             DType::F32,
             rows.checked_mul(k).and_then(|n| n.checked_mul(4)).ok_or_else(overflow)?,
+            false,
         )),
-        (DType::Q5_0, _) if repack && k % DType::Q5_0x2.block_size() == 0 => {
+        (DType::Q5_0, _) if pairs && k % DType::Q5_0x2.block_size() == 0 => {
             let row = DType::Q5_0x2.row_bytes(k)?;
-            Some((DType::Q5_0x2, row.checked_mul(rows).ok_or_else(overflow)?))
+            Some((DType::Q5_0x2, row.checked_mul(rows).ok_or_else(overflow)?, false))
+        }
+        (dt, _) if rows8(dt) => {
+            let row = dt.row_bytes(k)?;
+            Some((dt, row.checked_mul(rows).ok_or_else(overflow)?, true))
         }
         _ => None,
     })
@@ -247,9 +274,9 @@ pub(super) fn linear<'s: 'a, 'a>(
     let view = src.tensor(name)?;
     check_shape(name, &view, &[rows, k])?;
     let ctx = |e: Error| e.context(format_args!("tensor {name:?}"));
-    let (dtype, bytes) =
+    let (dtype, bytes, rows8) =
         match conversion(view.dtype, view.data.as_ptr(), rows, k, format, repack).map_err(ctx)? {
-            Some((DType::Q8_0, total)) => {
+            Some((DType::Q8_0, total, rows8)) if view.dtype != DType::Q8_0 => {
                 let mut block = place.block(total, name)?;
                 // Block by block (32 values on the stack): no temporary heap buffer.
                 const QK: usize = crate::quant::QK;
@@ -266,21 +293,41 @@ pub(super) fn linear<'s: 'a, 'a>(
                     src.dequantize_into(&mut vals).map_err(ctx)?;
                     quantize_row_q8_0(&vals, out).map_err(ctx)?;
                 }
-                (DType::Q8_0, Bytes::Owned(block))
+                if rows8 {
+                    // Interleave the converted rows one group at a time (a group's bytes on
+                    // the heap only: 8 rows).
+                    let rb = DType::Q8_0.row_bytes(k).map_err(ctx)?;
+                    let mut tmp = alloc::vec::Vec::new();
+                    tmp.try_reserve_exact(8 * rb)
+                        .map_err(|_| Error::resource_exhausted("row group"))
+                        .map_err(ctx)?;
+                    tmp.resize(8 * rb, 0);
+                    for g in block.as_mut_slice().chunks_exact_mut(8 * rb) {
+                        tmp.copy_from_slice(g);
+                        crate::kernels::rows8::pack(DType::Q8_0, 8, k, &tmp, g).map_err(ctx)?;
+                    }
+                }
+                (DType::Q8_0, Bytes::Owned(block), rows8)
             }
-            Some((DType::Q5_0x2, total)) => {
+            Some((DType::Q5_0x2, total, _)) => {
                 let mut block = place.block(total, name)?;
                 crate::quant::q5_0x2::repack(view.data, block.as_mut_slice()).map_err(ctx)?;
-                (DType::Q5_0x2, Bytes::Owned(block))
+                (DType::Q5_0x2, Bytes::Owned(block), false)
             }
-            Some((dt, total)) => {
+            Some((dt, total, true)) => {
+                let mut block = place.block(total, name)?;
+                crate::kernels::rows8::pack(dt, rows, k, view.data, block.as_mut_slice())
+                    .map_err(ctx)?;
+                (dt, Bytes::Owned(block), true)
+            }
+            Some((dt, total, false)) => {
                 let mut block = place.block(total, name)?;
                 block.as_mut_slice().copy_from_slice(view.data);
-                (dt, Bytes::Owned(block))
+                (dt, Bytes::Owned(block), false)
             }
-            None => (view.dtype, Bytes::Borrowed(view.data)),
+            None => (view.dtype, Bytes::Borrowed(view.data), false),
         };
-    let lin = Linear { name: TensorName::new(name), dtype, rows, k, bytes };
-    Matrix::new(lin.dtype, rows, k, lin.bytes.as_slice()).map_err(ctx)?;
+    let lin = Linear { name: TensorName::new(name), dtype, rows, k, bytes, rows8 };
+    lin.matrix().map_err(ctx)?;
     Ok(lin)
 }

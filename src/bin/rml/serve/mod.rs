@@ -77,7 +77,7 @@ pub struct ServeArgs {
     /// Element type of the KV caches.
     #[arg(long = "kv-cache", value_enum, default_value_t = crate::KvCacheArg::F32)]
     pub kv_cache: crate::KvCacheArg,
-    /// Use Q5_0 matrices as stored instead of repacking them at load.
+    /// Use the matrices as stored instead of repacking them at load for the int8 kernels.
     #[arg(long)]
     pub no_repack: bool,
 }
