@@ -9,7 +9,7 @@ use core::arch::x86_64::*;
 
 use super::mask;
 use crate::kernels::frame::f32::{
-    f32_entries, Bf16Weights, F16Weights, F32Decode, F32Lanes, F32Weights,
+    f32_entries, Bf16Weights, F16Weights, F32Decode, F32Lanes, F32Weights, Scales,
 };
 use crate::quant::iq4_nl::BlockIq4Nl;
 use crate::quant::q2_k::BlockQ2K;
@@ -101,37 +101,9 @@ impl F32Decode<Bf16Weights> for Avx2F32 {
     }
 }
 
-/// The f16 at `p` broadcast to 8 lanes as f32.
-///
-/// # Safety
-///
-/// 2 readable bytes at `p`; AVX2 + F16C available.
-#[inline(always)]
-unsafe fn f16_splat(p: *const u8) -> __m256 {
-    // SAFETY: 2 bytes readable (caller contract); register-only conversions.
-    unsafe {
-        let h = p.cast::<u16>().read_unaligned();
-        _mm256_cvtph_ps(_mm_set1_epi16(h as i16))
-    }
-}
-
-/// Nibbles of chunk `c` of a Q4 block whose 16 nibble bytes start at `qs`: chunk 0 = low
-/// nibbles of bytes 0..8, 1 = low of 8..16, 2 = high of 0..8, 3 = high of 8..16; as 8 i32.
-///
-/// # Safety
-///
-/// 16 readable bytes at `qs`; AVX2 available.
-#[inline(always)]
-unsafe fn nibbles(qs: *const u8, c: usize) -> __m256i {
-    // SAFETY: 8 bytes at `qs + 8 * (c & 1)` are readable (caller contract).
-    unsafe {
-        let v = _mm_loadl_epi64(qs.add(8 * (c & 1)).cast());
-        let v = if c >= 2 { _mm_srli_epi16::<4>(v) } else { v };
-        _mm256_cvtepu8_epi32(_mm_and_si128(v, _mm_set1_epi8(0x0F)))
-    }
-}
-
-/// All four chunks of [`nibbles`] as f32: bytes 0..8 and 8..16 each zero-extended to 8 i32
+/// The 32 nibbles of a Q4 block whose 16 nibble bytes start at `qs`, as four chunks of 8
+/// f32 (chunk 0 = low nibbles of bytes 0..8, 1 = low of 8..16, 2 = high of 0..8, 3 = high of
+/// 8..16): bytes 0..8 and 8..16 each zero-extended to 8 i32
 /// straight from memory, then the low nibble masked out and the high one shifted down (no
 /// shuffles of a loaded register: the widening loads do the lane moves).
 ///
@@ -155,82 +127,82 @@ unsafe fn nibbles_block(qs: *const u8) -> [__m256; 4] {
     }
 }
 
+/// The scale of a 32-element block whose f16 `d` is at `p` (and its offset, `MIN`, the f16
+/// `m` right after it) in every lane, as [`F32Decode::unit_scales`] gives them: the 4 bytes
+/// at `p` broadcast, widened, then each half's lanes duplicated.
+///
+/// # Safety
+///
+/// 4 readable bytes at `p`; AVX2 and F16C available.
+#[inline(always)]
+unsafe fn block_scales<const MIN: bool>(p: *const u8) -> ([__m256; 2], [__m256; 2]) {
+    // SAFETY: 4 bytes readable (caller contract); the rest is register-only.
+    unsafe {
+        let v = _mm256_cvtph_ps(_mm_set1_epi32(p.cast::<i32>().read_unaligned()));
+        let d = _mm256_moveldup_ps(v);
+        let m = if MIN { _mm256_movehdup_ps(v) } else { _mm256_setzero_ps() };
+        ([d; 2], [m; 2])
+    }
+}
+
 impl F32Decode<BlockQ8_0> for Avx2F32 {
+    const FACTORED: bool = true;
+
     #[inline(always)]
-    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
-        // SAFETY: block `b` is in bounds (caller contract). `d * q` is exact in f32 (11 + 8
-        // significant bits), as in the oracle's dequantization.
+    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: block `b` is in bounds (caller contract): the 32 i8.
         unsafe {
-            let blk = row.add(b * BlockQ8_0::BYTES);
-            let q =
-                _mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(BlockQ8_0::QS_OFFSET + 8 * c).cast()));
-            _mm256_mul_ps(_mm256_cvtepi32_ps(q), f16_splat(blk.add(BlockQ8_0::D_OFFSET)))
+            let qs = row.add(b * BlockQ8_0::BYTES + BlockQ8_0::QS_OFFSET);
+            let q = |c: usize| {
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(qs.add(8 * c).cast())))
+            };
+            [q(0), q(1), q(2), q(3)]
         }
+    }
+
+    #[inline(always)]
+    unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
+        const { assert!(BlockQ8_0::D_OFFSET == 0) };
+        // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
+        unsafe { block_scales::<false>(row.add(b * BlockQ8_0::BYTES)) }
     }
 }
 
 impl F32Decode<BlockQ4_0> for Avx2F32 {
+    const FACTORED: bool = true;
+
     #[inline(always)]
-    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
-        // SAFETY: block `b` is in bounds (caller contract); `(q - 8) * d` is exact.
+    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: block `b` is in bounds (caller contract): `q - 8` (exact).
         unsafe {
-            let blk = row.add(b * BlockQ4_0::BYTES);
-            let q = _mm256_cvtepi32_ps(nibbles(blk.add(BlockQ4_0::QS_OFFSET), c));
-            _mm256_mul_ps(
-                _mm256_sub_ps(q, _mm256_set1_ps(8.0)),
-                f16_splat(blk.add(BlockQ4_0::D_OFFSET)),
-            )
+            nibbles_block(row.add(b * BlockQ4_0::BYTES + BlockQ4_0::QS_OFFSET))
+                .map(|q| _mm256_sub_ps(q, _mm256_set1_ps(8.0)))
         }
     }
 
     #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract); the same arithmetic as `chunk`.
-        unsafe {
-            let blk = row.add(b * BlockQ4_0::BYTES);
-            let d = f16_splat(blk.add(BlockQ4_0::D_OFFSET));
-            let q = nibbles_block(blk.add(BlockQ4_0::QS_OFFSET));
-            let f = |q| _mm256_mul_ps(_mm256_sub_ps(q, _mm256_set1_ps(8.0)), d);
-            [f(q[0]), f(q[1]), f(q[2]), f(q[3])]
-        }
+    unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
+        const { assert!(BlockQ4_0::D_OFFSET == 0) };
+        // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
+        unsafe { block_scales::<false>(row.add(b * BlockQ4_0::BYTES)) }
     }
 }
 
 impl F32Decode<BlockQ4_1> for Avx2F32 {
+    const FACTORED: bool = true;
+    const MIN: bool = true;
+
     #[inline(always)]
-    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
-        // SAFETY: block `b` is in bounds (caller contract). `d * q` is exact, so the fused
-        // `d * q + m` rounds once, like the oracle's `d * q + m`.
-        unsafe {
-            let blk = row.add(b * BlockQ4_1::BYTES);
-            let q = _mm256_cvtepi32_ps(nibbles(blk.add(BlockQ4_1::QS_OFFSET), c));
-            _mm256_fmadd_ps(
-                q,
-                f16_splat(blk.add(BlockQ4_1::D_OFFSET)),
-                f16_splat(blk.add(BlockQ4_1::M_OFFSET)),
-            )
-        }
+    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: block `b` is in bounds (caller contract).
+        unsafe { nibbles_block(row.add(b * BlockQ4_1::BYTES + BlockQ4_1::QS_OFFSET)) }
     }
 
     #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract); the same arithmetic as `chunk`.
-        unsafe {
-            let blk = row.add(b * BlockQ4_1::BYTES);
-            // Lane 0: d, lane 1: m.
-            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(
-                blk.add(BlockQ4_1::D_OFFSET).cast::<i32>().read_unaligned(),
-            ));
-            let d = _mm256_broadcastss_ps(dm);
-            let m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-            let q = nibbles_block(blk.add(BlockQ4_1::QS_OFFSET));
-            [
-                _mm256_fmadd_ps(q[0], d, m),
-                _mm256_fmadd_ps(q[1], d, m),
-                _mm256_fmadd_ps(q[2], d, m),
-                _mm256_fmadd_ps(q[3], d, m),
-            ]
-        }
+    unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
+        const { assert!(BlockQ4_1::D_OFFSET == 0 && BlockQ4_1::M_OFFSET == 2) };
+        // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
+        unsafe { block_scales::<true>(row.add(b * BlockQ4_1::BYTES)) }
     }
 }
 
@@ -252,93 +224,71 @@ unsafe fn bytes_f32<const SIGNED: bool>(v: __m256i) -> [__m256; 4] {
     }
 }
 
-/// `[v0 · s, v1 · s, v2 · s, v3 · s]`.
-///
-/// # Safety
-///
-/// AVX available.
-#[inline(always)]
-unsafe fn scale4(v: [__m256; 4], s: [__m256; 2]) -> [__m256; 4] {
-    // SAFETY: register-only AVX intrinsics.
-    unsafe {
-        [
-            _mm256_mul_ps(v[0], s[0]),
-            _mm256_mul_ps(v[1], s[0]),
-            _mm256_mul_ps(v[2], s[1]),
-            _mm256_mul_ps(v[3], s[1]),
-        ]
-    }
-}
-
-/// `v · dl - ml` per lane (fused: one rounding), chunks 0–1 with `(dl, ml)[0]`, 2–3 with
-/// `[1]` (the two 16-element sub-blocks of a unit; the same pair twice for 32-element ones).
-///
-/// # Safety
-///
-/// FMA available.
-#[inline(always)]
-unsafe fn scale_min4(v: [__m256; 4], dl: [__m256; 2], ml: [__m256; 2]) -> [__m256; 4] {
-    // SAFETY: register-only FMA intrinsics.
-    unsafe {
-        [
-            _mm256_fmsub_ps(v[0], dl[0], ml[0]),
-            _mm256_fmsub_ps(v[1], dl[0], ml[0]),
-            _mm256_fmsub_ps(v[2], dl[1], ml[1]),
-            _mm256_fmsub_ps(v[3], dl[1], ml[1]),
-        ]
-    }
-}
-
 impl F32Decode<BlockQ5_0> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
+    const FACTORED: bool = true;
 
     #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract); `d · (q - 16)` as the oracle.
+    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: block `b` is in bounds (caller contract): `q - 16`.
         unsafe {
             let blk = row.add(b * crate::quant::q5_0::BYTES);
             let q = _mm256_or_si256(
                 super::nibbles32(blk.add(BlockQ5_0::QS_OFFSET)),
                 super::fifth_bits(blk.add(BlockQ5_0::QH_OFFSET)),
             );
-            let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-            let d = f16_splat(blk.add(BlockQ5_0::D_OFFSET));
-            scale4(bytes_f32::<true>(q), [d, d])
+            bytes_f32::<true>(_mm256_sub_epi8(q, _mm256_set1_epi8(16)))
         }
+    }
+
+    #[inline(always)]
+    unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
+        const { assert!(BlockQ5_0::D_OFFSET == 0) };
+        // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
+        unsafe { block_scales::<false>(row.add(b * crate::quant::q5_0::BYTES)) }
     }
 }
 
 impl F32Decode<BlockQ5_1> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
+    const FACTORED: bool = true;
+    const MIN: bool = true;
 
     #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract). `d · q` is exact, so the fused
-        // `d · q + m` rounds once, like the oracle's.
+    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: block `b` is in bounds (caller contract).
         unsafe {
             let blk = row.add(b * crate::quant::q5_1::BYTES);
-            let q = _mm256_or_si256(
+            bytes_f32::<false>(_mm256_or_si256(
                 super::nibbles32(blk.add(BlockQ5_1::QS_OFFSET)),
                 super::fifth_bits(blk.add(BlockQ5_1::QH_OFFSET)),
-            );
-            let (d, m) =
-                (f16_splat(blk.add(BlockQ5_1::D_OFFSET)), f16_splat(blk.add(BlockQ5_1::M_OFFSET)));
-            bytes_f32::<false>(q).map(|v| _mm256_fmadd_ps(v, d, m))
+            ))
         }
+    }
+
+    #[inline(always)]
+    unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
+        const { assert!(BlockQ5_1::D_OFFSET == 0 && BlockQ5_1::M_OFFSET == 2) };
+        // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
+        unsafe { block_scales::<true>(row.add(b * crate::quant::q5_1::BYTES)) }
     }
 }
 
 impl F32Decode<BlockIq4Nl> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
+    const FACTORED: bool = true;
 
     #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract); `d · value` as the oracle.
+    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: block `b` is in bounds (caller contract): the codebook values.
         unsafe {
             let blk = row.add(b * crate::quant::iq4_nl::BYTES);
-            let d = f16_splat(blk.add(BlockIq4Nl::D_OFFSET));
-            scale4(bytes_f32::<true>(super::iq4_values32(blk.add(BlockIq4Nl::QS_OFFSET))), [d, d])
+            bytes_f32::<true>(super::iq4_values32(blk.add(BlockIq4Nl::QS_OFFSET)))
         }
+    }
+
+    #[inline(always)]
+    unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
+        const { assert!(BlockIq4Nl::D_OFFSET == 0) };
+        // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
+        unsafe { block_scales::<false>(row.add(b * crate::quant::iq4_nl::BYTES)) }
     }
 }
 
@@ -359,6 +309,25 @@ unsafe fn f16_scalar(p: *const u8) -> f32 {
     unsafe { super::f16_at(p) }
 }
 
+/// `out[0..16] = f · v[0..16]` for 16 small integers `v` (i8 or u8 per `SIGNED`), each
+/// product rounded once (the oracle's `d · sc`).
+///
+/// # Safety
+///
+/// AVX2 available.
+#[inline(always)]
+unsafe fn scale16<const SIGNED: bool>(v: __m128i, f: f32, out: &mut [f32; 16]) {
+    // SAFETY: register-only AVX2 intrinsics; `out` holds 16 floats.
+    unsafe {
+        let w = |q: __m128i| {
+            let i = if SIGNED { _mm256_cvtepi8_epi32(q) } else { _mm256_cvtepu8_epi32(q) };
+            _mm256_mul_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(f))
+        };
+        _mm256_storeu_ps(out.as_mut_ptr(), w(v));
+        _mm256_storeu_ps(out.as_mut_ptr().add(8), w(_mm_srli_si128::<8>(v)));
+    }
+}
+
 /// The 32 values `q` (0..=3) of unit `u` of a Q2_K/Q3_K super-block's 64 low-bit bytes at
 /// `qs`: bits `2 (u % 4)` of bytes `32 (u / 4) ..`.
 ///
@@ -376,43 +345,49 @@ unsafe fn q2_unit(qs: *const u8, u: usize) -> __m256i {
 }
 
 impl F32Decode<BlockQ2K> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
+    const FACTORED: bool = true;
+    const GROUP_SCALES: bool = true;
+    const HALF_SCALES: bool = true;
+    const MIN: bool = true;
 
     #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract). Sub-blocks 2u, 2u + 1:
-        // `(d · sc) · q - dmin · m` with the oracle's `d · sc`, `dmin · m`.
+    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: super-block `b / 8` is in bounds (caller contract).
         unsafe {
             let (sb, u) = unit(b);
             let blk = row.add(sb * crate::quant::q2_k::BYTES);
+            bytes_f32::<false>(q2_unit(blk.add(BlockQ2K::QS_OFFSET), u))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
+        // SAFETY: super-block `g` is in bounds (caller contract). Sub-block `j`: scale
+        // `d · (sc_j & 15)`, offset `-(dmin · (sc_j >> 4))` (the oracle's products).
+        unsafe {
+            let blk = row.add(g * crate::quant::q2_k::BYTES);
             let (d, dmin) =
                 (f16_scalar(blk.add(BlockQ2K::D_OFFSET)), f16_scalar(blk.add(BlockQ2K::M_OFFSET)));
-            let q = bytes_f32::<false>(q2_unit(blk.add(BlockQ2K::QS_OFFSET), u));
-            let s = |j: usize| {
-                let sc = *blk.add(BlockQ2K::SCALES_OFFSET + j);
-                (_mm256_set1_ps(d * (sc & 0x0F) as f32), _mm256_set1_ps(dmin * (sc >> 4) as f32))
-            };
-            let (s0, s1) = (s(2 * u), s(2 * u + 1));
-            scale_min4(q, [s0.0, s1.0], [s0.1, s1.1])
+            let sc = _mm_loadu_si128(blk.add(BlockQ2K::SCALES_OFFSET).cast());
+            let low = _mm_and_si128(sc, _mm_set1_epi8(0x0F));
+            let high = _mm_and_si128(_mm_srli_epi16::<4>(sc), _mm_set1_epi8(0x0F));
+            scale16::<false>(low, d, &mut out.s);
+            scale16::<false>(high, -dmin, &mut out.m);
         }
     }
 }
 
 impl F32Decode<BlockQ3K> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
+    const FACTORED: bool = true;
+    const GROUP_SCALES: bool = true;
+    const HALF_SCALES: bool = true;
 
     #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract). Value
-        // `(d · sc) · (low + 4 high - 4)` with the oracle's `d · sc`.
+    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+        // SAFETY: super-block `b / 8` is in bounds (caller contract): `low + 4 high - 4`.
         unsafe {
             let (sb, u) = unit(b);
             let blk = row.add(sb * crate::quant::q3_k::BYTES);
-            let sc = crate::quant::q3_k::scales_q3(core::slice::from_raw_parts(
-                blk.add(BlockQ3K::SCALES_OFFSET),
-                12,
-            ));
-            let d = f16_scalar(blk.add(BlockQ3K::D_OFFSET));
             let hm = _mm256_loadu_si256(blk.add(BlockQ3K::QH_OFFSET).cast());
             let bit = _mm256_set1_epi8((1u8 << u) as i8);
             let high = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
@@ -421,22 +396,50 @@ impl F32Decode<BlockQ3K> for Avx2F32 {
                 _mm256_or_si256(q2_unit(blk.add(BlockQ3K::QS_OFFSET), u), high),
                 _mm256_set1_epi8(4),
             );
-            let dl = |j: usize| _mm256_set1_ps(d * sc[j] as f32);
-            scale4(bytes_f32::<true>(q), [dl(2 * u), dl(2 * u + 1)])
+            bytes_f32::<true>(q)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
+        // SAFETY: super-block `g` is in bounds (caller contract): `d · sc_j`.
+        unsafe {
+            let blk = row.add(g * crate::quant::q3_k::BYTES);
+            let sc = crate::quant::q3_k::scales_q3(core::slice::from_raw_parts(
+                blk.add(BlockQ3K::SCALES_OFFSET),
+                12,
+            ));
+            let d = f16_scalar(blk.add(BlockQ3K::D_OFFSET));
+            scale16::<true>(_mm_loadu_si128(sc.as_ptr().cast()), d, &mut out.s);
         }
     }
 }
 
-/// The Q4_K/Q5_K unit `u` (sub-block `u`): nibbles of the 32 bytes `qs + 32 (u / 2)` (low for
-/// even `u`, high for odd), `extra` or'ed in, then `(d · sc_u) · q - dmin · m_u`.
+/// The Q4_K/Q5_K values of unit `u` (sub-block `u`): nibbles of the 32 bytes `qs + 32 (u /
+/// 2)` (low for even `u`, high for odd), `extra` or'ed in.
 ///
 /// # Safety
 ///
-/// `blk` is a whole super-block with `d`, `dmin` at 0, scales at 4..16; 32 readable bytes at
-/// `qs + 32 (u / 2)`; AVX2, FMA and F16C available.
+/// 32 readable bytes at `qs + 32 (u / 2)`; AVX2 available.
 #[inline(always)]
-unsafe fn k4_unit(blk: *const u8, qs: *const u8, u: usize, extra: __m256i) -> [__m256; 4] {
+unsafe fn k4_values(qs: *const u8, u: usize, extra: __m256i) -> [__m256; 4] {
     // SAFETY: the reads are in bounds (caller contract).
+    unsafe {
+        let q = _mm256_loadu_si256(qs.add(32 * (u / 2)).cast());
+        let q = if u % 2 == 0 { q } else { _mm256_srli_epi16::<4>(q) };
+        bytes_f32::<false>(_mm256_or_si256(_mm256_and_si256(q, _mm256_set1_epi8(0x0F)), extra))
+    }
+}
+
+/// The scales of a Q4_K/Q5_K super-block `blk` (`d`, `dmin` at 0 and 2, the 12 packed bytes
+/// at 4): unit `u`'s `d · sc_u` and `-(dmin · m_u)` (the oracle's products).
+///
+/// # Safety
+///
+/// `blk` is a whole super-block; AVX2 and F16C available.
+#[inline(always)]
+unsafe fn k4_scales(blk: *const u8, out: &mut Scales) {
+    // SAFETY: the reads are in bounds (caller contract); `out` holds 16 + 16 floats.
     unsafe {
         let sm = crate::quant::q4_k::scales_mins_k4(core::slice::from_raw_parts(
             blk.add(BlockQ4K::SCALES_OFFSET),
@@ -444,34 +447,44 @@ unsafe fn k4_unit(blk: *const u8, qs: *const u8, u: usize, extra: __m256i) -> [_
         ));
         let (d, dmin) =
             (f16_scalar(blk.add(BlockQ4K::D_OFFSET)), f16_scalar(blk.add(BlockQ4K::M_OFFSET)));
-        let q = _mm256_loadu_si256(qs.add(32 * (u / 2)).cast());
-        let q = if u % 2 == 0 { q } else { _mm256_srli_epi16::<4>(q) };
-        let q = _mm256_or_si256(_mm256_and_si256(q, _mm256_set1_epi8(0x0F)), extra);
-        let dl = _mm256_set1_ps(d * sm[u] as f32);
-        let ml = _mm256_set1_ps(dmin * sm[8 + u] as f32);
-        scale_min4(bytes_f32::<false>(q), [dl, dl], [ml, ml])
+        let v = _mm_loadu_si128(sm.as_ptr().cast());
+        let w = |q: __m128i, f: f32| {
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), _mm256_set1_ps(f))
+        };
+        _mm256_storeu_ps(out.s.as_mut_ptr(), w(v, d));
+        _mm256_storeu_ps(out.m.as_mut_ptr(), w(_mm_srli_si128::<8>(v), -dmin));
     }
 }
 
 impl F32Decode<BlockQ4K> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
+    const FACTORED: bool = true;
+    const GROUP_SCALES: bool = true;
+    const MIN: bool = true;
 
     #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
         // SAFETY: super-block `b / 8` is in bounds (caller contract).
         unsafe {
             let (sb, u) = unit(b);
             let blk = row.add(sb * crate::quant::q4_k::BYTES);
-            k4_unit(blk, blk.add(BlockQ4K::QS_OFFSET), u, _mm256_setzero_si256())
+            k4_values(blk.add(BlockQ4K::QS_OFFSET), u, _mm256_setzero_si256())
         }
+    }
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
+        // SAFETY: super-block `g` is in bounds (caller contract).
+        unsafe { k4_scales(row.add(g * crate::quant::q4_k::BYTES), out) }
     }
 }
 
 impl F32Decode<BlockQ5K> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
+    const FACTORED: bool = true;
+    const GROUP_SCALES: bool = true;
+    const MIN: bool = true;
 
     #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
         // SAFETY: super-block `b / 8` is in bounds (caller contract); sub-block `u` takes bit
         // `u` of the 32 bytes at 16.
         unsafe {
@@ -483,19 +496,27 @@ impl F32Decode<BlockQ5K> for Avx2F32 {
                 _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
                 _mm256_set1_epi8(0x10),
             );
-            k4_unit(blk, blk.add(BlockQ5K::QS_OFFSET), u, high)
+            k4_values(blk.add(BlockQ5K::QS_OFFSET), u, high)
         }
+    }
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
+        // SAFETY: super-block `g` is in bounds (caller contract); Q5_K's `d`, `dmin` and
+        // scales sit where Q4_K's do.
+        unsafe { k4_scales(row.add(g * crate::quant::q5_k::BYTES), out) }
     }
 }
 
 impl F32Decode<BlockQ6K> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
+    const FACTORED: bool = true;
+    const GROUP_SCALES: bool = true;
+    const HALF_SCALES: bool = true;
 
     #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
         // SAFETY: super-block `b / 8` is in bounds (caller contract). Unit u = 4 h + g:
-        // nibble g / 2 of ql[64 h + 32 (g % 2) ..], bits 2 g of qh[32 h ..]; value
-        // `(d · sc) · (q - 32)` with the oracle's `d · sc`.
+        // nibble g / 2 of ql[64 h + 32 (g % 2) ..], bits 2 g of qh[32 h ..], minus 32.
         unsafe {
             let (sb, u) = unit(b);
             let blk = row.add(sb * crate::quant::q6_k::BYTES);
@@ -511,11 +532,18 @@ impl F32Decode<BlockQ6K> for Avx2F32 {
                 _mm256_and_si256(l, _mm256_set1_epi8(0x0F)),
                 _mm256_slli_epi16::<4>(hb),
             );
-            let q = _mm256_sub_epi8(q, _mm256_set1_epi8(32));
+            bytes_f32::<true>(_mm256_sub_epi8(q, _mm256_set1_epi8(32)))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
+        // SAFETY: super-block `g` is in bounds (caller contract): `d · sc_j` (i8 scales).
+        unsafe {
+            let blk = row.add(g * crate::quant::q6_k::BYTES);
             let d = f16_scalar(blk.add(BlockQ6K::D_OFFSET));
-            let dl =
-                |j: usize| _mm256_set1_ps(d * (*blk.add(BlockQ6K::SCALES_OFFSET + j) as i8) as f32);
-            scale4(bytes_f32::<true>(q), [dl(2 * u), dl(2 * u + 1)])
+            let sc = _mm_loadu_si128(blk.add(BlockQ6K::SCALES_OFFSET).cast());
+            scale16::<true>(sc, d, &mut out.s);
         }
     }
 }
@@ -568,6 +596,30 @@ impl F32Lanes for Avx2F32 {
     unsafe fn fma(acc: __m256, w: __m256, x: __m256) -> __m256 {
         // SAFETY: register-only FMA intrinsic (caller contract).
         unsafe { _mm256_fmadd_ps(w, x, acc) }
+    }
+
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> __m256 {
+        // SAFETY: register-only AVX intrinsic (caller contract).
+        unsafe { _mm256_set1_ps(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn add(a: __m256, b: __m256) -> __m256 {
+        // SAFETY: register-only AVX intrinsic (caller contract).
+        unsafe { _mm256_add_ps(a, b) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        // SAFETY: register-only AVX intrinsic (caller contract).
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul_add(a: __m256, b: __m256, c: __m256) -> __m256 {
+        // SAFETY: register-only FMA intrinsic (caller contract).
+        unsafe { _mm256_fmadd_ps(a, b, c) }
     }
 
     #[inline(always)]
