@@ -1,9 +1,11 @@
 //! AVX2 + FMA + F16C bodies of the f32-activation product (the kernel frame's
-//! `kernels/frame/f32.rs` runs the tiles): how f32, f16, bf16 weights widen and every
-//! quantized type dequantizes to 8 f32 lanes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by block;
-//! the K-quants by runs of 32 inside their super-blocks), and the lanes themselves
-//! ([`Avx2F32`]: one 8-lane accumulator per output, `_mm256_fmadd_ps` per chunk, the lanes
-//! summed by [`hsum4`], four outputs at a time, each lane from its own accumulator).
+//! `kernels/frame/f32.rs` runs the tiles): how f32, f16, bf16 weights widen, the helpers the
+//! quantized types' bodies (`kernels/types/<type>.rs`) read their integers and scales with
+//! (every quantized type is read in the frame's factored form: integers as f32 plus the
+//! scales and offsets of each unit, or of each K-quant super-block), and the lanes
+//! themselves ([`Avx2F32`]: one 8-lane accumulator per output, `_mm256_fmadd_ps` per chunk,
+//! the lanes summed by [`hsum4`], four outputs at a time, each lane from its own
+//! accumulator).
 
 use core::arch::x86_64::*;
 
@@ -11,18 +13,8 @@ use super::mask;
 use crate::kernels::frame::f32::{
     f32_entries, Bf16Weights, F16Weights, F32Decode, F32Lanes, F32Weights, Scales,
 };
-use crate::quant::iq4_nl::BlockIq4Nl;
-use crate::quant::q2_k::BlockQ2K;
-use crate::quant::q3_k::BlockQ3K;
 use crate::quant::q4_k::BlockQ4K;
-use crate::quant::q5_k::BlockQ5K;
-use crate::quant::q6_k::BlockQ6K;
 use crate::quant::BlockLayout;
-use crate::quant::BlockQ4_0;
-use crate::quant::BlockQ4_1;
-use crate::quant::BlockQ5_0;
-use crate::quant::BlockQ5_1;
-use crate::quant::BlockQ8_0;
 
 /// Copies `len < 8` 16-bit values into a zero-filled 8-lane buffer.
 ///
@@ -101,6 +93,24 @@ impl F32Decode<Bf16Weights> for Avx2F32 {
     }
 }
 
+/// The scale of a 32-element block whose f16 `d` is at `p` (and its offset, `MIN`, the f16
+/// `m` right after it) in every lane, as [`F32Decode::unit_scales`] gives them: the 4 bytes
+/// at `p` broadcast, widened, then each half's lanes duplicated.
+///
+/// # Safety
+///
+/// 4 readable bytes at `p`; AVX2 and F16C available.
+#[inline(always)]
+pub(crate) unsafe fn block_scales<const MIN: bool>(p: *const u8) -> ([__m256; 2], [__m256; 2]) {
+    // SAFETY: 4 bytes readable (caller contract); the rest is register-only.
+    unsafe {
+        let v = _mm256_cvtph_ps(_mm_set1_epi32(p.cast::<i32>().read_unaligned()));
+        let d = _mm256_moveldup_ps(v);
+        let m = if MIN { _mm256_movehdup_ps(v) } else { _mm256_setzero_ps() };
+        ([d; 2], [m; 2])
+    }
+}
+
 /// The 32 nibbles of a Q4 block whose 16 nibble bytes start at `qs`, as four chunks of 8
 /// f32 (chunk 0 = low nibbles of bytes 0..8, 1 = low of 8..16, 2 = high of 0..8, 3 = high of
 /// 8..16): bytes 0..8 and 8..16 each zero-extended to 8 i32
@@ -111,7 +121,7 @@ impl F32Decode<Bf16Weights> for Avx2F32 {
 ///
 /// 16 readable bytes at `qs`; AVX2 available.
 #[inline(always)]
-unsafe fn nibbles_block(qs: *const u8) -> [__m256; 4] {
+pub(crate) unsafe fn nibbles_block(qs: *const u8) -> [__m256; 4] {
     // SAFETY: 16 bytes readable (caller contract); the rest is register-only.
     unsafe {
         let a = _mm256_cvtepu8_epi32(_mm_loadl_epi64(qs.cast()));
@@ -127,92 +137,13 @@ unsafe fn nibbles_block(qs: *const u8) -> [__m256; 4] {
     }
 }
 
-/// The scale of a 32-element block whose f16 `d` is at `p` (and its offset, `MIN`, the f16
-/// `m` right after it) in every lane, as [`F32Decode::unit_scales`] gives them: the 4 bytes
-/// at `p` broadcast, widened, then each half's lanes duplicated.
-///
-/// # Safety
-///
-/// 4 readable bytes at `p`; AVX2 and F16C available.
-#[inline(always)]
-unsafe fn block_scales<const MIN: bool>(p: *const u8) -> ([__m256; 2], [__m256; 2]) {
-    // SAFETY: 4 bytes readable (caller contract); the rest is register-only.
-    unsafe {
-        let v = _mm256_cvtph_ps(_mm_set1_epi32(p.cast::<i32>().read_unaligned()));
-        let d = _mm256_moveldup_ps(v);
-        let m = if MIN { _mm256_movehdup_ps(v) } else { _mm256_setzero_ps() };
-        ([d; 2], [m; 2])
-    }
-}
-
-impl F32Decode<BlockQ8_0> for Avx2F32 {
-    const FACTORED: bool = true;
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract): the 32 i8.
-        unsafe {
-            let qs = row.add(b * BlockQ8_0::BYTES + BlockQ8_0::QS_OFFSET);
-            let q = |c: usize| {
-                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(qs.add(8 * c).cast())))
-            };
-            [q(0), q(1), q(2), q(3)]
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
-        const { assert!(BlockQ8_0::D_OFFSET == 0) };
-        // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
-        unsafe { block_scales::<false>(row.add(b * BlockQ8_0::BYTES)) }
-    }
-}
-
-impl F32Decode<BlockQ4_0> for Avx2F32 {
-    const FACTORED: bool = true;
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract): `q - 8` (exact).
-        unsafe {
-            nibbles_block(row.add(b * BlockQ4_0::BYTES + BlockQ4_0::QS_OFFSET))
-                .map(|q| _mm256_sub_ps(q, _mm256_set1_ps(8.0)))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
-        const { assert!(BlockQ4_0::D_OFFSET == 0) };
-        // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
-        unsafe { block_scales::<false>(row.add(b * BlockQ4_0::BYTES)) }
-    }
-}
-
-impl F32Decode<BlockQ4_1> for Avx2F32 {
-    const FACTORED: bool = true;
-    const MIN: bool = true;
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract).
-        unsafe { nibbles_block(row.add(b * BlockQ4_1::BYTES + BlockQ4_1::QS_OFFSET)) }
-    }
-
-    #[inline(always)]
-    unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
-        const { assert!(BlockQ4_1::D_OFFSET == 0 && BlockQ4_1::M_OFFSET == 2) };
-        // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
-        unsafe { block_scales::<true>(row.add(b * BlockQ4_1::BYTES)) }
-    }
-}
-
 /// 32 bytes (element order) as four vectors of 8 f32, read as unsigned or signed.
 ///
 /// # Safety
 ///
 /// AVX2 available.
 #[inline(always)]
-unsafe fn bytes_f32<const SIGNED: bool>(v: __m256i) -> [__m256; 4] {
+pub(crate) unsafe fn bytes_f32<const SIGNED: bool>(v: __m256i) -> [__m256; 4] {
     // SAFETY: register-only AVX2 intrinsics.
     unsafe {
         let (lo, hi) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
@@ -224,77 +155,9 @@ unsafe fn bytes_f32<const SIGNED: bool>(v: __m256i) -> [__m256; 4] {
     }
 }
 
-impl F32Decode<BlockQ5_0> for Avx2F32 {
-    const FACTORED: bool = true;
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract): `q - 16`.
-        unsafe {
-            let blk = row.add(b * crate::quant::q5_0::BYTES);
-            let q = _mm256_or_si256(
-                super::nibbles32(blk.add(BlockQ5_0::QS_OFFSET)),
-                super::fifth_bits(blk.add(BlockQ5_0::QH_OFFSET)),
-            );
-            bytes_f32::<true>(_mm256_sub_epi8(q, _mm256_set1_epi8(16)))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
-        const { assert!(BlockQ5_0::D_OFFSET == 0) };
-        // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
-        unsafe { block_scales::<false>(row.add(b * crate::quant::q5_0::BYTES)) }
-    }
-}
-
-impl F32Decode<BlockQ5_1> for Avx2F32 {
-    const FACTORED: bool = true;
-    const MIN: bool = true;
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract).
-        unsafe {
-            let blk = row.add(b * crate::quant::q5_1::BYTES);
-            bytes_f32::<false>(_mm256_or_si256(
-                super::nibbles32(blk.add(BlockQ5_1::QS_OFFSET)),
-                super::fifth_bits(blk.add(BlockQ5_1::QH_OFFSET)),
-            ))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
-        const { assert!(BlockQ5_1::D_OFFSET == 0 && BlockQ5_1::M_OFFSET == 2) };
-        // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
-        unsafe { block_scales::<true>(row.add(b * crate::quant::q5_1::BYTES)) }
-    }
-}
-
-impl F32Decode<BlockIq4Nl> for Avx2F32 {
-    const FACTORED: bool = true;
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract): the codebook values.
-        unsafe {
-            let blk = row.add(b * crate::quant::iq4_nl::BYTES);
-            bytes_f32::<true>(super::iq4_values32(blk.add(BlockIq4Nl::QS_OFFSET)))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
-        const { assert!(BlockIq4Nl::D_OFFSET == 0) };
-        // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
-        unsafe { block_scales::<false>(row.add(b * crate::quant::iq4_nl::BYTES)) }
-    }
-}
-
 /// The super-block of unit `b` (8 units of 32 per super-block) and the unit's index in it.
 #[inline(always)]
-fn unit(b: usize) -> (usize, usize) {
+pub(crate) fn unit(b: usize) -> (usize, usize) {
     (b / 8, b % 8)
 }
 
@@ -304,7 +167,7 @@ fn unit(b: usize) -> (usize, usize) {
 ///
 /// 2 readable bytes; F16C available.
 #[inline(always)]
-unsafe fn f16_scalar(p: *const u8) -> f32 {
+pub(crate) unsafe fn f16_scalar(p: *const u8) -> f32 {
     // SAFETY: forwarded caller contract.
     unsafe { super::f16_at(p) }
 }
@@ -316,7 +179,7 @@ unsafe fn f16_scalar(p: *const u8) -> f32 {
 ///
 /// AVX2 available.
 #[inline(always)]
-unsafe fn scale16<const SIGNED: bool>(v: __m128i, f: f32, out: &mut [f32; 16]) {
+pub(crate) unsafe fn scale16<const SIGNED: bool>(v: __m128i, f: f32, out: &mut [f32; 16]) {
     // SAFETY: register-only AVX2 intrinsics; `out` holds 16 floats.
     unsafe {
         let w = |q: __m128i| {
@@ -335,83 +198,12 @@ unsafe fn scale16<const SIGNED: bool>(v: __m128i, f: f32, out: &mut [f32; 16]) {
 ///
 /// 64 readable bytes at `qs`; AVX2 available.
 #[inline(always)]
-unsafe fn q2_unit(qs: *const u8, u: usize) -> __m256i {
+pub(crate) unsafe fn q2_unit(qs: *const u8, u: usize) -> __m256i {
     // SAFETY: 32 bytes at `qs + 32 (u / 4)` (caller contract).
     unsafe {
         let q = _mm256_loadu_si256(qs.add(32 * (u / 4)).cast());
         let sh = _mm_cvtsi32_si128(2 * (u % 4) as i32);
         _mm256_and_si256(_mm256_srl_epi16(q, sh), _mm256_set1_epi8(3))
-    }
-}
-
-impl F32Decode<BlockQ2K> for Avx2F32 {
-    const FACTORED: bool = true;
-    const GROUP_SCALES: bool = true;
-    const HALF_SCALES: bool = true;
-    const MIN: bool = true;
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract).
-        unsafe {
-            let (sb, u) = unit(b);
-            let blk = row.add(sb * crate::quant::q2_k::BYTES);
-            bytes_f32::<false>(q2_unit(blk.add(BlockQ2K::QS_OFFSET), u))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
-        // SAFETY: super-block `g` is in bounds (caller contract). Sub-block `j`: scale
-        // `d · (sc_j & 15)`, offset `-(dmin · (sc_j >> 4))` (the oracle's products).
-        unsafe {
-            let blk = row.add(g * crate::quant::q2_k::BYTES);
-            let (d, dmin) =
-                (f16_scalar(blk.add(BlockQ2K::D_OFFSET)), f16_scalar(blk.add(BlockQ2K::M_OFFSET)));
-            let sc = _mm_loadu_si128(blk.add(BlockQ2K::SCALES_OFFSET).cast());
-            let low = _mm_and_si128(sc, _mm_set1_epi8(0x0F));
-            let high = _mm_and_si128(_mm_srli_epi16::<4>(sc), _mm_set1_epi8(0x0F));
-            scale16::<false>(low, d, &mut out.s);
-            scale16::<false>(high, -dmin, &mut out.m);
-        }
-    }
-}
-
-impl F32Decode<BlockQ3K> for Avx2F32 {
-    const FACTORED: bool = true;
-    const GROUP_SCALES: bool = true;
-    const HALF_SCALES: bool = true;
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract): `low + 4 high - 4`.
-        unsafe {
-            let (sb, u) = unit(b);
-            let blk = row.add(sb * crate::quant::q3_k::BYTES);
-            let hm = _mm256_loadu_si256(blk.add(BlockQ3K::QH_OFFSET).cast());
-            let bit = _mm256_set1_epi8((1u8 << u) as i8);
-            let high = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
-            let high = _mm256_and_si256(high, _mm256_set1_epi8(4));
-            let q = _mm256_sub_epi8(
-                _mm256_or_si256(q2_unit(blk.add(BlockQ3K::QS_OFFSET), u), high),
-                _mm256_set1_epi8(4),
-            );
-            bytes_f32::<true>(q)
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
-        // SAFETY: super-block `g` is in bounds (caller contract): `d · sc_j`.
-        unsafe {
-            let blk = row.add(g * crate::quant::q3_k::BYTES);
-            let sc = crate::quant::q3_k::scales_q3(core::slice::from_raw_parts(
-                blk.add(BlockQ3K::SCALES_OFFSET),
-                12,
-            ));
-            let d = f16_scalar(blk.add(BlockQ3K::D_OFFSET));
-            scale16::<true>(_mm_loadu_si128(sc.as_ptr().cast()), d, &mut out.s);
-        }
     }
 }
 
@@ -422,7 +214,7 @@ impl F32Decode<BlockQ3K> for Avx2F32 {
 ///
 /// 32 readable bytes at `qs + 32 (u / 2)`; AVX2 available.
 #[inline(always)]
-unsafe fn k4_values(qs: *const u8, u: usize, extra: __m256i) -> [__m256; 4] {
+pub(crate) unsafe fn k4_values(qs: *const u8, u: usize, extra: __m256i) -> [__m256; 4] {
     // SAFETY: the reads are in bounds (caller contract).
     unsafe {
         let q = _mm256_loadu_si256(qs.add(32 * (u / 2)).cast());
@@ -438,7 +230,7 @@ unsafe fn k4_values(qs: *const u8, u: usize, extra: __m256i) -> [__m256; 4] {
 ///
 /// `blk` is a whole super-block; AVX2 and F16C available.
 #[inline(always)]
-unsafe fn k4_scales(blk: *const u8, out: &mut Scales) {
+pub(crate) unsafe fn k4_scales(blk: *const u8, out: &mut Scales) {
     // SAFETY: the reads are in bounds (caller contract); `out` holds 16 + 16 floats.
     unsafe {
         let sm = crate::quant::q4_k::scales_mins_k4(core::slice::from_raw_parts(
@@ -453,98 +245,6 @@ unsafe fn k4_scales(blk: *const u8, out: &mut Scales) {
         };
         _mm256_storeu_ps(out.s.as_mut_ptr(), w(v, d));
         _mm256_storeu_ps(out.m.as_mut_ptr(), w(_mm_srli_si128::<8>(v), -dmin));
-    }
-}
-
-impl F32Decode<BlockQ4K> for Avx2F32 {
-    const FACTORED: bool = true;
-    const GROUP_SCALES: bool = true;
-    const MIN: bool = true;
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract).
-        unsafe {
-            let (sb, u) = unit(b);
-            let blk = row.add(sb * crate::quant::q4_k::BYTES);
-            k4_values(blk.add(BlockQ4K::QS_OFFSET), u, _mm256_setzero_si256())
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
-        // SAFETY: super-block `g` is in bounds (caller contract).
-        unsafe { k4_scales(row.add(g * crate::quant::q4_k::BYTES), out) }
-    }
-}
-
-impl F32Decode<BlockQ5K> for Avx2F32 {
-    const FACTORED: bool = true;
-    const GROUP_SCALES: bool = true;
-    const MIN: bool = true;
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract); sub-block `u` takes bit
-        // `u` of the 32 bytes at 16.
-        unsafe {
-            let (sb, u) = unit(b);
-            let blk = row.add(sb * crate::quant::q5_k::BYTES);
-            let qh = _mm256_loadu_si256(blk.add(BlockQ5K::QH_OFFSET).cast());
-            let bit = _mm256_set1_epi8((1u8 << u) as i8);
-            let high = _mm256_and_si256(
-                _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
-                _mm256_set1_epi8(0x10),
-            );
-            k4_values(blk.add(BlockQ5K::QS_OFFSET), u, high)
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
-        // SAFETY: super-block `g` is in bounds (caller contract); Q5_K's `d`, `dmin` and
-        // scales sit where Q4_K's do.
-        unsafe { k4_scales(row.add(g * crate::quant::q5_k::BYTES), out) }
-    }
-}
-
-impl F32Decode<BlockQ6K> for Avx2F32 {
-    const FACTORED: bool = true;
-    const GROUP_SCALES: bool = true;
-    const HALF_SCALES: bool = true;
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract). Unit u = 4 h + g:
-        // nibble g / 2 of ql[64 h + 32 (g % 2) ..], bits 2 g of qh[32 h ..], minus 32.
-        unsafe {
-            let (sb, u) = unit(b);
-            let blk = row.add(sb * crate::quant::q6_k::BYTES);
-            let (h, g) = (u / 4, u % 4);
-            let l = _mm256_loadu_si256(blk.add(BlockQ6K::QS_OFFSET + 64 * h + 32 * (g % 2)).cast());
-            let l = if g < 2 { l } else { _mm256_srli_epi16::<4>(l) };
-            let qh = _mm256_loadu_si256(blk.add(BlockQ6K::QH_OFFSET + 32 * h).cast());
-            let hb = _mm256_and_si256(
-                _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32)),
-                _mm256_set1_epi8(3),
-            );
-            let q = _mm256_or_si256(
-                _mm256_and_si256(l, _mm256_set1_epi8(0x0F)),
-                _mm256_slli_epi16::<4>(hb),
-            );
-            bytes_f32::<true>(_mm256_sub_epi8(q, _mm256_set1_epi8(32)))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
-        // SAFETY: super-block `g` is in bounds (caller contract): `d · sc_j` (i8 scales).
-        unsafe {
-            let blk = row.add(g * crate::quant::q6_k::BYTES);
-            let d = f16_scalar(blk.add(BlockQ6K::D_OFFSET));
-            let sc = _mm_loadu_si128(blk.add(BlockQ6K::SCALES_OFFSET).cast());
-            scale16::<true>(sc, d, &mut out.s);
-        }
     }
 }
 
@@ -565,7 +265,7 @@ pub(super) unsafe fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128
 
 /// The AVX2 tier's f32 lanes and weight decoders ([`F32Lanes`], [`F32Decode`]; the AVX-512
 /// tier keeps these for f32, f16 and bf16 weights).
-pub(super) struct Avx2F32;
+pub(crate) struct Avx2F32;
 
 impl F32Lanes for Avx2F32 {
     type V = __m256;
@@ -657,15 +357,4 @@ f32_entries! { Avx2, Avx2F32, "AVX2 table entry (f32 activations).";
     matmul_f32, F32Weights;
     matmul_f16, F16Weights;
     matmul_bf16, Bf16Weights;
-    matmul_q8_0, BlockQ8_0;
-    matmul_q4_0, BlockQ4_0;
-    matmul_q4_1, BlockQ4_1;
-    matmul_q5_0, BlockQ5_0;
-    matmul_q5_1, BlockQ5_1;
-    matmul_iq4_nl, BlockIq4Nl;
-    matmul_q2_k, BlockQ2K;
-    matmul_q3_k, BlockQ3K;
-    matmul_q4_k, BlockQ4K;
-    matmul_q5_k, BlockQ5K;
-    matmul_q6_k, BlockQ6K;
 }
