@@ -139,9 +139,13 @@ mod avx2_f32 {
 
         #[inline(always)]
         unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
-            const { assert!(BlockIq4Nl::D_OFFSET == 0) };
-            // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
-            unsafe { block_scales::<false>(row.add(b * crate::quant::iq4_nl::BYTES)) }
+            const { assert!(BlockIq4Nl::D_OFFSET + 4 <= crate::quant::iq4_nl::BYTES) };
+            // SAFETY: block `b` is in bounds (caller contract), 4 bytes from its `d`.
+            unsafe {
+                block_scales::<false>(
+                    row.add(b * crate::quant::iq4_nl::BYTES + BlockIq4Nl::D_OFFSET),
+                )
+            }
         }
     }
 

@@ -126,9 +126,11 @@ mod avx2_f32 {
 
         #[inline(always)]
         unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
-            const { assert!(BlockQ5_0::D_OFFSET == 0) };
-            // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
-            unsafe { block_scales::<false>(row.add(b * crate::quant::q5_0::BYTES)) }
+            const { assert!(BlockQ5_0::D_OFFSET + 4 <= crate::quant::q5_0::BYTES) };
+            // SAFETY: block `b` is in bounds (caller contract), 4 bytes from its `d`.
+            unsafe {
+                block_scales::<false>(row.add(b * crate::quant::q5_0::BYTES + BlockQ5_0::D_OFFSET))
+            }
         }
     }
 

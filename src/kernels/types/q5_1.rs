@@ -126,9 +126,16 @@ mod avx2_f32 {
 
         #[inline(always)]
         unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
-            const { assert!(BlockQ5_1::D_OFFSET == 0 && BlockQ5_1::M_OFFSET == 2) };
-            // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
-            unsafe { block_scales::<true>(row.add(b * crate::quant::q5_1::BYTES)) }
+            const {
+                assert!(
+                    BlockQ5_1::D_OFFSET + 4 <= crate::quant::q5_1::BYTES
+                        && BlockQ5_1::M_OFFSET == BlockQ5_1::D_OFFSET + 2
+                )
+            };
+            // SAFETY: block `b` is in bounds (caller contract), 4 bytes from its `d` (then `m`).
+            unsafe {
+                block_scales::<true>(row.add(b * crate::quant::q5_1::BYTES + BlockQ5_1::D_OFFSET))
+            }
         }
     }
 

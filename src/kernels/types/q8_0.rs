@@ -94,9 +94,9 @@ mod avx2_f32 {
 
         #[inline(always)]
         unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
-            const { assert!(BlockQ8_0::D_OFFSET == 0) };
-            // SAFETY: block `b` is in bounds (caller contract); `d` (and `m`) come first.
-            unsafe { block_scales::<false>(row.add(b * BlockQ8_0::BYTES)) }
+            const { assert!(BlockQ8_0::D_OFFSET + 4 <= BlockQ8_0::BYTES) };
+            // SAFETY: block `b` is in bounds (caller contract), 4 bytes from its `d`.
+            unsafe { block_scales::<false>(row.add(b * BlockQ8_0::BYTES + BlockQ8_0::D_OFFSET)) }
         }
     }
 

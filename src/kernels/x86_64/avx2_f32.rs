@@ -94,7 +94,7 @@ impl F32Decode<Bf16Weights> for Avx2F32 {
 }
 
 /// The scale of a 32-element block whose f16 `d` is at `p` (and its offset, `MIN`, the f16
-/// `m` right after it) in every lane, as [`F32Decode::unit_scales`] gives them: the 4 bytes
+/// `m` right after it: `M_OFFSET == D_OFFSET + 2`) in every lane, as [`F32Decode::unit_scales`] gives them: the 4 bytes
 /// at `p` broadcast, widened, then each half's lanes duplicated.
 ///
 /// # Safety
