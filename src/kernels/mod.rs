@@ -113,6 +113,14 @@ pub(crate) mod flash;
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod aarch64;
 
+// Each quantized type's SIMD bodies, for both architectures (only where a SIMD tier is
+// compiled, as `frame`).
+#[cfg(any(
+    all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))),
+    all(target_arch = "aarch64", target_feature = "neon")
+))]
+mod types;
+
 #[cfg(all(target_arch = "arm", feature = "arm-dsp"))]
 mod arm;
 
@@ -266,7 +274,10 @@ pub struct Kernels {
 /// `out` plus `j * stride`, for `j < len`; `out = softmax(scale · q kᵀ) v` row by row.
 #[derive(Clone, Copy, Debug)]
 // Only the x86_64 tiers have a body (that reads the fields) so far.
-#[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+#[cfg_attr(
+    not(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+    allow(dead_code)
+)]
 pub(crate) struct BidirHead {
     /// The head's first query row.
     pub q: *const f32,
@@ -371,7 +382,10 @@ impl Kernels {
 
     /// This table with `f` as the attention body.
     // Only the x86_64 tiers have their own bodies so far.
-    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    #[cfg_attr(
+        not(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        allow(dead_code)
+    )]
     pub(crate) const fn with_attention(mut self, f: AttentionFn) -> Self {
         self.attention = f;
         self
@@ -392,7 +406,10 @@ impl Kernels {
 
     /// This table with `halves` as the column-block kernels of the pair layout `dtype`.
     // Only the AVX-512 tiers have pair bodies so far.
-    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    #[cfg_attr(
+        not(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        allow(dead_code)
+    )]
     pub(crate) const fn with_q8_halves(mut self, dtype: DType, halves: [MatmulQ8Fn; 2]) -> Self {
         self.q8_halves[dtype as usize] = Some(halves);
         self
@@ -400,7 +417,10 @@ impl Kernels {
 
     /// This table with `swiglu` and `geglu_tanh` as the gated activations.
     // Only the x86_64 tiers have their own bodies so far.
-    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    #[cfg_attr(
+        not(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        allow(dead_code)
+    )]
     pub(crate) const fn with_glu(mut self, swiglu: GluFn, geglu_tanh: GluFn) -> Self {
         self.swiglu = swiglu;
         self.geglu_tanh = geglu_tanh;
@@ -408,14 +428,20 @@ impl Kernels {
     }
 
     /// This table with `f` as the encoder's bias + GELU (erf) loop.
-    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    #[cfg_attr(
+        not(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        allow(dead_code)
+    )]
     pub(crate) const fn with_bias_gelu_erf(mut self, f: GluFn) -> Self {
         self.bias_gelu_erf = f;
         self
     }
 
     /// This table with `f` as the encoders' bidirectional attention body.
-    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    #[cfg_attr(
+        not(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        allow(dead_code)
+    )]
     pub(crate) const fn with_bidir(mut self, f: BidirFn) -> Self {
         self.bidir = Some(f);
         self
@@ -429,7 +455,10 @@ impl Kernels {
 
     /// This table with `f` as the Q8_K (256-value block) activation quantizer.
     // Only the x86_64 tiers have their own bodies so far.
-    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    #[cfg_attr(
+        not(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        allow(dead_code)
+    )]
     pub(crate) const fn with_quantize_q8k(mut self, f: QuantizeQ8Fn) -> Self {
         self.quantize_q8k = f;
         self

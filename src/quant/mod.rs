@@ -17,7 +17,8 @@
 //!
 //! Adding a format: a file here, its `mod` line and row in [`TYPES`], and its variant in
 //! [`DType`]; SIMD bodies (optional: a
-//! type without one runs the scalar entry) go into `kernels/<arch>/`.
+//! type without one runs the scalar entry) go into `kernels/types/<type>.rs`, named in
+//! `kernels/types/mod.rs`'s type list.
 //!
 //! [`q5_0x2`] is rml's own: Q5_0 repacked at load for the AVX-512 int8 kernel (its
 //! [`TypeInfo::ggml_id`] is [`NOT_IN_FILES`], so no file and no name lookup yields it).

@@ -8,23 +8,15 @@
 
 use core::arch::aarch64::*;
 
-use super::neon_k::{KQuant, Q2K, Q3K, Q4K, Q5K, Q6K};
-use super::neon_q8::{Iq4NlB, QBlock, Q5_0B, Q5_1B};
+use super::neon_k::KQuant;
+use super::neon_q8::QBlock;
 use super::{cvt_f16x4, f16_scalar, f16_splat};
 use crate::kernels::frame::f32::{
     f32_entries, Bf16Weights, F16Weights, F32Decode, F32Lanes, F32Weights,
 };
-use crate::quant::iq4_nl::BlockIq4Nl;
-use crate::quant::q2_k::BlockQ2K;
-use crate::quant::q3_k::BlockQ3K;
-use crate::quant::q4_k::BlockQ4K;
-use crate::quant::q5_k::BlockQ5K;
-use crate::quant::q6_k::BlockQ6K;
-use crate::quant::BlockLayout;
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 
 /// 8 weights as two f32x4 (elements `i..i + 4`, `i + 4..i + 8`).
-type Pair = (float32x4_t, float32x4_t);
+pub(crate) type Pair = (float32x4_t, float32x4_t);
 
 /// The `len < 8` floats at `x`, zero-filled to 8.
 ///
@@ -110,56 +102,12 @@ unsafe fn u8x8_to_f32(v: uint8x8_t) -> Pair {
 ///
 /// 16 readable bytes at `qs`; NEON available.
 #[inline(always)]
-unsafe fn nibbles(qs: *const u8, c: usize) -> Pair {
+pub(crate) unsafe fn nibbles(qs: *const u8, c: usize) -> Pair {
     // SAFETY: 8 bytes at `qs + 8 * (c & 1)` readable (caller contract).
     unsafe {
         let v = vld1_u8(qs.add(8 * (c & 1)));
         let v = if c >= 2 { vshr_n_u8::<4>(v) } else { vand_u8(v, vdup_n_u8(0x0F)) };
         u8x8_to_f32(v)
-    }
-}
-
-impl F32Decode<BlockQ8_0> for NeonF32 {
-    #[inline(always)]
-    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> Pair {
-        // SAFETY: block `b` in bounds (caller contract); `d * q` is exact in f32.
-        unsafe {
-            let blk = row.add(b * BlockQ8_0::BYTES);
-            let q = vmovl_s8(vld1_s8(blk.add(BlockQ8_0::QS_OFFSET + 8 * c).cast()));
-            let d = f16_splat(blk.add(BlockQ8_0::D_OFFSET));
-            (
-                vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(q))), d),
-                vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(q)), d),
-            )
-        }
-    }
-}
-
-impl F32Decode<BlockQ4_0> for NeonF32 {
-    #[inline(always)]
-    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> Pair {
-        // SAFETY: block `b` in bounds (caller contract); `(q - 8) * d` is exact.
-        unsafe {
-            let blk = row.add(b * BlockQ4_0::BYTES);
-            let (lo, hi) = nibbles(blk.add(BlockQ4_0::QS_OFFSET), c);
-            let (d, eight) = (f16_splat(blk.add(BlockQ4_0::D_OFFSET)), vdupq_n_f32(8.0));
-            (vmulq_f32(vsubq_f32(lo, eight), d), vmulq_f32(vsubq_f32(hi, eight), d))
-        }
-    }
-}
-
-impl F32Decode<BlockQ4_1> for NeonF32 {
-    #[inline(always)]
-    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> Pair {
-        // SAFETY: block `b` in bounds (caller contract); `d * q` is exact, so the fused
-        // `m + q * d` rounds once, like the oracle's `d * q + m`.
-        unsafe {
-            let blk = row.add(b * BlockQ4_1::BYTES);
-            let (lo, hi) = nibbles(blk.add(BlockQ4_1::QS_OFFSET), c);
-            let (d, m) =
-                (f16_splat(blk.add(BlockQ4_1::D_OFFSET)), f16_splat(blk.add(BlockQ4_1::M_OFFSET)));
-            (vfmaq_f32(m, lo, d), vfmaq_f32(m, hi, d))
-        }
     }
 }
 
@@ -191,7 +139,7 @@ unsafe fn i8x32_f32(w: (int8x16_t, int8x16_t)) -> [Pair; 4] {
 ///
 /// Block `b` of the row at `row` is in bounds; NEON available.
 #[inline(always)]
-unsafe fn q_block<Q: QBlock>(row: *const u8, b: usize) -> [Pair; 4] {
+pub(crate) unsafe fn q_block<Q: QBlock>(row: *const u8, b: usize) -> [Pair; 4] {
     // SAFETY: block `b` is in bounds (caller contract). `d · w` is exact, so the fused
     // `d · w + m` rounds once, like the oracle's `d * q + m`.
     unsafe {
@@ -215,7 +163,7 @@ unsafe fn q_block<Q: QBlock>(row: *const u8, b: usize) -> [Pair; 4] {
 ///
 /// Super-block `b / 8` of the row at `row` is in bounds; NEON available.
 #[inline(always)]
-unsafe fn k_unit<K: KQuant>(row: *const u8, b: usize) -> [Pair; 4] {
+pub(crate) unsafe fn k_unit<K: KQuant>(row: *const u8, b: usize) -> [Pair; 4] {
     // SAFETY: super-block `b / 8` is in bounds (caller contract). `(d · sc) · q` is exact
     // for the types with mins, so the fused `q · dl - ml` rounds once like the oracle's.
     unsafe {
@@ -256,17 +204,7 @@ macro_rules! decode_once {
         }
     )* };
 }
-
-decode_once! {
-    BlockQ5_0, q_block, Q5_0B;
-    BlockQ5_1, q_block, Q5_1B;
-    BlockIq4Nl, q_block, Iq4NlB;
-    BlockQ2K, k_unit, Q2K;
-    BlockQ3K, k_unit, Q3K;
-    BlockQ4K, k_unit, Q4K;
-    BlockQ5K, k_unit, Q5K;
-    BlockQ6K, k_unit, Q6K;
-}
+pub(crate) use decode_once;
 
 /// `(a0 + a2) + (a1 + a3)`.
 ///
@@ -280,7 +218,7 @@ unsafe fn hsum4(a: float32x4_t) -> f32 {
 }
 
 /// The NEON tier's f32 lanes and weight decoders ([`F32Lanes`], [`F32Decode`]).
-pub(super) struct NeonF32;
+pub(crate) struct NeonF32;
 
 impl F32Lanes for NeonF32 {
     type V = Pair;
@@ -332,15 +270,4 @@ f32_entries! { Neon, NeonF32, "NEON table entry (f32 activations).";
     matmul_f32, F32Weights;
     matmul_f16, F16Weights;
     matmul_bf16, Bf16Weights;
-    matmul_q8_0, BlockQ8_0;
-    matmul_q4_0, BlockQ4_0;
-    matmul_q4_1, BlockQ4_1;
-    matmul_q5_0, BlockQ5_0;
-    matmul_q5_1, BlockQ5_1;
-    matmul_iq4_nl, BlockIq4Nl;
-    matmul_q2_k, BlockQ2K;
-    matmul_q3_k, BlockQ3K;
-    matmul_q4_k, BlockQ4K;
-    matmul_q5_k, BlockQ5K;
-    matmul_q6_k, BlockQ6K;
 }

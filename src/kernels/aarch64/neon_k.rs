@@ -23,18 +23,11 @@ use core::marker::PhantomData;
 
 use super::neon_q8::{Dot, Sdot, Widen};
 use super::{cvt_f16x4, NeonPrefetch};
-use crate::kernels::frame::k::{k_entries, KTier};
-use crate::quant::q2_k::BlockQ2K;
-use crate::quant::q3_k::scales_q3;
-use crate::quant::q3_k::BlockQ3K;
+use crate::kernels::frame::k::KTier;
 use crate::quant::q4_k::scales_mins_k4;
-use crate::quant::q4_k::BlockQ4K;
-use crate::quant::q5_k::BlockQ5K;
-use crate::quant::q6_k::BlockQ6K;
-use crate::quant::BlockLayout;
 
 /// A K-quant super-block as the NEON kernels see it.
-pub(super) trait KQuant {
+pub(crate) trait KQuant {
     /// Bytes per super-block.
     const BYTES: usize;
     /// Byte offset of the f16 `d` (followed by the f16 `dmin` when [`KQuant::MINS`]).
@@ -58,24 +51,13 @@ pub(super) trait KQuant {
     unsafe fn scales(blk: *const u8) -> ([i32; 16], [i32; 16]);
 }
 
-/// ggml `block_q2_K`.
-pub(super) struct Q2K;
-/// ggml `block_q3_K`.
-pub(super) struct Q3K;
-/// ggml `block_q4_K`.
-pub(super) struct Q4K;
-/// ggml `block_q5_K`.
-pub(super) struct Q5K;
-/// ggml `block_q6_K`.
-pub(super) struct Q6K;
-
 /// `(v >> s) & mask` per byte, for a shift `s` known only at run time.
 ///
 /// # Safety
 ///
 /// NEON available.
 #[inline(always)]
-unsafe fn bits(v: uint8x16_t, s: usize, mask: u8) -> uint8x16_t {
+pub(crate) unsafe fn bits(v: uint8x16_t, s: usize, mask: u8) -> uint8x16_t {
     // SAFETY: register-only NEON intrinsics.
     unsafe { vandq_u8(vshlq_u8(v, vdupq_n_s8(-(s as i8))), vdupq_n_u8(mask)) }
 }
@@ -86,7 +68,7 @@ unsafe fn bits(v: uint8x16_t, s: usize, mask: u8) -> uint8x16_t {
 ///
 /// NEON available; `u < 8`.
 #[inline(always)]
-unsafe fn bit_to(v: uint8x16_t, u: usize, val: u8) -> uint8x16_t {
+pub(crate) unsafe fn bit_to(v: uint8x16_t, u: usize, val: u8) -> uint8x16_t {
     // SAFETY: register-only NEON intrinsics.
     unsafe { vandq_u8(vtstq_u8(v, vdupq_n_u8(1 << u)), vdupq_n_u8(val)) }
 }
@@ -98,7 +80,7 @@ unsafe fn bit_to(v: uint8x16_t, u: usize, val: u8) -> uint8x16_t {
 ///
 /// 64 readable bytes at `qs`; NEON available.
 #[inline(always)]
-unsafe fn q2_unit(qs: *const u8, u: usize) -> (uint8x16_t, uint8x16_t) {
+pub(crate) unsafe fn q2_unit(qs: *const u8, u: usize) -> (uint8x16_t, uint8x16_t) {
     // SAFETY: 32 bytes at `qs + 32 (u / 4)` (caller contract).
     unsafe {
         let p = qs.add(32 * (u / 4));
@@ -114,7 +96,7 @@ unsafe fn q2_unit(qs: *const u8, u: usize) -> (uint8x16_t, uint8x16_t) {
 ///
 /// 128 readable bytes at `qs`; NEON available.
 #[inline(always)]
-unsafe fn k4_unit(qs: *const u8, u: usize) -> (uint8x16_t, uint8x16_t) {
+pub(crate) unsafe fn k4_unit(qs: *const u8, u: usize) -> (uint8x16_t, uint8x16_t) {
     // SAFETY: 32 bytes at `qs + 32 (u / 2)` (caller contract).
     unsafe {
         let p = qs.add(32 * (u / 2));
@@ -129,7 +111,7 @@ unsafe fn k4_unit(qs: *const u8, u: usize) -> (uint8x16_t, uint8x16_t) {
 ///
 /// NEON available.
 #[inline(always)]
-unsafe fn signed(v: (uint8x16_t, uint8x16_t)) -> (int8x16_t, int8x16_t) {
+pub(crate) unsafe fn signed(v: (uint8x16_t, uint8x16_t)) -> (int8x16_t, int8x16_t) {
     // SAFETY: register-only NEON intrinsics.
     unsafe { (vreinterpretq_s8_u8(v.0), vreinterpretq_s8_u8(v.1)) }
 }
@@ -140,7 +122,7 @@ unsafe fn signed(v: (uint8x16_t, uint8x16_t)) -> (int8x16_t, int8x16_t) {
 ///
 /// NEON available.
 #[inline(always)]
-unsafe fn minus(v: (uint8x16_t, uint8x16_t), off: u8) -> (int8x16_t, int8x16_t) {
+pub(crate) unsafe fn minus(v: (uint8x16_t, uint8x16_t), off: u8) -> (int8x16_t, int8x16_t) {
     // SAFETY: register-only NEON intrinsics.
     unsafe {
         let o = vdupq_n_u8(off);
@@ -155,138 +137,14 @@ unsafe fn minus(v: (uint8x16_t, uint8x16_t), off: u8) -> (int8x16_t, int8x16_t) 
 ///
 /// 12 readable bytes at `sp`.
 #[inline(always)]
-unsafe fn k4_scales(sp: *const u8) -> ([i32; 16], [i32; 16]) {
+pub(crate) unsafe fn k4_scales(sp: *const u8) -> ([i32; 16], [i32; 16]) {
     // SAFETY: 12 bytes readable (caller contract).
     let sm = scales_mins_k4(unsafe { core::slice::from_raw_parts(sp, 12) });
     (core::array::from_fn(|j| sm[j / 2] as i32), core::array::from_fn(|j| sm[8 + j / 2] as i32))
 }
 
-impl KQuant for Q2K {
-    const BYTES: usize = crate::quant::q2_k::BYTES;
-    const D_AT: usize = BlockQ2K::D_OFFSET;
-    const MINS: bool = true;
-
-    #[inline(always)]
-    unsafe fn unit(blk: *const u8, u: usize) -> (int8x16_t, int8x16_t) {
-        // SAFETY: the 64 value bytes at 16..80 (caller contract: a whole super-block).
-        unsafe { signed(q2_unit(blk.add(BlockQ2K::QS_OFFSET), u)) }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(blk: *const u8) -> ([i32; 16], [i32; 16]) {
-        // SAFETY: the 16 scale bytes at 0..16 (caller contract).
-        let s = |j: usize| unsafe { *blk.add(BlockQ2K::SCALES_OFFSET + j) } as i32;
-        (core::array::from_fn(|j| s(j) & 0x0F), core::array::from_fn(|j| s(j) >> 4))
-    }
-}
-
-impl KQuant for Q3K {
-    const BYTES: usize = crate::quant::q3_k::BYTES;
-    const D_AT: usize = BlockQ3K::D_OFFSET;
-    const MINS: bool = false;
-
-    #[inline(always)]
-    unsafe fn unit(blk: *const u8, u: usize) -> (int8x16_t, int8x16_t) {
-        // SAFETY: high bits at 0..32, low pairs at 32..96 (caller contract). Element
-        // `32 u + l` has its high bit in bit `u` of `hmask[l]`; `q = low + 4 high - 4`.
-        unsafe {
-            let (l0, l1) = q2_unit(blk.add(BlockQ3K::QS_OFFSET), u);
-            let (h0, h1) = (
-                vld1q_u8(blk.add(BlockQ3K::QH_OFFSET)),
-                vld1q_u8(blk.add(BlockQ3K::QH_OFFSET + 16)),
-            );
-            minus((vorrq_u8(l0, bit_to(h0, u, 4)), vorrq_u8(l1, bit_to(h1, u, 4))), 4)
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(blk: *const u8) -> ([i32; 16], [i32; 16]) {
-        // SAFETY: the 12 packed scale bytes at 96..108 (caller contract).
-        let sc =
-            scales_q3(unsafe { core::slice::from_raw_parts(blk.add(BlockQ3K::SCALES_OFFSET), 12) });
-        (sc.map(i32::from), [0; 16])
-    }
-}
-
-impl KQuant for Q4K {
-    const BYTES: usize = crate::quant::q4_k::BYTES;
-    const D_AT: usize = BlockQ4K::D_OFFSET;
-    const MINS: bool = true;
-
-    #[inline(always)]
-    unsafe fn unit(blk: *const u8, u: usize) -> (int8x16_t, int8x16_t) {
-        // SAFETY: the nibbles at 16..144 (caller contract).
-        unsafe { signed(k4_unit(blk.add(BlockQ4K::QS_OFFSET), u)) }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(blk: *const u8) -> ([i32; 16], [i32; 16]) {
-        // SAFETY: the packed scales at 4..16 (caller contract).
-        unsafe { k4_scales(blk.add(BlockQ4K::SCALES_OFFSET)) }
-    }
-}
-
-impl KQuant for Q5K {
-    const BYTES: usize = crate::quant::q5_k::BYTES;
-    const D_AT: usize = BlockQ5K::D_OFFSET;
-    const MINS: bool = true;
-
-    #[inline(always)]
-    unsafe fn unit(blk: *const u8, u: usize) -> (int8x16_t, int8x16_t) {
-        // SAFETY: fifth bits at 16..48, nibbles at 48..176 (caller contract). Unit `u` takes
-        // bit `u` of `qh[l]`.
-        unsafe {
-            let (l0, l1) = k4_unit(blk.add(BlockQ5K::QS_OFFSET), u);
-            let (h0, h1) = (
-                vld1q_u8(blk.add(BlockQ5K::QH_OFFSET)),
-                vld1q_u8(blk.add(BlockQ5K::QH_OFFSET + 16)),
-            );
-            signed((vorrq_u8(l0, bit_to(h0, u, 0x10)), vorrq_u8(l1, bit_to(h1, u, 0x10))))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(blk: *const u8) -> ([i32; 16], [i32; 16]) {
-        // SAFETY: the packed scales at 4..16 (caller contract).
-        unsafe { k4_scales(blk.add(BlockQ5K::SCALES_OFFSET)) }
-    }
-}
-
-impl KQuant for Q6K {
-    const BYTES: usize = crate::quant::q6_k::BYTES;
-    const D_AT: usize = BlockQ6K::D_OFFSET;
-    const MINS: bool = false;
-
-    #[inline(always)]
-    unsafe fn unit(blk: *const u8, u: usize) -> (int8x16_t, int8x16_t) {
-        // SAFETY: low nibbles at 0..128, high pairs at 128..192 (caller contract). Unit
-        // `u = 4 h + g`: nibble `g / 2` of `ql[64 h + 32 (g % 2) ..]`, bits `2 g` of
-        // `qh[32 h ..]`; `q - 32`.
-        unsafe {
-            let (h, g) = (u / 4, u % 4);
-            let l = blk.add(BlockQ6K::QS_OFFSET + 64 * h + 32 * (g % 2));
-            let q = blk.add(BlockQ6K::QH_OFFSET + 32 * h);
-            let v = |i: usize| {
-                let lo = bits(vld1q_u8(l.add(16 * i)), 4 * (g / 2), 0x0F);
-                let hi = bits(vld1q_u8(q.add(16 * i)), 2 * g, 3);
-                vorrq_u8(lo, vshlq_n_u8::<4>(hi))
-            };
-            minus((v(0), v(1)), 32)
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scales(blk: *const u8) -> ([i32; 16], [i32; 16]) {
-        // SAFETY: the 16 i8 scales at 192..208 (caller contract).
-        (
-            core::array::from_fn(|j| unsafe { *blk.add(BlockQ6K::SCALES_OFFSET + j) } as i8 as i32),
-            [0; 16],
-        )
-    }
-}
-
 /// A K-quant's sub-block scales (and mins) for the int8 dot, as i32 lanes.
-pub(super) trait KScales: KQuant {
+pub(crate) trait KScales: KQuant {
     /// Whether a scale (and min) covers 32 values (Q4_K, Q5_K), else 16.
     const S32: bool;
 
@@ -324,7 +182,7 @@ unsafe fn widen8(v: uint8x8_t) -> [int32x4_t; 2] {
 ///
 /// NEON available.
 #[inline(always)]
-unsafe fn widen16(lo: int16x8_t, hi: int16x8_t) -> [int32x4_t; 4] {
+pub(crate) unsafe fn widen16(lo: int16x8_t, hi: int16x8_t) -> [int32x4_t; 4] {
     // SAFETY: register-only NEON intrinsics.
     unsafe {
         [
@@ -347,49 +205,6 @@ unsafe fn word_twice(p: *const u8) -> uint8x8_t {
     unsafe { vreinterpret_u8_u32(vdup_n_u32(p.cast::<u32>().read_unaligned())) }
 }
 
-impl KScales for Q2K {
-    const S32: bool = false;
-
-    #[inline(always)]
-    unsafe fn scales_i32(blk: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
-        // SAFETY: the 16 scale bytes at 0..16 (caller contract): scale in the low nibble,
-        // min in the high one.
-        unsafe {
-            let v = vld1q_u8(blk.add(BlockQ2K::SCALES_OFFSET));
-            let (sc, mn) = (vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(v));
-            let s16 = |v: uint8x16_t| {
-                let (l, h) = (vmovl_u8(vget_low_u8(v)), vmovl_high_u8(v));
-                widen16(vreinterpretq_s16_u16(l), vreinterpretq_s16_u16(h))
-            };
-            (s16(sc), s16(mn))
-        }
-    }
-}
-
-impl KScales for Q3K {
-    const S32: bool = false;
-
-    #[inline(always)]
-    unsafe fn scales_i32(blk: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
-        // SAFETY: the 12 packed scale bytes at 96..108 (caller contract). [`scales_q3`] in
-        // lanes: the words `a`, `b` (bytes 0..8) give the low four bits (the nibbles of `a`,
-        // `b`, then their high nibbles), word `c` (bytes 8..12) bits 4, 5: two bits of each
-        // byte, shifted by 0, 2, 4, 6 for the four words.
-        unsafe {
-            let sp = blk.add(BlockQ3K::SCALES_OFFSET);
-            let ab = vld1_u8(sp);
-            let lo = vcombine_u8(vand_u8(ab, vdup_n_u8(0x0F)), vshr_n_u8::<4>(ab));
-            let c = vdupq_n_u32(sp.add(8).cast::<u32>().read_unaligned());
-            const SHIFTS: [i32; 4] = [0, -2, -4, -6];
-            let c = vreinterpretq_u8_u32(vshlq_u32(c, vld1q_s32(SHIFTS.as_ptr())));
-            let hi = vshlq_n_u8::<4>(vandq_u8(c, vdupq_n_u8(3)));
-            let s = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), vdupq_n_s8(32));
-            let z = vdupq_n_s32(0);
-            (widen16(vmovl_s8(vget_low_s8(s)), vmovl_high_s8(s)), [z; 4])
-        }
-    }
-}
-
 /// The scales and mins of a Q4_K/Q5_K super-block from the 12 packed bytes at `sp`
 /// ([`scales_mins_k4`] in lanes: words `a`, `b` (bytes 0..8) give scales and mins 0..4 and
 /// the top bits of 4..8, word `c` (bytes 8..12) their low nibbles).
@@ -398,7 +213,7 @@ impl KScales for Q3K {
 ///
 /// 12 readable bytes at `sp`; NEON available.
 #[inline(always)]
-unsafe fn k4_scales_i32(sp: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
+pub(crate) unsafe fn k4_scales_i32(sp: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
     // SAFETY: 12 bytes readable (caller contract); the rest is register-only.
     unsafe {
         let ab = vld1_u8(sp);
@@ -416,44 +231,10 @@ unsafe fn k4_scales_i32(sp: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
     }
 }
 
-impl KScales for Q4K {
-    const S32: bool = true;
-
-    #[inline(always)]
-    unsafe fn scales_i32(blk: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
-        // SAFETY: the packed scales at 4..16 (caller contract).
-        unsafe { k4_scales_i32(blk.add(BlockQ4K::SCALES_OFFSET)) }
-    }
-}
-
-impl KScales for Q5K {
-    const S32: bool = true;
-
-    #[inline(always)]
-    unsafe fn scales_i32(blk: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
-        // SAFETY: the packed scales at 4..16 (caller contract).
-        unsafe { k4_scales_i32(blk.add(BlockQ5K::SCALES_OFFSET)) }
-    }
-}
-
-impl KScales for Q6K {
-    const S32: bool = false;
-
-    #[inline(always)]
-    unsafe fn scales_i32(blk: *const u8) -> ([int32x4_t; 4], [int32x4_t; 4]) {
-        // SAFETY: the 16 i8 scales at 192..208 (caller contract).
-        unsafe {
-            let s = vld1q_s8(blk.add(BlockQ6K::SCALES_OFFSET).cast());
-            let z = vdupq_n_s32(0);
-            (widen16(vmovl_s8(vget_low_s8(s)), vmovl_high_s8(s)), [z; 4])
-        }
-    }
-}
-
 /// One super-block decoded for the int8 dot: `v[2 u]`, `v[2 u + 1]` the signed values of
 /// unit `u` ([`KQuant::unit`]), `sc`, `mn` its scales and mins ([`KScales::scales_i32`]).
 #[derive(Clone, Copy)]
-pub(super) struct KW {
+pub(crate) struct KW {
     v: [int8x16_t; 16],
     sc: [int32x4_t; 4],
     mn: [int32x4_t; 4],
@@ -483,7 +264,7 @@ unsafe fn totals4<const P: usize>(v: [int32x4_t; P], at: usize) -> int32x4_t {
 /// activations, which do not fit in registers with the rest and are reloaded from the stack
 /// before every multiply (three instructions for each `SMULL`). `SMULL` in assembly keeps
 /// one instruction per eight products.
-pub(super) trait KDot: Dot {
+pub(crate) trait KDot: Dot {
     /// As [`Dot::dot`].
     ///
     /// # Safety
@@ -525,7 +306,7 @@ impl KDot for Widen {
 /// values dotted with `D` per sub-block (one sum per scale), the sub-block sums of an output
 /// gathered into lanes by pairwise adds and multiplied by the scale lanes, the per-16
 /// activation sums by the min lanes; eight f32 lanes as two 4-lane vectors.
-pub(super) struct NeonK<D>(PhantomData<D>);
+pub(crate) struct NeonK<D>(PhantomData<D>);
 
 impl<K: KScales, D: KDot> KTier<K> for NeonK<D> {
     const BYTES: usize = K::BYTES;
@@ -660,20 +441,4 @@ impl<K: KScales, D: KDot> KTier<K> for NeonK<D> {
         }
         out
     }
-}
-
-k_entries! { Neon, NeonK<Widen>, "NEON table entry, activations in Q8_K.";
-    matmul_q2_k_q8k_neon, Q2K;
-    matmul_q3_k_q8k_neon, Q3K;
-    matmul_q4_k_q8k_neon, Q4K;
-    matmul_q5_k_q8k_neon, Q5K;
-    matmul_q6_k_q8k_neon, Q6K;
-}
-
-k_entries! { NeonDotprod, NeonK<Sdot>, "NEON + `SDOT` table entry, activations in Q8_K.";
-    matmul_q2_k_q8k_sdot, Q2K;
-    matmul_q3_k_q8k_sdot, Q3K;
-    matmul_q4_k_q8k_sdot, Q4K;
-    matmul_q5_k_q8k_sdot, Q5K;
-    matmul_q6_k_q8k_sdot, Q6K;
 }

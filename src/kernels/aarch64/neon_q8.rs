@@ -17,12 +17,11 @@ use core::arch::asm;
 use core::marker::PhantomData;
 
 use super::{cvt_f16x4, NeonPrefetch};
-use crate::kernels::frame::q8::{q8_entries, Q8Tier, TileX};
-use crate::quant::iq4_nl::BlockIq4Nl;
-use crate::quant::{BlockLayout, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::kernels::frame::q8::{Q8Tier, TileX};
+use crate::quant::{BlockLayout, QK};
 
 /// How two 16-byte vectors of i8 are dotted into 4 i32 lanes.
-pub(super) trait Dot {
+pub(crate) trait Dot {
     /// `acc + dot(a, b)` grouped in 4 lanes (which products land in which lane is the
     /// implementation's; only the total matters).
     ///
@@ -38,9 +37,9 @@ pub(super) trait Dot {
 }
 
 /// `SDOT` (the `dotprod` extension).
-pub(super) struct Sdot;
+pub(crate) struct Sdot;
 /// `SMULL` + `SADALP`, plain NEON.
-pub(super) struct Widen;
+pub(crate) struct Widen;
 
 impl Dot for Sdot {
     const HALVES: bool = false;
@@ -81,7 +80,7 @@ impl Dot for Widen {
 /// A 32-element quantized weight block as two signed-byte vectors (elements 0..16, 16..32),
 /// with its f16 scale `d` (and f16 minimum `m` when [`QBlock::MIN`]) where its
 /// [`BlockLayout`] says: element `i` is `d · w_i` (`+ m`).
-pub(super) trait QBlock {
+pub(crate) trait QBlock {
     /// The block's byte layout (field offsets by name).
     type L: BlockLayout;
     /// Bytes per block.
@@ -105,70 +104,17 @@ pub(super) trait QBlock {
     unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t);
 }
 
-/// ggml `block_q8_0`.
-pub(super) struct Q8_0B;
-/// ggml `block_q4_0`.
-pub(super) struct Q4_0B;
-/// ggml `block_q4_1`.
-pub(super) struct Q4_1B;
-/// ggml `block_q5_0`: `q - 16` from the nibbles and the fifth bits.
-pub(super) struct Q5_0B;
-/// ggml `block_q5_1`: `q` from the nibbles and the fifth bits.
-pub(super) struct Q5_1B;
-/// ggml `block_iq4_nl`: the codebook values of the nibbles.
-pub(super) struct Iq4NlB;
-
-impl QBlock for Q8_0B {
-    type L = BlockQ8_0;
-
-    #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
-        // SAFETY: the block's 32 quant bytes (caller contract).
-        unsafe {
-            let qs = blk.add(Self::QS);
-            (vld1q_s8(qs.cast()), vld1q_s8(qs.add(16).cast()))
-        }
-    }
-}
-
 /// Low and high nibbles of the 16 bytes at `qs` (elements 0..16 and 16..32).
 ///
 /// # Safety
 ///
 /// 16 readable bytes; NEON available.
 #[inline(always)]
-unsafe fn nibbles(qs: *const u8) -> (uint8x16_t, uint8x16_t) {
+pub(crate) unsafe fn nibbles(qs: *const u8) -> (uint8x16_t, uint8x16_t) {
     // SAFETY: 16 bytes readable (caller contract).
     unsafe {
         let v = vld1q_u8(qs);
         (vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(v))
-    }
-}
-
-impl QBlock for Q4_0B {
-    type L = BlockQ4_0;
-
-    #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
-        // SAFETY: the block's 16 quant bytes (caller contract).
-        unsafe {
-            let (lo, hi) = nibbles(blk.add(Self::QS));
-            let eight = vdupq_n_s8(8);
-            (vsubq_s8(vreinterpretq_s8_u8(lo), eight), vsubq_s8(vreinterpretq_s8_u8(hi), eight))
-        }
-    }
-}
-
-impl QBlock for Q4_1B {
-    type L = BlockQ4_1;
-
-    #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
-        // SAFETY: the block's 16 quant bytes (caller contract).
-        unsafe {
-            let (lo, hi) = nibbles(blk.add(Self::QS));
-            (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi))
-        }
     }
 }
 
@@ -199,51 +145,12 @@ unsafe fn fifth_bits(qh: *const u8) -> (uint8x16_t, uint8x16_t) {
 ///
 /// 4 readable bytes at `qh`, 16 at `qs`; NEON available.
 #[inline(always)]
-unsafe fn q5_values(qh: *const u8, qs: *const u8) -> (int8x16_t, int8x16_t) {
+pub(crate) unsafe fn q5_values(qh: *const u8, qs: *const u8) -> (int8x16_t, int8x16_t) {
     // SAFETY: in bounds (caller contract).
     unsafe {
         let (lo, hi) = nibbles(qs);
         let (h0, h1) = fifth_bits(qh);
         (vreinterpretq_s8_u8(vorrq_u8(lo, h0)), vreinterpretq_s8_u8(vorrq_u8(hi, h1)))
-    }
-}
-
-impl QBlock for Q5_0B {
-    type L = BlockQ5_0;
-
-    #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
-        // SAFETY: the block's `qh` and `qs` (caller contract: a whole block).
-        // Σ (q - 16) x = Σ q x - 16 Σ x: the oracle's integer exactly.
-        unsafe {
-            let (a, b) = q5_values(blk.add(Self::QH), blk.add(Self::QS));
-            let s = vdupq_n_s8(16);
-            (vsubq_s8(a, s), vsubq_s8(b, s))
-        }
-    }
-}
-
-impl QBlock for Q5_1B {
-    type L = BlockQ5_1;
-
-    #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
-        // SAFETY: the block's `qh` and `qs` (caller contract: a whole block).
-        unsafe { q5_values(blk.add(Self::QH), blk.add(Self::QS)) }
-    }
-}
-
-impl QBlock for Iq4NlB {
-    type L = BlockIq4Nl;
-
-    #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
-        // SAFETY: the block's 16 index bytes (caller contract); the codebook is 16 bytes.
-        unsafe {
-            let kv = vld1q_s8(crate::quant::iq4_nl::KVALUES.as_ptr());
-            let (lo, hi) = nibbles(blk.add(Self::QS));
-            (vqtbl1q_s8(kv, lo), vqtbl1q_s8(kv, hi))
-        }
     }
 }
 
@@ -384,7 +291,7 @@ unsafe fn tail<Q: QBlock, D: Dot>(
 /// The NEON and NEON + SDOT tiers' [`Q8Tier`] ([`Widen`] / [`Sdot`] for `D`): one output per
 /// pair of 4-lane accumulators (the oracle's lanes 0..4 and 4..8), each output's groups of
 /// eight blocks ([`quad`] twice) and last blocks ([`tail`]) one after the other.
-pub(super) struct NeonTier<D>(PhantomData<D>);
+pub(crate) struct NeonTier<D>(PhantomData<D>);
 
 impl<Q: QBlock, D: Dot> Q8Tier<Q> for NeonTier<D> {
     const BYTES: usize = Q::BYTES;
@@ -456,24 +363,6 @@ impl<Q: QBlock, D: Dot> Q8Tier<Q> for NeonTier<D> {
             vpadds_f32(vadd_f32(vget_low_f32(t), vget_high_f32(t)))
         }
     }
-}
-
-q8_entries! { Neon, NeonTier<Widen>, "NEON table entry.";
-    matmul_q8_0_q8_neon, Q8_0B;
-    matmul_q4_0_q8_neon, Q4_0B;
-    matmul_q4_1_q8_neon, Q4_1B;
-    matmul_q5_0_q8_neon, Q5_0B;
-    matmul_q5_1_q8_neon, Q5_1B;
-    matmul_iq4_nl_q8_neon, Iq4NlB;
-}
-
-q8_entries! { NeonDotprod, NeonTier<Sdot>, "NEON + `SDOT` table entry.";
-    matmul_q8_0_q8_sdot, Q8_0B;
-    matmul_q4_0_q8_sdot, Q4_0B;
-    matmul_q4_1_q8_sdot, Q4_1B;
-    matmul_q5_0_q8_sdot, Q5_0B;
-    matmul_q5_1_q8_sdot, Q5_1B;
-    matmul_iq4_nl_q8_sdot, Iq4NlB;
 }
 
 tier_fn! { Neon;

@@ -1,7 +1,7 @@
 //! The int8 product of the K-quants (Q2_K .. Q6_K weights × Q8_K activations), written once:
 //! the schedule of tiles over weight rows and activation rows ([`matmul`]), the loop over a
 //! tile's super-blocks with its prefetch policy and the f32 epilogue ([`tile`]), and the entry
-//! glue ([`k_entries`]), generic over a tier's [`KTier`].
+//! glue ([`q8_entries`](super::q8::q8_entries) with `k:`), generic over a tier's [`KTier`].
 //!
 //! A tier supplies, per super-block type: how a super-block is decoded ([`KTier::decode`]),
 //! the exact integer sums of decoded weights against one activation super-block
@@ -331,34 +331,3 @@ pub(crate) unsafe fn matmul<T: KTier<K>, K>(
         t += step;
     }
 }
-
-/// Defines a tier's K-quant [`crate::kernels::MatmulQ8Fn`] entries: `k_entries! { Tier,
-/// TierType, "doc"; name, BlockType; ... }` gives each `name` as a `tier_fn!` of `Tier` (its
-/// `#[target_feature]`s from the tier declaration) running [`matmul`] over `TierType`'s
-/// [`KTier`] for `BlockType`.
-macro_rules! k_entries {
-    ($tier:ident, $t:ty, $doc:literal; $($name:ident, $k:ty;)*) => { $(
-        tier_fn! { $tier;
-            #[doc = $doc]
-            ///
-            /// # Safety
-            ///
-            /// As [`crate::kernels::MatmulQ8Fn`]; the CPU has the features enabled here.
-            pub(super) unsafe fn $name(
-                w: *const u8,
-                rb: usize,
-                rows: usize,
-                xq: &$crate::quant::Q8Acts<'_>,
-                n: usize,
-                y: *mut f32,
-                ldy: usize,
-            ) {
-                // SAFETY: forwarded caller contract; the features are enabled here.
-                unsafe {
-                    $crate::kernels::frame::k::matmul::<$t, $k>(w, rb, rows, xq, n, y, ldy)
-                }
-            }
-        }
-    )* };
-}
-pub(crate) use k_entries;

@@ -354,12 +354,14 @@ pub(crate) unsafe fn matmul<T: Q8Tier<Q>, Q>(
     }
 }
 
-/// Defines a tier's [`crate::kernels::MatmulQ8Fn`] entries: `q8_entries! { Tier, TierType,
-/// "doc"; name, BlockType; ... }` gives each `name` as a `tier_fn!` of `Tier` (its
+/// Defines a tier's int8 [`crate::kernels::MatmulQ8Fn`] entries: `q8_entries! { Tier,
+/// TierType, "doc"; name, BlockType; ... }` gives each `name` as a `tier_fn!` of `Tier` (its
 /// `#[target_feature]`s from the tier declaration) running [`matmul`] over `TierType`'s
-/// [`Q8Tier`] for `BlockType`.
+/// [`Q8Tier`] for `BlockType`; `q8_entries! { k: Tier, TierType, "doc"; name, SuperBlockType;
+/// ... }` likewise runs the K-quant driver ([`super::k::matmul`]) over `TierType`'s
+/// [`super::k::KTier`].
 macro_rules! q8_entries {
-    ($tier:ident, $t:ty, $doc:literal; $($name:ident, $q:ty;)*) => { $(
+    (@ $frame:ident, $tier:ident, $t:ty, $doc:literal; $($name:ident, $q:ty;)*) => { $(
         tier_fn! { $tier;
             #[doc = $doc]
             ///
@@ -377,10 +379,16 @@ macro_rules! q8_entries {
             ) {
                 // SAFETY: forwarded caller contract; the features are enabled here.
                 unsafe {
-                    $crate::kernels::frame::q8::matmul::<$t, $q>(w, rb, rows, xq, n, y, ldy)
+                    $crate::kernels::frame::$frame::matmul::<$t, $q>(w, rb, rows, xq, n, y, ldy)
                 }
             }
         }
     )* };
+    (k: $($rest:tt)*) => {
+        $crate::kernels::frame::q8::q8_entries! { @ k, $($rest)* }
+    };
+    ($($rest:tt)*) => {
+        $crate::kernels::frame::q8::q8_entries! { @ q8, $($rest)* }
+    };
 }
 pub(crate) use q8_entries;

@@ -11,18 +11,8 @@ use super::mask;
 use crate::kernels::frame::f32::{
     f32_entries, Bf16Weights, F16Weights, F32Decode, F32Lanes, F32Weights,
 };
-use crate::quant::iq4_nl::BlockIq4Nl;
-use crate::quant::q2_k::BlockQ2K;
-use crate::quant::q3_k::BlockQ3K;
 use crate::quant::q4_k::BlockQ4K;
-use crate::quant::q5_k::BlockQ5K;
-use crate::quant::q6_k::BlockQ6K;
 use crate::quant::BlockLayout;
-use crate::quant::BlockQ4_0;
-use crate::quant::BlockQ4_1;
-use crate::quant::BlockQ5_0;
-use crate::quant::BlockQ5_1;
-use crate::quant::BlockQ8_0;
 
 /// Copies `len < 8` 16-bit values into a zero-filled 8-lane buffer.
 ///
@@ -107,7 +97,7 @@ impl F32Decode<Bf16Weights> for Avx2F32 {
 ///
 /// 2 readable bytes at `p`; AVX2 + F16C available.
 #[inline(always)]
-unsafe fn f16_splat(p: *const u8) -> __m256 {
+pub(crate) unsafe fn f16_splat(p: *const u8) -> __m256 {
     // SAFETY: 2 bytes readable (caller contract); register-only conversions.
     unsafe {
         let h = p.cast::<u16>().read_unaligned();
@@ -122,7 +112,7 @@ unsafe fn f16_splat(p: *const u8) -> __m256 {
 ///
 /// 16 readable bytes at `qs`; AVX2 available.
 #[inline(always)]
-unsafe fn nibbles(qs: *const u8, c: usize) -> __m256i {
+pub(crate) unsafe fn nibbles(qs: *const u8, c: usize) -> __m256i {
     // SAFETY: 8 bytes at `qs + 8 * (c & 1)` are readable (caller contract).
     unsafe {
         let v = _mm_loadl_epi64(qs.add(8 * (c & 1)).cast());
@@ -139,7 +129,7 @@ unsafe fn nibbles(qs: *const u8, c: usize) -> __m256i {
 ///
 /// 16 readable bytes at `qs`; AVX2 available.
 #[inline(always)]
-unsafe fn nibbles_block(qs: *const u8) -> [__m256; 4] {
+pub(crate) unsafe fn nibbles_block(qs: *const u8) -> [__m256; 4] {
     // SAFETY: 16 bytes readable (caller contract); the rest is register-only.
     unsafe {
         let a = _mm256_cvtepu8_epi32(_mm_loadl_epi64(qs.cast()));
@@ -155,92 +145,13 @@ unsafe fn nibbles_block(qs: *const u8) -> [__m256; 4] {
     }
 }
 
-impl F32Decode<BlockQ8_0> for Avx2F32 {
-    #[inline(always)]
-    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
-        // SAFETY: block `b` is in bounds (caller contract). `d * q` is exact in f32 (11 + 8
-        // significant bits), as in the oracle's dequantization.
-        unsafe {
-            let blk = row.add(b * BlockQ8_0::BYTES);
-            let q =
-                _mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(BlockQ8_0::QS_OFFSET + 8 * c).cast()));
-            _mm256_mul_ps(_mm256_cvtepi32_ps(q), f16_splat(blk.add(BlockQ8_0::D_OFFSET)))
-        }
-    }
-}
-
-impl F32Decode<BlockQ4_0> for Avx2F32 {
-    #[inline(always)]
-    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
-        // SAFETY: block `b` is in bounds (caller contract); `(q - 8) * d` is exact.
-        unsafe {
-            let blk = row.add(b * BlockQ4_0::BYTES);
-            let q = _mm256_cvtepi32_ps(nibbles(blk.add(BlockQ4_0::QS_OFFSET), c));
-            _mm256_mul_ps(
-                _mm256_sub_ps(q, _mm256_set1_ps(8.0)),
-                f16_splat(blk.add(BlockQ4_0::D_OFFSET)),
-            )
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract); the same arithmetic as `chunk`.
-        unsafe {
-            let blk = row.add(b * BlockQ4_0::BYTES);
-            let d = f16_splat(blk.add(BlockQ4_0::D_OFFSET));
-            let q = nibbles_block(blk.add(BlockQ4_0::QS_OFFSET));
-            let f = |q| _mm256_mul_ps(_mm256_sub_ps(q, _mm256_set1_ps(8.0)), d);
-            [f(q[0]), f(q[1]), f(q[2]), f(q[3])]
-        }
-    }
-}
-
-impl F32Decode<BlockQ4_1> for Avx2F32 {
-    #[inline(always)]
-    unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
-        // SAFETY: block `b` is in bounds (caller contract). `d * q` is exact, so the fused
-        // `d * q + m` rounds once, like the oracle's `d * q + m`.
-        unsafe {
-            let blk = row.add(b * BlockQ4_1::BYTES);
-            let q = _mm256_cvtepi32_ps(nibbles(blk.add(BlockQ4_1::QS_OFFSET), c));
-            _mm256_fmadd_ps(
-                q,
-                f16_splat(blk.add(BlockQ4_1::D_OFFSET)),
-                f16_splat(blk.add(BlockQ4_1::M_OFFSET)),
-            )
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract); the same arithmetic as `chunk`.
-        unsafe {
-            let blk = row.add(b * BlockQ4_1::BYTES);
-            // Lane 0: d, lane 1: m.
-            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(
-                blk.add(BlockQ4_1::D_OFFSET).cast::<i32>().read_unaligned(),
-            ));
-            let d = _mm256_broadcastss_ps(dm);
-            let m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-            let q = nibbles_block(blk.add(BlockQ4_1::QS_OFFSET));
-            [
-                _mm256_fmadd_ps(q[0], d, m),
-                _mm256_fmadd_ps(q[1], d, m),
-                _mm256_fmadd_ps(q[2], d, m),
-                _mm256_fmadd_ps(q[3], d, m),
-            ]
-        }
-    }
-}
-
 /// 32 bytes (element order) as four vectors of 8 f32, read as unsigned or signed.
 ///
 /// # Safety
 ///
 /// AVX2 available.
 #[inline(always)]
-unsafe fn bytes_f32<const SIGNED: bool>(v: __m256i) -> [__m256; 4] {
+pub(crate) unsafe fn bytes_f32<const SIGNED: bool>(v: __m256i) -> [__m256; 4] {
     // SAFETY: register-only AVX2 intrinsics.
     unsafe {
         let (lo, hi) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
@@ -258,7 +169,7 @@ unsafe fn bytes_f32<const SIGNED: bool>(v: __m256i) -> [__m256; 4] {
 ///
 /// AVX available.
 #[inline(always)]
-unsafe fn scale4(v: [__m256; 4], s: [__m256; 2]) -> [__m256; 4] {
+pub(crate) unsafe fn scale4(v: [__m256; 4], s: [__m256; 2]) -> [__m256; 4] {
     // SAFETY: register-only AVX intrinsics.
     unsafe {
         [
@@ -277,7 +188,7 @@ unsafe fn scale4(v: [__m256; 4], s: [__m256; 2]) -> [__m256; 4] {
 ///
 /// FMA available.
 #[inline(always)]
-unsafe fn scale_min4(v: [__m256; 4], dl: [__m256; 2], ml: [__m256; 2]) -> [__m256; 4] {
+pub(crate) unsafe fn scale_min4(v: [__m256; 4], dl: [__m256; 2], ml: [__m256; 2]) -> [__m256; 4] {
     // SAFETY: register-only FMA intrinsics.
     unsafe {
         [
@@ -289,62 +200,9 @@ unsafe fn scale_min4(v: [__m256; 4], dl: [__m256; 2], ml: [__m256; 2]) -> [__m25
     }
 }
 
-impl F32Decode<BlockQ5_0> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
-
-    #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract); `d · (q - 16)` as the oracle.
-        unsafe {
-            let blk = row.add(b * crate::quant::q5_0::BYTES);
-            let q = _mm256_or_si256(
-                super::nibbles32(blk.add(BlockQ5_0::QS_OFFSET)),
-                super::fifth_bits(blk.add(BlockQ5_0::QH_OFFSET)),
-            );
-            let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-            let d = f16_splat(blk.add(BlockQ5_0::D_OFFSET));
-            scale4(bytes_f32::<true>(q), [d, d])
-        }
-    }
-}
-
-impl F32Decode<BlockQ5_1> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
-
-    #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract). `d · q` is exact, so the fused
-        // `d · q + m` rounds once, like the oracle's.
-        unsafe {
-            let blk = row.add(b * crate::quant::q5_1::BYTES);
-            let q = _mm256_or_si256(
-                super::nibbles32(blk.add(BlockQ5_1::QS_OFFSET)),
-                super::fifth_bits(blk.add(BlockQ5_1::QH_OFFSET)),
-            );
-            let (d, m) =
-                (f16_splat(blk.add(BlockQ5_1::D_OFFSET)), f16_splat(blk.add(BlockQ5_1::M_OFFSET)));
-            bytes_f32::<false>(q).map(|v| _mm256_fmadd_ps(v, d, m))
-        }
-    }
-}
-
-impl F32Decode<BlockIq4Nl> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
-
-    #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: block `b` is in bounds (caller contract); `d · value` as the oracle.
-        unsafe {
-            let blk = row.add(b * crate::quant::iq4_nl::BYTES);
-            let d = f16_splat(blk.add(BlockIq4Nl::D_OFFSET));
-            scale4(bytes_f32::<true>(super::iq4_values32(blk.add(BlockIq4Nl::QS_OFFSET))), [d, d])
-        }
-    }
-}
-
 /// The super-block of unit `b` (8 units of 32 per super-block) and the unit's index in it.
 #[inline(always)]
-fn unit(b: usize) -> (usize, usize) {
+pub(crate) fn unit(b: usize) -> (usize, usize) {
     (b / 8, b % 8)
 }
 
@@ -354,7 +212,7 @@ fn unit(b: usize) -> (usize, usize) {
 ///
 /// 2 readable bytes; F16C available.
 #[inline(always)]
-unsafe fn f16_scalar(p: *const u8) -> f32 {
+pub(crate) unsafe fn f16_scalar(p: *const u8) -> f32 {
     // SAFETY: forwarded caller contract.
     unsafe { super::f16_at(p) }
 }
@@ -366,64 +224,12 @@ unsafe fn f16_scalar(p: *const u8) -> f32 {
 ///
 /// 64 readable bytes at `qs`; AVX2 available.
 #[inline(always)]
-unsafe fn q2_unit(qs: *const u8, u: usize) -> __m256i {
+pub(crate) unsafe fn q2_unit(qs: *const u8, u: usize) -> __m256i {
     // SAFETY: 32 bytes at `qs + 32 (u / 4)` (caller contract).
     unsafe {
         let q = _mm256_loadu_si256(qs.add(32 * (u / 4)).cast());
         let sh = _mm_cvtsi32_si128(2 * (u % 4) as i32);
         _mm256_and_si256(_mm256_srl_epi16(q, sh), _mm256_set1_epi8(3))
-    }
-}
-
-impl F32Decode<BlockQ2K> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
-
-    #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract). Sub-blocks 2u, 2u + 1:
-        // `(d · sc) · q - dmin · m` with the oracle's `d · sc`, `dmin · m`.
-        unsafe {
-            let (sb, u) = unit(b);
-            let blk = row.add(sb * crate::quant::q2_k::BYTES);
-            let (d, dmin) =
-                (f16_scalar(blk.add(BlockQ2K::D_OFFSET)), f16_scalar(blk.add(BlockQ2K::M_OFFSET)));
-            let q = bytes_f32::<false>(q2_unit(blk.add(BlockQ2K::QS_OFFSET), u));
-            let s = |j: usize| {
-                let sc = *blk.add(BlockQ2K::SCALES_OFFSET + j);
-                (_mm256_set1_ps(d * (sc & 0x0F) as f32), _mm256_set1_ps(dmin * (sc >> 4) as f32))
-            };
-            let (s0, s1) = (s(2 * u), s(2 * u + 1));
-            scale_min4(q, [s0.0, s1.0], [s0.1, s1.1])
-        }
-    }
-}
-
-impl F32Decode<BlockQ3K> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
-
-    #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract). Value
-        // `(d · sc) · (low + 4 high - 4)` with the oracle's `d · sc`.
-        unsafe {
-            let (sb, u) = unit(b);
-            let blk = row.add(sb * crate::quant::q3_k::BYTES);
-            let sc = crate::quant::q3_k::scales_q3(core::slice::from_raw_parts(
-                blk.add(BlockQ3K::SCALES_OFFSET),
-                12,
-            ));
-            let d = f16_scalar(blk.add(BlockQ3K::D_OFFSET));
-            let hm = _mm256_loadu_si256(blk.add(BlockQ3K::QH_OFFSET).cast());
-            let bit = _mm256_set1_epi8((1u8 << u) as i8);
-            let high = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
-            let high = _mm256_and_si256(high, _mm256_set1_epi8(4));
-            let q = _mm256_sub_epi8(
-                _mm256_or_si256(q2_unit(blk.add(BlockQ3K::QS_OFFSET), u), high),
-                _mm256_set1_epi8(4),
-            );
-            let dl = |j: usize| _mm256_set1_ps(d * sc[j] as f32);
-            scale4(bytes_f32::<true>(q), [dl(2 * u), dl(2 * u + 1)])
-        }
     }
 }
 
@@ -435,7 +241,12 @@ impl F32Decode<BlockQ3K> for Avx2F32 {
 /// `blk` is a whole super-block with `d`, `dmin` at 0, scales at 4..16; 32 readable bytes at
 /// `qs + 32 (u / 2)`; AVX2, FMA and F16C available.
 #[inline(always)]
-unsafe fn k4_unit(blk: *const u8, qs: *const u8, u: usize, extra: __m256i) -> [__m256; 4] {
+pub(crate) unsafe fn k4_unit(
+    blk: *const u8,
+    qs: *const u8,
+    u: usize,
+    extra: __m256i,
+) -> [__m256; 4] {
     // SAFETY: the reads are in bounds (caller contract).
     unsafe {
         let sm = crate::quant::q4_k::scales_mins_k4(core::slice::from_raw_parts(
@@ -450,73 +261,6 @@ unsafe fn k4_unit(blk: *const u8, qs: *const u8, u: usize, extra: __m256i) -> [_
         let dl = _mm256_set1_ps(d * sm[u] as f32);
         let ml = _mm256_set1_ps(dmin * sm[8 + u] as f32);
         scale_min4(bytes_f32::<false>(q), [dl, dl], [ml, ml])
-    }
-}
-
-impl F32Decode<BlockQ4K> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
-
-    #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract).
-        unsafe {
-            let (sb, u) = unit(b);
-            let blk = row.add(sb * crate::quant::q4_k::BYTES);
-            k4_unit(blk, blk.add(BlockQ4K::QS_OFFSET), u, _mm256_setzero_si256())
-        }
-    }
-}
-
-impl F32Decode<BlockQ5K> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
-
-    #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract); sub-block `u` takes bit
-        // `u` of the 32 bytes at 16.
-        unsafe {
-            let (sb, u) = unit(b);
-            let blk = row.add(sb * crate::quant::q5_k::BYTES);
-            let qh = _mm256_loadu_si256(blk.add(BlockQ5K::QH_OFFSET).cast());
-            let bit = _mm256_set1_epi8((1u8 << u) as i8);
-            let high = _mm256_and_si256(
-                _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
-                _mm256_set1_epi8(0x10),
-            );
-            k4_unit(blk, blk.add(BlockQ5K::QS_OFFSET), u, high)
-        }
-    }
-}
-
-impl F32Decode<BlockQ6K> for Avx2F32 {
-    const DECODE_ONCE: bool = true;
-
-    #[inline(always)]
-    unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract). Unit u = 4 h + g:
-        // nibble g / 2 of ql[64 h + 32 (g % 2) ..], bits 2 g of qh[32 h ..]; value
-        // `(d · sc) · (q - 32)` with the oracle's `d · sc`.
-        unsafe {
-            let (sb, u) = unit(b);
-            let blk = row.add(sb * crate::quant::q6_k::BYTES);
-            let (h, g) = (u / 4, u % 4);
-            let l = _mm256_loadu_si256(blk.add(BlockQ6K::QS_OFFSET + 64 * h + 32 * (g % 2)).cast());
-            let l = if g < 2 { l } else { _mm256_srli_epi16::<4>(l) };
-            let qh = _mm256_loadu_si256(blk.add(BlockQ6K::QH_OFFSET + 32 * h).cast());
-            let hb = _mm256_and_si256(
-                _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32)),
-                _mm256_set1_epi8(3),
-            );
-            let q = _mm256_or_si256(
-                _mm256_and_si256(l, _mm256_set1_epi8(0x0F)),
-                _mm256_slli_epi16::<4>(hb),
-            );
-            let q = _mm256_sub_epi8(q, _mm256_set1_epi8(32));
-            let d = f16_scalar(blk.add(BlockQ6K::D_OFFSET));
-            let dl =
-                |j: usize| _mm256_set1_ps(d * (*blk.add(BlockQ6K::SCALES_OFFSET + j) as i8) as f32);
-            scale4(bytes_f32::<true>(q), [dl(2 * u), dl(2 * u + 1)])
-        }
     }
 }
 
@@ -537,7 +281,7 @@ pub(super) unsafe fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128
 
 /// The AVX2 tier's f32 lanes and weight decoders ([`F32Lanes`], [`F32Decode`]; the AVX-512
 /// tier keeps these for f32, f16 and bf16 weights).
-pub(super) struct Avx2F32;
+pub(crate) struct Avx2F32;
 
 impl F32Lanes for Avx2F32 {
     type V = __m256;
@@ -605,15 +349,4 @@ f32_entries! { Avx2, Avx2F32, "AVX2 table entry (f32 activations).";
     matmul_f32, F32Weights;
     matmul_f16, F16Weights;
     matmul_bf16, Bf16Weights;
-    matmul_q8_0, BlockQ8_0;
-    matmul_q4_0, BlockQ4_0;
-    matmul_q4_1, BlockQ4_1;
-    matmul_q5_0, BlockQ5_0;
-    matmul_q5_1, BlockQ5_1;
-    matmul_iq4_nl, BlockIq4Nl;
-    matmul_q2_k, BlockQ2K;
-    matmul_q3_k, BlockQ3K;
-    matmul_q4_k, BlockQ4K;
-    matmul_q5_k, BlockQ5K;
-    matmul_q6_k, BlockQ6K;
 }

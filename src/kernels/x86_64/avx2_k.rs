@@ -19,19 +19,13 @@
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
-use super::{reduce8, Avx2Ops, Dot256, VexOps, X86Prefetch};
-use crate::kernels::frame::k::{k_entries, KTier};
+use super::{reduce8, Dot256, X86Prefetch};
+use crate::kernels::frame::k::KTier;
 use crate::kernels::scalar::hsum8;
-use crate::quant::q2_k::BlockQ2K;
-use crate::quant::q3_k::BlockQ3K;
-use crate::quant::q4_k::BlockQ4K;
-use crate::quant::q5_k::BlockQ5K;
-use crate::quant::q6_k::BlockQ6K;
-use crate::quant::BlockLayout;
 use crate::quant::{Q8Acts, QK_K};
 
 /// A K-quant super-block as the int8 kernels see it.
-pub(super) trait KBlock {
+pub(crate) trait KBlock {
     /// Bytes per super-block.
     const BYTES: usize;
     /// Byte offset of the f16 `d` (followed by the f16 `dmin` when [`KBlock::MINS`]).
@@ -39,17 +33,6 @@ pub(super) trait KBlock {
     /// Whether the term subtracts `(dmin · dx) · msum`.
     const MINS: bool;
 }
-
-/// Q2_K.
-pub(super) struct Q2K;
-/// Q3_K.
-pub(super) struct Q3K;
-/// Q4_K.
-pub(super) struct Q4K;
-/// Q5_K.
-pub(super) struct Q5K;
-/// Q6_K.
-pub(super) struct Q6K;
 
 macro_rules! k_block {
     ($($k:ident, $b:ident;)*) => { $(
@@ -60,13 +43,7 @@ macro_rules! k_block {
         }
     )* };
 }
-k_block! {
-    Q2K, BlockQ2K;
-    Q3K, BlockQ3K;
-    Q4K, BlockQ4K;
-    Q5K, BlockQ5K;
-    Q6K, BlockQ6K;
-}
+pub(crate) use k_block;
 
 /// The 16 per-16 activation sums at `bsums` as i16 lanes in order (each is at most
 /// `16 · 127` in magnitude, so the saturating narrowing is exact).
@@ -93,7 +70,7 @@ pub(super) unsafe fn bsums16(bsums: *const i32) -> __m256i {
 /// The 16 bytes at `sp - 4 .. sp + 12` are readable (the scales sit at 96..108 of the
 /// 110-byte super-block); AVX2 available.
 #[inline(always)]
-pub(super) unsafe fn q3_scales16(sp: *const u8) -> __m256i {
+pub(crate) unsafe fn q3_scales16(sp: *const u8) -> __m256i {
     // SAFETY: 16 readable bytes at `sp - 4` (caller contract); the rest is register-only.
     unsafe {
         // Bytes 0..8: a0..a7 (low nibbles: scales 0..8, high nibbles: 8..16), 8..12: c0..c3.
@@ -148,7 +125,7 @@ pub(super) unsafe fn k4_scales_mins(sp: *const u8) -> __m128i {
 ///
 /// AVX2 available.
 #[inline(always)]
-unsafe fn bit_to(v: __m256i, i: i32, to: i32) -> __m256i {
+pub(crate) unsafe fn bit_to(v: __m256i, i: i32, to: i32) -> __m256i {
     // SAFETY: register-only AVX2 intrinsics. 16-bit shifts by less than 8 keep each byte's
     // bit `i` inside its byte at `to`; the mask drops what crossed from the neighbour.
     unsafe {
@@ -208,14 +185,14 @@ unsafe fn scale_one(sc: __m256i, j: usize) -> __m256i {
 /// `msum`), or the offset correction `-offset · sc_i` folded into the `isum` (Q3_K `- 4 ·`,
 /// Q6_K `- 32 ·`, each within i16).
 #[derive(Clone, Copy)]
-pub(super) struct KW {
+pub(crate) struct KW {
     u: [__m256i; 8],
     sc: [__m256i; 8],
     c: __m256i,
 }
 
 /// A K-quant super-block on 256-bit registers.
-pub(super) trait K256: KBlock {
+pub(crate) trait K256: KBlock {
     /// The super-block at `blk` in element order ([`KW`]).
     ///
     /// # Safety
@@ -231,7 +208,11 @@ pub(super) trait K256: KBlock {
 ///
 /// AVX2 available.
 #[inline(always)]
-unsafe fn kw16(sc: __m256i, c: __m256i, mut values: impl FnMut(usize, usize) -> __m256i) -> KW {
+pub(crate) unsafe fn kw16(
+    sc: __m256i,
+    c: __m256i,
+    mut values: impl FnMut(usize, usize) -> __m256i,
+) -> KW {
     // SAFETY: register-only AVX2 intrinsics.
     unsafe {
         let mut kw = KW { u: [_mm256_setzero_si256(); 8], sc: [_mm256_setzero_si256(); 8], c };
@@ -245,56 +226,6 @@ unsafe fn kw16(sc: __m256i, c: __m256i, mut values: impl FnMut(usize, usize) -> 
     }
 }
 
-impl K256 for Q2K {
-    #[inline(always)]
-    unsafe fn decode(blk: *const u8) -> KW {
-        // SAFETY: the reads stay inside the super-block (84 bytes: scales at 0..16, values at
-        // 16..80; caller contract).
-        unsafe {
-            let sb = _mm_loadu_si128(blk.add(BlockQ2K::SCALES_OFFSET).cast());
-            let m4 = _mm_set1_epi8(0x0F);
-            let sc = _mm256_cvtepu8_epi16(_mm_and_si128(sb, m4));
-            let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(sb), m4));
-            let q = [
-                _mm256_loadu_si256(blk.add(BlockQ2K::QS_OFFSET).cast()),
-                _mm256_loadu_si256(blk.add(BlockQ2K::QS_OFFSET + 32).cast()),
-            ];
-            kw16(sc, mins, |h, g| {
-                _mm256_and_si256(
-                    _mm256_srl_epi16(q[h], _mm_cvtsi32_si128(2 * g as i32)),
-                    _mm256_set1_epi8(3),
-                )
-            })
-        }
-    }
-}
-
-impl K256 for Q3K {
-    #[inline(always)]
-    unsafe fn decode(blk: *const u8) -> KW {
-        // SAFETY: the reads stay inside the super-block (110 bytes: high bits at 0..32, low
-        // pairs at 32..96, scales at 96..108; caller contract).
-        unsafe {
-            let sc = q3_scales16(blk.add(BlockQ3K::SCALES_OFFSET));
-            let hm = _mm256_loadu_si256(blk.add(BlockQ3K::QH_OFFSET).cast());
-            let q = [
-                _mm256_loadu_si256(blk.add(BlockQ3K::QS_OFFSET).cast()),
-                _mm256_loadu_si256(blk.add(BlockQ3K::QS_OFFSET + 32).cast()),
-            ];
-            // u = low | high << 2 = q + 4 (0..=7); Σ sc_j Σ (u - 4) x = Σ sc_j Σ u x
-            // - 4 Σ sc_j bsum_j.
-            let c = _mm256_mullo_epi16(sc, _mm256_set1_epi16(-4));
-            kw16(sc, c, |h, g| {
-                let low = _mm256_and_si256(
-                    _mm256_srl_epi16(q[h], _mm_cvtsi32_si128(2 * g as i32)),
-                    _mm256_set1_epi8(3),
-                );
-                _mm256_or_si256(low, bit_to(hm, (4 * h + g) as i32, 2))
-            })
-        }
-    }
-}
-
 /// The shared Q4_K/Q5_K decode: 4-bit values from `qs` (128 bytes), with `fifth(j)` (0 or 16
 /// per byte) or'ed into sub-block `j`, scales and mins from the 12 packed bytes at `sp`.
 ///
@@ -302,7 +233,7 @@ impl K256 for Q3K {
 ///
 /// 128 readable bytes at `qs`, 16 at `sp - 4`; AVX2 available.
 #[inline(always)]
-unsafe fn decode_k4(
+pub(crate) unsafe fn decode_k4(
     sp: *const u8,
     qs: *const u8,
     mut fifth: impl FnMut(usize) -> Option<__m256i>,
@@ -338,71 +269,10 @@ unsafe fn decode_k4(
     }
 }
 
-impl K256 for Q4K {
-    #[inline(always)]
-    unsafe fn decode(blk: *const u8) -> KW {
-        // SAFETY: 144-byte super-block: scales at 4..16, values at 16..144 (caller contract).
-        unsafe {
-            decode_k4(blk.add(BlockQ4K::SCALES_OFFSET), blk.add(BlockQ4K::QS_OFFSET), |_| None)
-        }
-    }
-}
-
-impl K256 for Q5K {
-    #[inline(always)]
-    unsafe fn decode(blk: *const u8) -> KW {
-        // SAFETY: 176-byte super-block: scales at 4..16, fifth bits at 16..48, nibbles at
-        // 48..176 (caller contract).
-        unsafe {
-            let qh = _mm256_loadu_si256(blk.add(BlockQ5K::QH_OFFSET).cast());
-            // Sub-block j takes bit j of `qh`.
-            decode_k4(blk.add(BlockQ5K::SCALES_OFFSET), blk.add(BlockQ5K::QS_OFFSET), |j| {
-                Some(bit_to(qh, j as i32, 4))
-            })
-        }
-    }
-}
-
-impl K256 for Q6K {
-    #[inline(always)]
-    unsafe fn decode(blk: *const u8) -> KW {
-        // SAFETY: the reads stay inside the super-block (210 bytes: low nibbles at 0..128,
-        // high pairs at 128..192, scales at 192..208; caller contract).
-        unsafe {
-            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(BlockQ6K::SCALES_OFFSET).cast()));
-            let m4 = _mm256_set1_epi8(0x0F);
-            let ql = [
-                _mm256_loadu_si256(blk.add(BlockQ6K::QS_OFFSET).cast()),
-                _mm256_loadu_si256(blk.add(BlockQ6K::QS_OFFSET + 32).cast()),
-                _mm256_loadu_si256(blk.add(BlockQ6K::QS_OFFSET + 64).cast()),
-                _mm256_loadu_si256(blk.add(BlockQ6K::QS_OFFSET + 96).cast()),
-            ];
-            let qh = [
-                _mm256_loadu_si256(blk.add(BlockQ6K::QH_OFFSET).cast()),
-                _mm256_loadu_si256(blk.add(BlockQ6K::QH_OFFSET + 32).cast()),
-            ];
-            // u = q + 32 (0..=63); Σ sc_j Σ (u - 32) x = Σ sc_j Σ u x - 32 Σ sc_j bsum_j
-            // (`|32 · sc_j| <= 4096` fits i16).
-            let c = _mm256_mullo_epi16(sc, _mm256_set1_epi16(-32));
-            // Elements 128 h + 32 g ..: nibble g / 2 of ql[64 h + 32 (g % 2) ..], bits 2 g of
-            // qh[32 h ..].
-            kw16(sc, c, |h, g| {
-                let l = ql[2 * h + g % 2];
-                let lo = if g < 2 { l } else { _mm256_srli_epi16::<4>(l) };
-                let hb = _mm256_and_si256(
-                    _mm256_srl_epi16(qh[h], _mm_cvtsi32_si128(2 * g as i32)),
-                    _mm256_set1_epi8(3),
-                );
-                _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_slli_epi16::<4>(hb))
-            })
-        }
-    }
-}
-
 /// The AVX2 and AVX-VNNI tiers' [`KTier`] ([`Avx2Ops`] / [`VexOps`] for `D`): [`K256::decode`],
 /// the dot by `maddubs` and `D`'s multiply-accumulate by the scales, the per-16 sums by one
 /// `madd`, up to eight outputs' sums reduced together ([`reduce8`]).
-pub(super) struct Avx2K<D>(PhantomData<D>);
+pub(crate) struct Avx2K<D>(PhantomData<D>);
 
 impl<K: K256, D: Dot256> KTier<K> for Avx2K<D> {
     const BYTES: usize = K::BYTES;
@@ -515,25 +385,9 @@ impl<K: K256, D: Dot256> KTier<K> for Avx2K<D> {
     }
 }
 
-k_entries! { Avx2, Avx2K<Avx2Ops>, "AVX2 table entry, activations in Q8_K.";
-    matmul_q2_k_q8k, Q2K;
-    matmul_q3_k_q8k, Q3K;
-    matmul_q4_k_q8k, Q4K;
-    matmul_q5_k_q8k, Q5K;
-    matmul_q6_k_q8k, Q6K;
-}
-
-k_entries! { AvxVnni, Avx2K<VexOps>, "AVX-VNNI table entry, activations in Q8_K.";
-    vnni_q2_k_q8k, Q2K;
-    vnni_q3_k_q8k, Q3K;
-    vnni_q4_k_q8k, Q4K;
-    vnni_q5_k_q8k, Q5K;
-    vnni_q6_k_q8k, Q6K;
-}
-
 /// A tier's way of getting one super-block's `(isum, msum)`: the activations of a super-block
 /// prepared once ([`KDot::prep`]) for every weight row that uses them.
-pub(super) trait KDot {
+pub(crate) trait KDot {
     /// The super-block type.
     type K: KBlock;
     /// Prepared activations of one super-block.
@@ -627,7 +481,7 @@ unsafe fn rows_dot<T: KDot, const R: usize>(
 /// As [`crate::kernels::MatmulQ8Fn`] with `xq` in the Q8_K format; the tier's features
 /// available.
 #[inline(always)]
-pub(super) unsafe fn matmul<T: KDot, const R: usize>(
+pub(crate) unsafe fn matmul<T: KDot, const R: usize>(
     w: *const u8,
     rb: usize,
     rows: usize,

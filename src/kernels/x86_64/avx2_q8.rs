@@ -27,16 +27,15 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::{
-    fifth_bits, gather_f16, gather_f16_pairs, hsum_ps, iq4_values32, mask, nibbles32, reduce8,
-    split_f16_pairs, term, Avx2Ops, Dot256, X86Prefetch,
+    gather_f16, gather_f16_pairs, hsum_ps, mask, reduce8, split_f16_pairs, term, Dot256,
+    X86Prefetch,
 };
-use crate::kernels::frame::q8::{q8_entries, Q8Tier, TileX};
-use crate::quant::iq4_nl::BlockIq4Nl;
-use crate::quant::{BlockLayout, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::kernels::frame::q8::{Q8Tier, TileX};
+use crate::quant::{BlockLayout, QK};
 
 /// A 32-element quantized weight block as seen by the int8 kernels (this file's and the VNNI
 /// tiers' of `avx512_q8.rs`).
-pub(super) trait QBlock {
+pub(crate) trait QBlock {
     /// The block's byte layout (field offsets by name).
     type L: BlockLayout;
     /// Bytes per block.
@@ -155,7 +154,7 @@ unsafe fn head_scales<Q: QBlock>(h: &[__m256i; 4]) -> (__m256, __m256) {
 ///
 /// 16 readable bytes at `qp` and at `qq`; AVX2 available.
 #[inline(always)]
-unsafe fn nibble_pairs(qp: *const u8, qq: *const u8) -> (__m256i, __m256i) {
+pub(crate) unsafe fn nibble_pairs(qp: *const u8, qq: *const u8) -> (__m256i, __m256i) {
     // SAFETY: 16 bytes at each (caller contract); the rest is register-only.
     unsafe {
         let v = _mm256_inserti128_si256::<1>(
@@ -176,7 +175,7 @@ unsafe fn nibble_pairs(qp: *const u8, qq: *const u8) -> (__m256i, __m256i) {
 ///
 /// `at + 4 <= 16`; AVX2 available.
 #[inline(always)]
-unsafe fn fifth_bit_pairs(v: __m256i, at: usize) -> (__m256i, __m256i) {
+pub(crate) unsafe fn fifth_bit_pairs(v: __m256i, at: usize) -> (__m256i, __m256i) {
     // SAFETY: register-only AVX2 intrinsics.
     unsafe {
         let at = _mm256_set1_epi8(at as i8);
@@ -222,13 +221,6 @@ unsafe fn bit_bytes(s: __m256i) -> __m256i {
     }
 }
 
-pub(super) struct Q8_0B;
-pub(super) struct Q4_0B;
-pub(super) struct Q4_1B;
-pub(super) struct Q5_0B;
-pub(super) struct Q5_1B;
-pub(super) struct Iq4NlB;
-
 /// The sign trick for signed weights `w`: `|w|` as u8 (`|-128|` = 128 fits) and `x` with `w`'s
 /// sign (activations are never -128, so negating them cannot overflow).
 ///
@@ -236,174 +228,9 @@ pub(super) struct Iq4NlB;
 ///
 /// AVX2 available.
 #[inline(always)]
-unsafe fn signed_operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
+pub(crate) unsafe fn signed_operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
     // SAFETY: register-only AVX2 intrinsics.
     unsafe { (_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)) }
-}
-
-impl QBlock for Q8_0B {
-    type L = BlockQ8_0;
-    const OFFSET: i32 = 0;
-
-    #[inline(always)]
-    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: 32 bytes at the block's quants (caller contract).
-        unsafe { signed_operands(_mm256_loadu_si256(blk.add(Self::QS).cast()), x) }
-    }
-}
-
-impl QBlock for Q4_0B {
-    type L = BlockQ4_0;
-    const OFFSET: i32 = 8;
-    const NIBBLES: bool = true;
-    const PAIRS: bool = true;
-    const PAIR_I16: bool = true;
-
-    #[inline(always)]
-    unsafe fn pair_operands(
-        bp: *const u8,
-        bq: *const u8,
-        _h: __m256i,
-        xl: __m256i,
-        xh: __m256i,
-    ) -> [(__m256i, __m256i); 2] {
-        // SAFETY: 16 bytes at each block's quants (caller contract).
-        unsafe {
-            let (lo, hi) = nibble_pairs(bp.add(Self::QS), bq.add(Self::QS));
-            [(lo, xl), (hi, xh)]
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: 16 bytes at the block's quants (caller contract).
-        unsafe { (nibbles32(blk.add(Self::QS)), x) }
-    }
-}
-
-impl QBlock for Q4_1B {
-    type L = BlockQ4_1;
-    const OFFSET: i32 = 0;
-    const NIBBLES: bool = true;
-    const PAIRS: bool = true;
-    const PAIR_I16: bool = true;
-
-    #[inline(always)]
-    unsafe fn pair_operands(
-        bp: *const u8,
-        bq: *const u8,
-        _h: __m256i,
-        xl: __m256i,
-        xh: __m256i,
-    ) -> [(__m256i, __m256i); 2] {
-        // SAFETY: 16 bytes at each block's quants (caller contract).
-        unsafe {
-            let (lo, hi) = nibble_pairs(bp.add(Self::QS), bq.add(Self::QS));
-            [(lo, xl), (hi, xh)]
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: 16 bytes at the block's quants (caller contract).
-        unsafe { (nibbles32(blk.add(Self::QS)), x) }
-    }
-}
-
-impl QBlock for Q5_0B {
-    type L = BlockQ5_0;
-    const OFFSET: i32 = 16;
-    const PAIRS: bool = true;
-    const PAIR_I16: bool = true;
-    const HEADS: bool = true;
-
-    #[inline(always)]
-    unsafe fn pair_operands(
-        bp: *const u8,
-        bq: *const u8,
-        h: __m256i,
-        xl: __m256i,
-        xh: __m256i,
-    ) -> [(__m256i, __m256i); 2] {
-        // SAFETY: each block's 16 bytes of quants (caller contract); the fifth bits are in
-        // the heads.
-        unsafe {
-            let (lo, hi) = nibble_pairs(bp.add(Self::QS), bq.add(Self::QS));
-            let (fl, fh) = fifth_bit_pairs(h, Self::QH);
-            [(_mm256_or_si256(lo, fl), xl), (_mm256_or_si256(hi, fh), xh)]
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: the block's 4 bytes of fifth bits and 16 of quants (caller contract).
-        unsafe { (_mm256_or_si256(nibbles32(blk.add(Self::QS)), fifth_bits(blk.add(Self::QH))), x) }
-    }
-}
-
-impl QBlock for Q5_1B {
-    type L = BlockQ5_1;
-    const OFFSET: i32 = 0;
-    const PAIRS: bool = true;
-    const PAIR_I16: bool = true;
-    const HEADS: bool = true;
-
-    #[inline(always)]
-    unsafe fn pair_operands(
-        bp: *const u8,
-        bq: *const u8,
-        h: __m256i,
-        xl: __m256i,
-        xh: __m256i,
-    ) -> [(__m256i, __m256i); 2] {
-        // SAFETY: each block's 16 bytes of quants (caller contract); the fifth bits are in
-        // the heads.
-        unsafe {
-            let (lo, hi) = nibble_pairs(bp.add(Self::QS), bq.add(Self::QS));
-            let (fl, fh) = fifth_bit_pairs(h, Self::QH);
-            [(_mm256_or_si256(lo, fl), xl), (_mm256_or_si256(hi, fh), xh)]
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: the block's 4 bytes of fifth bits and 16 of quants (caller contract).
-        unsafe { (_mm256_or_si256(nibbles32(blk.add(Self::QS)), fifth_bits(blk.add(Self::QH))), x) }
-    }
-}
-
-impl QBlock for Iq4NlB {
-    type L = BlockIq4Nl;
-    const OFFSET: i32 = 0;
-    const PAIRS: bool = true;
-
-    #[inline(always)]
-    unsafe fn pair_operands(
-        bp: *const u8,
-        bq: *const u8,
-        _h: __m256i,
-        xl: __m256i,
-        xh: __m256i,
-    ) -> [(__m256i, __m256i); 2] {
-        // SAFETY: 16 bytes at each block's quants (caller contract); the codebook is 16
-        // bytes. Its values are in -127..=113: the sign trick of Q8_0.
-        unsafe {
-            let (lo, hi) = nibble_pairs(bp.add(Self::QS), bq.add(Self::QS));
-            let kv = _mm_loadu_si128(crate::quant::iq4_nl::KVALUES.as_ptr().cast());
-            let kv = _mm256_set_m128i(kv, kv);
-            [
-                signed_operands(_mm256_shuffle_epi8(kv, lo), xl),
-                signed_operands(_mm256_shuffle_epi8(kv, hi), xh),
-            ]
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: 16 bytes at the block's quants (caller contract). Codebook values are in
-        // -127..=113: the sign trick of Q8_0.
-        unsafe { signed_operands(iq4_values32(blk.add(Self::QS)), x) }
-    }
 }
 
 /// The block's i32 lanes against the 32 activations at `x`.
@@ -792,7 +619,7 @@ unsafe fn group8_pairs<Q: QBlock>(
 /// The AVX2 and AVX-VNNI tiers' [`Q8Tier`] ([`Avx2Ops`] / [`super::VexOps`] for `D`): one
 /// output per 8-lane accumulator, each output's groups of eight blocks ([`group8`]) and last
 /// blocks ([`group_part`]) one after the other.
-pub(super) struct Avx2Tier<D>(PhantomData<D>);
+pub(crate) struct Avx2Tier<D>(PhantomData<D>);
 
 impl<Q: QBlock, D: Dot256> Q8Tier<Q> for Avx2Tier<D> {
     const BYTES: usize = Q::BYTES;
@@ -849,15 +676,6 @@ impl<Q: QBlock, D: Dot256> Q8Tier<Q> for Avx2Tier<D> {
         // SAFETY: register-only AVX intrinsics (caller contract).
         unsafe { hsum_ps(acc[o]) }
     }
-}
-
-q8_entries! { Avx2, Avx2Tier<Avx2Ops>, "AVX2 table entry.";
-    matmul_q8_0_q8, Q8_0B;
-    matmul_q4_0_q8, Q4_0B;
-    matmul_q4_1_q8, Q4_1B;
-    matmul_q5_0_q8, Q5_0B;
-    matmul_q5_1_q8, Q5_1B;
-    matmul_iq4_nl_q8, Iq4NlB;
 }
 
 /// Rounds to nearest, ties away from zero, exactly as `roundf` for finite lanes:

@@ -32,22 +32,15 @@
 
 use core::arch::x86_64::*;
 
-use crate::quant;
-use crate::quant::q2_k::BlockQ2K;
-use crate::quant::q3_k::BlockQ3K;
 use crate::quant::q4_k::BlockQ4K;
-use crate::quant::q5_k::BlockQ5K;
-use crate::quant::q6_k::BlockQ6K;
 use crate::quant::BlockLayout;
-use crate::quant::BlockQ5_0;
-use crate::quant::BlockQ5_1;
 
 /// Run sums (per 16 activations) held on the stack: rows with more (`k > 65536` for one
 /// activation row) use AVX2's body.
 const XH_CAP: usize = 4096;
 
 /// A quantized weight encoding, read by units of 32 elements in groups of 8.
-trait W512 {
+pub(crate) trait W512 {
     /// Bytes of one 32-element block, or of one super-block for the K-quants.
     const BYTES: usize;
     /// Whether each half of a unit has its own scale (Q6_K).
@@ -75,7 +68,7 @@ trait W512 {
 
 /// Lane `i` = `i` as f32 (a 4-bit index read through `vpermps`).
 #[inline(always)]
-unsafe fn iota() -> __m512 {
+pub(crate) unsafe fn iota() -> __m512 {
     // SAFETY: register-only.
     unsafe { _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.) }
 }
@@ -86,7 +79,7 @@ unsafe fn iota() -> __m512 {
 ///
 /// 16 readable bytes; AVX-512 F available.
 #[inline(always)]
-unsafe fn bytes16(p: *const u8) -> __m512i {
+pub(crate) unsafe fn bytes16(p: *const u8) -> __m512i {
     // SAFETY: 16 bytes readable (caller contract).
     unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast())) }
 }
@@ -116,14 +109,14 @@ unsafe fn bytes16_shuf(p: *const u8) -> __m512i {
 
 /// 16 i8 as f32 lanes.
 #[inline(always)]
-unsafe fn sbytes_f32(v: __m128i) -> __m512 {
+pub(crate) unsafe fn sbytes_f32(v: __m128i) -> __m512 {
     // SAFETY: register-only AVX-512 F.
     unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)) }
 }
 
 /// `tbl[v_i & 15]` per lane.
 #[inline(always)]
-unsafe fn lut(v: __m512i, tbl: __m512) -> __m512 {
+pub(crate) unsafe fn lut(v: __m512i, tbl: __m512) -> __m512 {
     // SAFETY: register-only AVX-512 F.
     unsafe { _mm512_permutexvar_ps(v, tbl) }
 }
@@ -199,7 +192,7 @@ unsafe fn heads<const M: usize>(
 
 /// The fifth bits of a Q5 block (the u32 at `qh`) as lane masks of the two halves.
 #[inline(always)]
-unsafe fn qh_masks(qh: *const u8) -> (__mmask16, __mmask16) {
+pub(crate) unsafe fn qh_masks(qh: *const u8) -> (__mmask16, __mmask16) {
     // SAFETY: 4 readable bytes (caller contract).
     let h = unsafe { qh.cast::<u32>().read_unaligned() };
     (h as u16, (h >> 16) as u16)
@@ -207,20 +200,10 @@ unsafe fn qh_masks(qh: *const u8) -> (__mmask16, __mmask16) {
 
 /// `v + 16` in the lanes of `m`.
 #[inline(always)]
-unsafe fn add16(v: __m512, m: __mmask16) -> __m512 {
+pub(crate) unsafe fn add16(v: __m512, m: __mmask16) -> __m512 {
     // SAFETY: register-only AVX-512 F.
     unsafe { _mm512_mask_add_ps(v, m, v, _mm512_set1_ps(16.0)) }
 }
-
-struct Q8_0W;
-struct Q4_0W;
-struct Q4_1W;
-struct Q5_0W;
-struct Q5_1W;
-struct Iq4NlW;
-struct Q4KW;
-struct Q5KW;
-struct Q6KW;
 
 /// Scales of a 32-element type with its f16 `d` first (no offset).
 ///
@@ -228,7 +211,7 @@ struct Q6KW;
 ///
 /// As [`W512::scales`].
 #[inline(always)]
-unsafe fn d_only(row: *const u8, g: usize, n: usize, bytes: usize) -> (__m512, __m512) {
+pub(crate) unsafe fn d_only(row: *const u8, g: usize, n: usize, bytes: usize) -> (__m512, __m512) {
     // SAFETY: forwarded caller contract.
     unsafe { (heads(row, g, n, bytes, [0])[0], _mm512_setzero_ps()) }
 }
@@ -239,141 +222,11 @@ unsafe fn d_only(row: *const u8, g: usize, n: usize, bytes: usize) -> (__m512, _
 ///
 /// As [`W512::scales`].
 #[inline(always)]
-unsafe fn d_and_m(row: *const u8, g: usize, n: usize, bytes: usize) -> (__m512, __m512) {
+pub(crate) unsafe fn d_and_m(row: *const u8, g: usize, n: usize, bytes: usize) -> (__m512, __m512) {
     // SAFETY: forwarded caller contract.
     unsafe {
         let [d, m] = heads(row, g, n, bytes, [0, 1]);
         (d, m)
-    }
-}
-
-impl W512 for Q8_0W {
-    const BYTES: usize = quant::q8_0::BYTES;
-    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q8_0;
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512) {
-        // SAFETY: forwarded caller contract.
-        unsafe { d_only(row, g, n, Self::BYTES) }
-    }
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
-        // SAFETY: block `b` is in bounds (caller contract).
-        unsafe {
-            let qs = row.add(b * Self::BYTES + 2);
-            [sbytes_f32(_mm_loadu_si128(qs.cast())), sbytes_f32(_mm_loadu_si128(qs.add(16).cast()))]
-        }
-    }
-}
-
-impl W512 for Q4_0W {
-    const BYTES: usize = quant::q4_0::BYTES;
-    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q4_0;
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512) {
-        // SAFETY: forwarded caller contract.
-        unsafe { d_only(row, g, n, Self::BYTES) }
-    }
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
-        // SAFETY: block `b` is in bounds (caller contract); lane i: nibble - 8.
-        unsafe {
-            let v = bytes16(row.add(b * Self::BYTES + 2));
-            let tbl = _mm512_sub_ps(iota(), _mm512_set1_ps(8.0));
-            [lut(v, tbl), lut(_mm512_srli_epi32::<4>(v), tbl)]
-        }
-    }
-}
-
-impl W512 for Q4_1W {
-    const BYTES: usize = quant::q4_1::BYTES;
-    const MIN: bool = true;
-    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q4_1;
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512) {
-        // SAFETY: forwarded caller contract.
-        unsafe { d_and_m(row, g, n, Self::BYTES) }
-    }
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
-        // SAFETY: block `b` is in bounds (caller contract).
-        unsafe {
-            let v = bytes16(row.add(b * Self::BYTES + 4));
-            [lut(v, iota()), _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(v))]
-        }
-    }
-}
-
-impl W512 for Q5_0W {
-    const BYTES: usize = quant::q5_0::BYTES;
-    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q5_0;
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512) {
-        // SAFETY: forwarded caller contract.
-        unsafe { d_only(row, g, n, Self::BYTES) }
-    }
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
-        // SAFETY: block `b` is in bounds (caller contract); lane i: nibble + 16 · bit - 16.
-        unsafe {
-            let blk = row.add(b * Self::BYTES);
-            let v = bytes16(blk.add(BlockQ5_0::QS_OFFSET));
-            let (m0, m1) = qh_masks(blk.add(BlockQ5_0::QH_OFFSET));
-            let tbl = _mm512_sub_ps(iota(), _mm512_set1_ps(16.0));
-            [add16(lut(v, tbl), m0), add16(lut(_mm512_srli_epi32::<4>(v), tbl), m1)]
-        }
-    }
-}
-
-impl W512 for Q5_1W {
-    const BYTES: usize = quant::q5_1::BYTES;
-    const MIN: bool = true;
-    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q5_1;
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512) {
-        // SAFETY: forwarded caller contract.
-        unsafe { d_and_m(row, g, n, Self::BYTES) }
-    }
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
-        // SAFETY: block `b` is in bounds (caller contract); lane i: nibble + 16 · bit.
-        unsafe {
-            let blk = row.add(b * Self::BYTES);
-            let v = bytes16(blk.add(BlockQ5_1::QS_OFFSET));
-            let (m0, m1) = qh_masks(blk.add(BlockQ5_1::QH_OFFSET));
-            [add16(lut(v, iota()), m0), add16(lut(_mm512_srli_epi32::<4>(v), iota()), m1)]
-        }
-    }
-}
-
-impl W512 for Iq4NlW {
-    const BYTES: usize = quant::iq4_nl::BYTES;
-    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_iq4_nl;
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512) {
-        // SAFETY: forwarded caller contract.
-        unsafe { d_only(row, g, n, Self::BYTES) }
-    }
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
-        // SAFETY: block `b` is in bounds (caller contract); the codebook is 16 bytes.
-        unsafe {
-            let v = bytes16(row.add(b * Self::BYTES + 2));
-            let kv = _mm_loadu_si128(quant::iq4_nl::KVALUES.as_ptr().cast());
-            let tbl = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(kv));
-            [lut(v, tbl), lut(_mm512_srli_epi32::<4>(v), tbl)]
-        }
     }
 }
 
@@ -384,7 +237,7 @@ impl W512 for Iq4NlW {
 /// `blk` is a whole super-block with `d`, `dmin` at 0 and the packed scales at 4..16;
 /// AVX-512 F/VL, F16C available.
 #[inline(always)]
-unsafe fn k4_scales(blk: *const u8) -> (__m512, __m512) {
+pub(crate) unsafe fn k4_scales(blk: *const u8) -> (__m512, __m512) {
     // SAFETY: 16 bytes at `blk` (caller contract); the rest is register-only.
     unsafe {
         let sm = super::avx2_k::k4_scales_mins(blk.add(BlockQ4K::SCALES_OFFSET));
@@ -409,7 +262,7 @@ unsafe fn k4_scales(blk: *const u8) -> (__m512, __m512) {
 ///
 /// 32 readable bytes there; AVX-512 F available.
 #[inline(always)]
-unsafe fn k4_nibbles(qs: *const u8, u: usize) -> [__m512; 2] {
+pub(crate) unsafe fn k4_nibbles(qs: *const u8, u: usize) -> [__m512; 2] {
     // SAFETY: in bounds (caller contract).
     unsafe {
         let p = qs.add(32 * (u / 2));
@@ -425,97 +278,6 @@ unsafe fn k4_nibbles(qs: *const u8, u: usize) -> [__m512; 2] {
     }
 }
 
-impl W512 for Q4KW {
-    const BYTES: usize = quant::q4_k::BYTES;
-    const MIN: bool = true;
-    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q4_k;
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, _n: usize) -> (__m512, __m512) {
-        // SAFETY: super-block `g` is in bounds (caller contract).
-        unsafe { k4_scales(row.add(g * Self::BYTES)) }
-    }
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract).
-        unsafe { k4_nibbles(row.add(b / 8 * Self::BYTES + 16), b % 8) }
-    }
-}
-
-impl W512 for Q5KW {
-    const BYTES: usize = quant::q5_k::BYTES;
-    const MIN: bool = true;
-    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q5_k;
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, _n: usize) -> (__m512, __m512) {
-        // SAFETY: super-block `g` is in bounds (caller contract).
-        unsafe { k4_scales(row.add(g * Self::BYTES)) }
-    }
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract); unit `u` takes bit `u`
-        // of the 32 bytes at 16 as its fifth bit.
-        unsafe {
-            let (sb, u) = (b / 8, b % 8);
-            let blk = row.add(sb * Self::BYTES);
-            let q = k4_nibbles(blk.add(BlockQ5K::QS_OFFSET), u);
-            let qh = _mm256_loadu_si256(blk.add(BlockQ5K::QH_OFFSET).cast());
-            let m = _mm256_test_epi8_mask(qh, _mm256_set1_epi8((1u8 << u) as i8));
-            [add16(q[0], m as u16), add16(q[1], (m >> 16) as u16)]
-        }
-    }
-}
-
-impl W512 for Q6KW {
-    const BYTES: usize = quant::q6_k::BYTES;
-    const HALF_SCALES: bool = true;
-    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q6_k;
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, _n: usize) -> (__m512, __m512) {
-        // SAFETY: super-block `g` is in bounds (caller contract): 16 i8 scales at 192, `d` at
-        // 208.
-        unsafe {
-            let blk = row.add(g * Self::BYTES);
-            let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-                blk.add(BlockQ6K::SCALES_OFFSET).cast(),
-            )));
-            let d = _mm512_set1_ps(super::f16_at(blk.add(BlockQ6K::D_OFFSET)));
-            (_mm512_mul_ps(d, sc), _mm512_setzero_ps())
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract). Unit u = 4 h + g:
-        // nibble g / 2 of ql[64 h + 32 (g % 2) ..], bits 2 g of qh[32 h ..], minus 32.
-        unsafe {
-            let (sb, u) = (b / 8, b % 8);
-            let blk = row.add(sb * Self::BYTES);
-            let (h, g) = (u / 4, u % 4);
-            let l = _mm256_loadu_si256(blk.add(BlockQ6K::QS_OFFSET + 64 * h + 32 * (g % 2)).cast());
-            let l = if g < 2 { l } else { _mm256_srli_epi16::<4>(l) };
-            let qh = _mm256_loadu_si256(blk.add(BlockQ6K::QH_OFFSET + 32 * h).cast());
-            let hb = _mm256_and_si256(
-                _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32)),
-                _mm256_set1_epi8(3),
-            );
-            let q = _mm256_or_si256(
-                _mm256_and_si256(l, _mm256_set1_epi8(0x0F)),
-                _mm256_slli_epi16::<4>(hb),
-            );
-            let q = _mm256_sub_epi8(q, _mm256_set1_epi8(32));
-            [sbytes_f32(_mm256_castsi256_si128(q)), sbytes_f32(_mm256_extracti128_si256::<1>(q))]
-        }
-    }
-}
-
-struct Q2KW;
-struct Q3KW;
-
 /// The 2-bit values of unit `u` of a Q2_K / Q3_K super-block's 64 bytes at `qs` (bits
 /// `2 (u % 4)` of bytes `32 (u / 4) ..`) looked up in `tbl` (indexed by those two bits and
 /// the two above them, which the table ignores).
@@ -524,7 +286,7 @@ struct Q3KW;
 ///
 /// 64 readable bytes at `qs`; AVX-512 F available.
 #[inline(always)]
-unsafe fn q2_values(qs: *const u8, u: usize, tbl: __m512) -> [__m512; 2] {
+pub(crate) unsafe fn q2_values(qs: *const u8, u: usize, tbl: __m512) -> [__m512; 2] {
     // SAFETY: 32 bytes at `qs + 32 (u / 4)` (caller contract).
     unsafe {
         let p = qs.add(32 * (u / 4));
@@ -536,79 +298,11 @@ unsafe fn q2_values(qs: *const u8, u: usize, tbl: __m512) -> [__m512; 2] {
 
 /// `[i & 3 - bias for i in 0..16]` as f32.
 #[inline(always)]
-unsafe fn two_bits(bias: f32) -> __m512 {
+pub(crate) unsafe fn two_bits(bias: f32) -> __m512 {
     // SAFETY: register-only AVX-512 F.
     unsafe {
         let i = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
         _mm512_sub_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(bias))
-    }
-}
-
-impl W512 for Q2KW {
-    const BYTES: usize = quant::q2_k::BYTES;
-    const HALF_SCALES: bool = true;
-    const MIN: bool = true;
-    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q2_k;
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, _n: usize) -> (__m512, __m512) {
-        // SAFETY: super-block `g` is in bounds (caller contract): 16 scale bytes at 0 (low
-        // nibble scale, high nibble min of sub-block j), `d`, `dmin` at 80, 82.
-        unsafe {
-            let blk = row.add(g * Self::BYTES);
-            let sm = bytes16(blk);
-            let sc = _mm512_cvtepi32_ps(_mm512_and_si512(sm, _mm512_set1_epi32(15)));
-            let mn = _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(sm));
-            let d = _mm512_set1_ps(super::f16_at(blk.add(BlockQ2K::D_OFFSET)));
-            let dmin = _mm512_set1_ps(super::f16_at(blk.add(BlockQ2K::M_OFFSET)));
-            (_mm512_mul_ps(d, sc), _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dmin, mn)))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract).
-        unsafe { q2_values(row.add(b / 8 * Self::BYTES + 16), b % 8, two_bits(0.0)) }
-    }
-}
-
-impl W512 for Q3KW {
-    const BYTES: usize = quant::q3_k::BYTES;
-    const HALF_SCALES: bool = true;
-    const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q3_k;
-
-    #[inline(always)]
-    unsafe fn scales(row: *const u8, g: usize, _n: usize) -> (__m512, __m512) {
-        // SAFETY: super-block `g` is in bounds (caller contract): packed scales at 96..108,
-        // `d` at 108.
-        unsafe {
-            let blk = row.add(g * Self::BYTES);
-            let sc = quant::q3_k::scales_q3(core::slice::from_raw_parts(
-                blk.add(BlockQ3K::SCALES_OFFSET),
-                12,
-            ));
-            let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc.as_ptr().cast())));
-            let d = _mm512_set1_ps(super::f16_at(blk.add(BlockQ3K::D_OFFSET)));
-            (_mm512_mul_ps(d, sc), _mm512_setzero_ps())
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
-        // SAFETY: super-block `b / 8` is in bounds (caller contract). Value
-        // `low + 4 high - 4`, `high` bit `u` of the 32 bytes at 0.
-        unsafe {
-            let (sb, u) = (b / 8, b % 8);
-            let blk = row.add(sb * Self::BYTES);
-            let q = q2_values(blk.add(BlockQ3K::QS_OFFSET), u, two_bits(4.0));
-            let hm = _mm256_loadu_si256(blk.add(BlockQ3K::QH_OFFSET).cast());
-            let m = _mm256_test_epi8_mask(hm, _mm256_set1_epi8((1u8 << u) as i8));
-            let four = _mm512_set1_ps(4.0);
-            [
-                _mm512_mask_add_ps(q[0], m as u16, q[0], four),
-                _mm512_mask_add_ps(q[1], (m >> 16) as u16, q[1], four),
-            ]
-        }
     }
 }
 
@@ -688,7 +382,7 @@ unsafe fn half_sums(x: *const f32, k: usize, out: *mut f32) {
 /// As [`tile`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-unsafe fn unit<W: W512, const R: usize, const N: usize>(
+pub(crate) unsafe fn unit<W: W512, const R: usize, const N: usize>(
     acc: &mut [[__m512; N]; R],
     s: &[[f32; 16]; R],
     w: *const u8,
@@ -842,7 +536,7 @@ unsafe fn rows_of<W: W512, const R: usize, const N: usize>(
 /// As [`super::super::MatmulF32Fn`]; the AVX-512 tier's features are available.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn matmul<W: W512>(
+pub(crate) unsafe fn matmul<W: W512>(
     w: *const u8,
     rb: usize,
     rows: usize,
@@ -898,11 +592,11 @@ unsafe fn matmul<W: W512>(
 macro_rules! entry {
     ($name:ident, $w:ty) => {
         tier_fn! { Avx512;
-            /// AVX-512 table entry (see [`super::super::MatmulF32Fn`]).
+            /// AVX-512 table entry (see [`crate::kernels::MatmulF32Fn`]).
             ///
             /// # Safety
             ///
-            /// As [`super::super::MatmulF32Fn`]; the CPU has the AVX-512 tier's features
+            /// As [`crate::kernels::MatmulF32Fn`]; the CPU has the AVX-512 tier's features
             /// (AVX-512 F/BW/VL on top of AVX2, FMA and F16C).
             #[allow(clippy::too_many_arguments)]
             pub(super) unsafe fn $name(
@@ -921,18 +615,7 @@ macro_rules! entry {
         }
     };
 }
-
-entry!(avx512_q8_0_f32, Q8_0W);
-entry!(avx512_q4_0_f32, Q4_0W);
-entry!(avx512_q4_1_f32, Q4_1W);
-entry!(avx512_q5_0_f32, Q5_0W);
-entry!(avx512_q5_1_f32, Q5_1W);
-entry!(avx512_iq4_nl_f32, Iq4NlW);
-entry!(avx512_q4_k_f32, Q4KW);
-entry!(avx512_q5_k_f32, Q5KW);
-entry!(avx512_q6_k_f32, Q6KW);
-entry!(avx512_q2_k_f32, Q2KW);
-entry!(avx512_q3_k_f32, Q3KW);
+pub(crate) use entry;
 
 // ---- f32 weights: AVX2's arithmetic on 512-bit registers ----
 //

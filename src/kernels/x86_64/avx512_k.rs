@@ -24,20 +24,12 @@
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
-use super::avx2_k::{
-    self, k4_scales_mins, q3_scales16, scales, KBlock, KDot, Q2K, Q3K, Q4K, Q5K, Q6K,
-};
+use super::avx2_k::{self, k4_scales_mins, scales, KBlock, KDot};
 use super::avx512_q8::quad;
 use super::{
-    dpwssd512, opaque512, prefetch_ahead, prefetch_next_tile, GfniNibbles, Nibbles, ShiftNibbles,
-    GEMV_STREAM_MIN_ROWS, PREFETCH_AHEAD, PREFETCH_MIN_BYTES,
+    dpwssd512, opaque512, prefetch_ahead, prefetch_next_tile, Nibbles, GEMV_STREAM_MIN_ROWS,
+    PREFETCH_AHEAD, PREFETCH_MIN_BYTES,
 };
-use crate::quant::q2_k::BlockQ2K;
-use crate::quant::q3_k::BlockQ3K;
-use crate::quant::q4_k::BlockQ4K;
-use crate::quant::q5_k::BlockQ5K;
-use crate::quant::q6_k::BlockQ6K;
-use crate::quant::BlockLayout;
 use crate::quant::{Q8Acts, QK_K};
 
 /// Word `i` of a `vpermw` index that spreads the scales `s[i / 8]` over 8 i16 lanes each.
@@ -55,7 +47,7 @@ const fn spread(s: [i16; 4]) -> [i16; 32] {
 static IDX_32: [[i16; 32]; 4] = IDX_32_0;
 
 /// 16-element sub-blocks (Q2_K, Q3_K, Q6_K): vector `k` holds sub-blocks `4 k .. 4 k + 4`.
-static IDX_16: [[i16; 32]; 4] = IDX_16_0;
+pub(crate) static IDX_16: [[i16; 32]; 4] = IDX_16_0;
 
 /// i16 lane `2 i` takes word `8 + i / 2` (the min of the 32-element sub-block holding the
 /// per-16 sum `i`), lane `2 i + 1` is zeroed by the caller's mask.
@@ -130,7 +122,7 @@ const IDX_MINS_0: [i16; 32] = {
 ///
 /// 16 readable bytes at each; AVX-512 F available.
 #[inline(always)]
-unsafe fn load4(p: [*const u8; 4]) -> __m512i {
+pub(crate) unsafe fn load4(p: [*const u8; 4]) -> __m512i {
     // SAFETY: 16 bytes at each (caller contract).
     unsafe {
         let z = _mm512_castsi128_si512(_mm_loadu_si128(p[0].cast()));
@@ -147,7 +139,7 @@ unsafe fn load4(p: [*const u8; 4]) -> __m512i {
 ///
 /// AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn widen_pairs<const SIGNED: bool>(v: __m512i) -> [__m512i; 2] {
+pub(crate) unsafe fn widen_pairs<const SIGNED: bool>(v: __m512i) -> [__m512i; 2] {
     // SAFETY: register-only intrinsics.
     unsafe {
         let (lo, hi) = (_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
@@ -164,26 +156,26 @@ unsafe fn widen_pairs<const SIGNED: bool>(v: __m512i) -> [__m512i; 2] {
 /// mins, Q3_K's / Q6_K's corrections `-off · sc`; Q4_K / Q5_K read their mins at words 8..16
 /// of `sc`).
 #[derive(Clone, Copy)]
-struct Scales4 {
-    sc: [__m512i; 2],
-    aux: [__m512i; 2],
+pub(crate) struct Scales4 {
+    pub(crate) sc: [__m512i; 2],
+    pub(crate) aux: [__m512i; 2],
 }
 
 /// One super-block's weights decoded for the int8 dot.
 #[derive(Clone, Copy)]
-struct KW {
+pub(crate) struct KW {
     /// Vector `k`: the unsigned values of elements `64 k .. 64 k + 64`.
-    u: [__m512i; 4],
+    pub(crate) u: [__m512i; 4],
     /// Vector `k`: each i16 lane's sub-block scale.
-    sc: [__m512i; 4],
+    pub(crate) sc: [__m512i; 4],
     /// The weight of each per-16 activation sum, in the low 16 bits of i32 lane `j` (the high
     /// 16 bits 0): the mins (Q2_K, Q4_K, Q5_K: the `msum`), or the offset correction
     /// `-offset · sc_j` folded into the `isum` (Q3_K `- 4 ·`, Q6_K `- 32 ·`).
-    c: __m512i,
+    pub(crate) c: __m512i,
 }
 
 /// A K-quant super-block on 512-bit registers.
-trait K512: KBlock {
+pub(crate) trait K512: KBlock {
     /// The super-block at `blk` in element order.
     ///
     /// # Safety
@@ -291,7 +283,7 @@ impl<K: K512, Nb: Nibbles> KDot for On512<K, Nb> {
 ///
 /// 32 readable bytes at `p`; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn both_halves(p: *const u8, lo_shift: u16, hi_shift: u16) -> __m512i {
+pub(crate) unsafe fn both_halves(p: *const u8, lo_shift: u16, hi_shift: u16) -> __m512i {
     // SAFETY: 32 bytes at `p` (caller contract).
     unsafe {
         let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.cast()));
@@ -325,7 +317,7 @@ unsafe fn bits2(a: usize, b: usize) -> __m512i {
 ///
 /// AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn spread4(sc: __m512i, idx: &[[i16; 32]; 4]) -> [__m512i; 4] {
+pub(crate) unsafe fn spread4(sc: __m512i, idx: &[[i16; 32]; 4]) -> [__m512i; 4] {
     // SAFETY: register-only intrinsics and 64-byte reads of `idx`.
     unsafe {
         let mut out = [_mm512_setzero_si512(); 4];
@@ -343,7 +335,7 @@ unsafe fn spread4(sc: __m512i, idx: &[[i16; 32]; 4]) -> [__m512i; 4] {
 ///
 /// AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn correction(sc: __m512i, off: i16) -> __m512i {
+pub(crate) unsafe fn correction(sc: __m512i, off: i16) -> __m512i {
     // SAFETY: register-only intrinsics. `|off · sc_j| <= 32 · 128` fits i16.
     unsafe {
         let c = _mm512_mullo_epi16(sc, _mm512_set1_epi16(-off));
@@ -360,7 +352,11 @@ unsafe fn correction(sc: __m512i, off: i16) -> __m512i {
 /// 16 readable bytes at `sp - 4`, 128 at `qs`, 32 at `qh` when given; AVX-512 F/BW/VL
 /// available.
 #[inline(always)]
-unsafe fn decode_k4<Nb: Nibbles>(sp: *const u8, qs: *const u8, qh: Option<*const u8>) -> KW {
+pub(crate) unsafe fn decode_k4<Nb: Nibbles>(
+    sp: *const u8,
+    qs: *const u8,
+    qh: Option<*const u8>,
+) -> KW {
     // SAFETY: the reads stay inside the ranges of the caller contract.
     unsafe {
         let sm = k4_scales_mins(sp);
@@ -377,7 +373,7 @@ unsafe fn decode_k4<Nb: Nibbles>(sp: *const u8, qs: *const u8, qh: Option<*const
 ///
 /// 128 readable bytes at `qs`, 32 at `qh` when given; AVX-512 F/BW/VL available.
 #[inline(always)]
-unsafe fn values_k4<Nb: Nibbles>(qs: *const u8, qh: Option<*const u8>) -> [__m512i; 4] {
+pub(crate) unsafe fn values_k4<Nb: Nibbles>(qs: *const u8, qh: Option<*const u8>) -> [__m512i; 4] {
     // SAFETY: the reads stay inside the ranges of the caller contract.
     unsafe {
         let mut u = [_mm512_setzero_si512(); 4];
@@ -403,7 +399,7 @@ unsafe fn values_k4<Nb: Nibbles>(qs: *const u8, qh: Option<*const u8>) -> [__m51
 ///
 /// Whole Q4_K/Q5_K super-blocks; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn k4_scales4(blk: [*const u8; 4]) -> Scales4 {
+pub(crate) unsafe fn k4_scales4(blk: [*const u8; 4]) -> Scales4 {
     // SAFETY: bytes 0..16 of each super-block (caller contract); register-only after.
     unsafe {
         // Packed byte i of each super-block is byte i + 4 of its lane (as in k4_scales_mins).
@@ -437,7 +433,7 @@ unsafe fn k4_scales4(blk: [*const u8; 4]) -> Scales4 {
 ///
 /// 64 readable bytes at `qs`, 32 at `hm` when given; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn values_q2(qs: *const u8, hm: Option<*const u8>) -> [__m512i; 4] {
+pub(crate) unsafe fn values_q2(qs: *const u8, hm: Option<*const u8>) -> [__m512i; 4] {
     // SAFETY: 64 bytes at `qs`, 32 at `hm` (caller contract).
     unsafe {
         let mut out = [_mm512_setzero_si512(); 4];
@@ -452,191 +448,6 @@ unsafe fn values_q2(qs: *const u8, hm: Option<*const u8>) -> [__m512i; 4] {
             }
         }
         out
-    }
-}
-
-impl K512 for Q2K {
-    #[inline(always)]
-    unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW {
-        // SAFETY: 84-byte super-block: scales at 0..16, values at 16..80 (caller contract).
-        unsafe {
-            let sb = _mm_loadu_si128(blk.add(BlockQ2K::SCALES_OFFSET).cast());
-            let m4 = _mm_set1_epi8(0x0F);
-            let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, m4)));
-            let mins = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16::<4>(sb), m4));
-            KW {
-                u: values_q2(blk.add(BlockQ2K::QS_OFFSET), None),
-                sc: spread4(sc, &IDX_16),
-                c: mins,
-            }
-        }
-    }
-
-    const SUB32: bool = false;
-
-    #[inline(always)]
-    unsafe fn scales4(blk: [*const u8; 4]) -> Scales4 {
-        // SAFETY: scales at 0..16 of each super-block (caller contract).
-        unsafe {
-            let v = load4(blk);
-            let m4 = _mm512_set1_epi8(0x0F);
-            Scales4 {
-                sc: widen_pairs::<false>(_mm512_and_si512(v, m4)),
-                aux: widen_pairs::<false>(_mm512_and_si512(_mm512_srli_epi16::<4>(v), m4)),
-            }
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
-        // SAFETY: values at 16..80 (caller contract).
-        unsafe { values_q2(blk.add(BlockQ2K::QS_OFFSET), None) }
-    }
-}
-
-impl K512 for Q3K {
-    #[inline(always)]
-    unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW {
-        // SAFETY: 110-byte super-block: high bits at 0..32, low pairs at 32..96, scales at
-        // 96..108 (caller contract).
-        unsafe {
-            let sc = _mm512_zextsi256_si512(q3_scales16(blk.add(BlockQ3K::SCALES_OFFSET)));
-            // u = q + 4.
-            let u = values_q2(blk.add(BlockQ3K::QS_OFFSET), Some(blk.add(BlockQ3K::QH_OFFSET)));
-            KW { u, sc: spread4(sc, &IDX_16), c: correction(sc, 4) }
-        }
-    }
-
-    const SUB32: bool = false;
-
-    #[inline(always)]
-    unsafe fn scales4(blk: [*const u8; 4]) -> Scales4 {
-        // SAFETY: bytes 92..108 of each super-block (caller contract); as q3_scales16 per lane.
-        unsafe {
-            let bc = |x: __m128i| _mm512_broadcast_i32x4(x);
-            let t =
-                _mm512_bsrli_epi128::<4>(load4(blk.map(|p| p.add(BlockQ3K::SCALES_OFFSET - 4))));
-            let lo = _mm512_unpacklo_epi64(t, _mm512_srli_epi16::<4>(t));
-            let lo = _mm512_and_si512(lo, _mm512_set1_epi8(0x0F));
-            let c = _mm512_shuffle_epi8(
-                t,
-                bc(_mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11)),
-            );
-            let hi = _mm512_slli_epi32::<4>(_mm512_srlv_epi32(c, bc(_mm_setr_epi32(0, 2, 4, 6))));
-            let hi = _mm512_and_si512(hi, _mm512_set1_epi8(0x30));
-            let s8 = _mm512_sub_epi8(_mm512_or_si512(lo, hi), _mm512_set1_epi8(32));
-            let sc = widen_pairs::<true>(s8);
-            let m = _mm512_set1_epi16(-4);
-            Scales4 { sc, aux: [_mm512_mullo_epi16(sc[0], m), _mm512_mullo_epi16(sc[1], m)] }
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
-        // SAFETY: high bits at 0..32, low pairs at 32..96 (caller contract).
-        unsafe { values_q2(blk.add(BlockQ3K::QS_OFFSET), Some(blk.add(BlockQ3K::QH_OFFSET))) }
-    }
-}
-
-impl K512 for Q4K {
-    #[inline(always)]
-    unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW {
-        // SAFETY: 144-byte super-block: scales at 4..16, values at 16..144 (caller contract).
-        unsafe {
-            decode_k4::<Nb>(blk.add(BlockQ4K::SCALES_OFFSET), blk.add(BlockQ4K::QS_OFFSET), None)
-        }
-    }
-
-    const SUB32: bool = true;
-
-    #[inline(always)]
-    unsafe fn scales4(blk: [*const u8; 4]) -> Scales4 {
-        // SAFETY: forwarded caller contract.
-        unsafe { k4_scales4(blk) }
-    }
-
-    #[inline(always)]
-    unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
-        // SAFETY: values at 16..144 (caller contract).
-        unsafe { values_k4::<Nb>(blk.add(BlockQ4K::QS_OFFSET), None) }
-    }
-}
-
-impl K512 for Q5K {
-    #[inline(always)]
-    unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW {
-        // SAFETY: 176-byte super-block: scales at 4..16, fifth bits at 16..48, nibbles at
-        // 48..176 (caller contract).
-        unsafe {
-            decode_k4::<Nb>(
-                blk.add(BlockQ5K::SCALES_OFFSET),
-                blk.add(BlockQ5K::QS_OFFSET),
-                Some(blk.add(BlockQ5K::QH_OFFSET)),
-            )
-        }
-    }
-
-    const SUB32: bool = true;
-
-    #[inline(always)]
-    unsafe fn scales4(blk: [*const u8; 4]) -> Scales4 {
-        // SAFETY: forwarded caller contract.
-        unsafe { k4_scales4(blk) }
-    }
-
-    #[inline(always)]
-    unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
-        // SAFETY: fifth bits at 16..48, nibbles at 48..176 (caller contract).
-        unsafe { values_k4::<Nb>(blk.add(BlockQ5K::QS_OFFSET), Some(blk.add(BlockQ5K::QH_OFFSET))) }
-    }
-}
-
-impl K512 for Q6K {
-    #[inline(always)]
-    unsafe fn decode<Nb: Nibbles>(blk: *const u8) -> KW {
-        // SAFETY: 210-byte super-block: low nibbles at 0..128, high pairs at 128..192, scales
-        // at 192..208 (caller contract).
-        unsafe {
-            let s8 = _mm_loadu_si128(blk.add(BlockQ6K::SCALES_OFFSET).cast());
-            let sc = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(s8));
-            KW { u: Self::values::<Nb>(blk), sc: spread4(sc, &IDX_16), c: correction(sc, 32) }
-        }
-    }
-
-    const SUB32: bool = false;
-
-    #[inline(always)]
-    unsafe fn scales4(blk: [*const u8; 4]) -> Scales4 {
-        // SAFETY: scales at 192..208 of each super-block (caller contract).
-        unsafe {
-            let sc = widen_pairs::<true>(load4(blk.map(|p| p.add(BlockQ6K::SCALES_OFFSET))));
-            let m = _mm512_set1_epi16(-32);
-            Scales4 { sc, aux: [_mm512_mullo_epi16(sc[0], m), _mm512_mullo_epi16(sc[1], m)] }
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn values<Nb: Nibbles>(blk: *const u8) -> [__m512i; 4] {
-        // SAFETY: low nibbles at 0..128, high pairs at 128..192 (caller contract).
-        unsafe {
-            let (m4, m2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
-            // Vector 2 h + i: elements 128 h + 64 i ..: nibble i of ql[64 h ..], bits 2 g of
-            // qh[32 h ..] with g = 2 i (low half), 2 i + 1 (high half); u = q + 32.
-            let mut u = [_mm512_setzero_si512(); 4];
-            for (k, u) in u.iter_mut().enumerate() {
-                let (h, i) = (k / 2, k % 2);
-                let l = _mm512_loadu_si512(blk.add(BlockQ6K::QS_OFFSET + 64 * h).cast());
-                let lo = if i == 0 { l } else { _mm512_srli_epi16::<4>(l) };
-                let hb = both_halves(
-                    blk.add(BlockQ6K::QH_OFFSET + 32 * h),
-                    4 * i as u16,
-                    4 * i as u16 + 2,
-                );
-                let hb = _mm512_and_si512(hb, m2);
-                *u = _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_slli_epi16::<4>(hb));
-            }
-            u
-        }
     }
 }
 
@@ -884,7 +695,7 @@ enum RowPrefetch {
 /// As [`crate::kernels::MatmulQ8Fn`] with `xq` in the Q8_K format; AVX2, F16C and AVX-512
 /// F/BW/VL/VNNI available.
 #[inline(always)]
-unsafe fn matmul_512<K: K512, Nb: Nibbles>(
+pub(crate) unsafe fn matmul_512<K: K512, Nb: Nibbles>(
     w: *const u8,
     rb: usize,
     rows: usize,
@@ -993,6 +804,7 @@ macro_rules! entry {
         }
     };
 }
+pub(crate) use entry;
 
 /// The AVX-512 entries (nibbles by shift and AND), then the AVX-512 + GFNI ones.
 macro_rules! entries {
@@ -1013,17 +825,4 @@ macro_rules! entries {
         );)*
     };
 }
-
-entries! {
-    avx512 {
-        avx512_q2_k_q8k, Q2K;
-        avx512_q3_k_q8k, Q3K;
-        avx512_q4_k_q8k, Q4K;
-        avx512_q5_k_q8k, Q5K;
-        avx512_q6_k_q8k, Q6K;
-    }
-    gfni {
-        gfni_q4_k_q8k, Q4K;
-        gfni_q5_k_q8k, Q5K;
-    }
-}
+pub(crate) use entries;

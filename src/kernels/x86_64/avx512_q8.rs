@@ -43,15 +43,14 @@ use core::arch::x86_64::*;
 
 use core::marker::PhantomData;
 
-use super::avx2_q8::{Avx2Tier, Iq4NlB, QBlock, Q4_0B, Q4_1B, Q5_0B, Q5_1B, Q8_0B};
-use super::{hsum_ps, opaque512, GfniNibbles, Nibbles, ShiftNibbles, VexOps, X86Prefetch};
-use crate::kernels::frame::q8::{q8_entries, Q8Tier, TileX, ROWS16};
+use super::avx2_q8::QBlock;
+use super::{hsum_ps, opaque512, Nibbles, X86Prefetch};
+use crate::kernels::frame::q8::{Q8Tier, TileX, ROWS16};
 use crate::kernels::frame::{Prefetch, NEXT_TILE_LEAD};
-use crate::quant::q5_0x2::{D_OFFSET as X2_D, QH_OFFSET as X2_QH, QS_OFFSET as X2_QS};
 use crate::quant::QK;
 
 /// A 32-element block as seen by the AVX-512 tiles ([`tile`], [`tile16`]).
-trait VBlock {
+pub(crate) trait VBlock {
     /// Bytes per 32 elements: block `b` of a row starts at `b * BYTES` (for the pair layout,
     /// [`Q5_0x2B`], pair `j` at `2 j * BYTES`).
     const BYTES: usize;
@@ -147,21 +146,13 @@ macro_rules! vblock_consts {
         const MIN: bool = <$q as QBlock>::MIN;
     };
 }
+pub(crate) use vblock_consts;
 
 /// Whether `Q`'s f16 scale is at byte 0 and its minimum (if any) at byte 2, as the scale
 /// picks ([`VBlock::scales8`], [`pick_words`], [`scale_dwords`]) take them.
-const fn scales_first<Q: QBlock>() -> bool {
+pub(crate) const fn scales_first<Q: QBlock>() -> bool {
     Q::D == 0 && (!Q::MIN || Q::M == 2)
 }
-const _: () = assert!(
-    scales_first::<Q8_0B>()
-        && scales_first::<Q4_0B>()
-        && scales_first::<Q4_1B>()
-        && scales_first::<Q5_0B>()
-        && scales_first::<Q5_1B>()
-        && scales_first::<Iq4NlB>()
-        && X2_D == 0
-);
 
 /// Two Q4 blocks' nibbles (16 bytes at `qs0` and at `qs1`) as 64 u8 lanes in element order:
 /// `[low nibbles of 0, high of 0, low of 1, high of 1]` (16 each).
@@ -170,7 +161,7 @@ const _: () = assert!(
 ///
 /// 16 readable bytes at each; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn nibbles2<Nb: Nibbles>(qs0: *const u8, qs1: *const u8) -> __m512i {
+pub(crate) unsafe fn nibbles2<Nb: Nibbles>(qs0: *const u8, qs1: *const u8) -> __m512i {
     // SAFETY: 16 bytes at each (caller contract).
     unsafe {
         let a = _mm256_broadcastsi128_si256(_mm_loadu_si128(qs0.cast()));
@@ -188,7 +179,7 @@ unsafe fn nibbles2<Nb: Nibbles>(qs0: *const u8, qs1: *const u8) -> __m512i {
 ///
 /// 16 readable bytes at `qs0`, `qs1`, 4 at `qh0`, `qh1`; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn q5_values2<Nb: Nibbles>(
+pub(crate) unsafe fn q5_values2<Nb: Nibbles>(
     qs0: *const u8,
     qs1: *const u8,
     qh0: *const u8,
@@ -211,7 +202,7 @@ unsafe fn q5_values2<Nb: Nibbles>(
 ///
 /// `len` readable bytes at `wb`; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn pick_words(wb: *const u8, len: usize, stride: u16, min: bool) -> __m512i {
+pub(crate) unsafe fn pick_words(wb: *const u8, len: usize, stride: u16, min: bool) -> __m512i {
     // SAFETY: masked loads touch only the `len` readable bytes (caller contract).
     unsafe {
         let lo = if len >= 64 { u64::MAX } else { (1u64 << len) - 1 };
@@ -324,7 +315,9 @@ const fn tail_pick(s: usize, min: bool, t: usize) -> ([i16; 32], u32) {
 ///
 /// Eight whole blocks at `wb`; AVX-512 F/BW available.
 #[inline(always)]
-unsafe fn scales8_tail<const S: usize, const MIN: bool, const T: usize>(wb: *const u8) -> __m256i {
+pub(crate) unsafe fn scales8_tail<const S: usize, const MIN: bool, const T: usize>(
+    wb: *const u8,
+) -> __m256i {
     let (idx, mask) = const { tail_pick(S, MIN, T) };
     // SAFETY: 128 bytes, then 32 at `T` with `T + 32 <= 16 S` (caller contract).
     unsafe {
@@ -336,44 +329,10 @@ unsafe fn scales8_tail<const S: usize, const MIN: bool, const T: usize>(wb: *con
 }
 
 /// The 0x80 byte: `w ^ 0x80 = w + 128` turns an i8 into its offset u8.
-const SIGN: i8 = -128;
-
-impl VBlock for Q8_0B {
-    vblock_consts!(Q8_0B);
-    const OFF: i32 = 128;
-
-    #[inline(always)]
-    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // SAFETY: 32 quant bytes in each block (caller contract).
-        unsafe {
-            let w0 = _mm256_loadu_si256(blk0.add(Self::QS).cast());
-            let w1 = _mm256_loadu_si256(blk1.add(Self::QS).cast());
-            let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(w0), w1);
-            _mm512_xor_si512(w, _mm512_set1_epi8(SIGN))
-        }
-    }
-}
-
-impl VBlock for Q4_0B {
-    vblock_consts!(Q4_0B);
-    const OFF: i32 = 8;
-    const NIB16: Option<usize> = Some(Self::QS);
-
-    #[inline(always)]
-    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // SAFETY: 16 quant bytes in each block (caller contract).
-        unsafe { nibbles2::<Nb>(blk0.add(Self::QS), blk1.add(Self::QS)) }
-    }
-
-    #[inline(always)]
-    unsafe fn scales8(wb: *const u8) -> __m256i {
-        // SAFETY: eight 18-byte blocks = 144 readable bytes; the scales are words 0, 9, .., 63.
-        unsafe { _mm512_castsi512_si256(pick_words(wb, 128, 9, false)) }
-    }
-}
+pub(crate) const SIGN: i8 = -128;
 
 /// The IQ4_NL codebook plus 128, as bytes (the offset form of [`Iq4NlB`]'s values).
-static KVALUES_128: [u8; 16] = {
+pub(crate) static KVALUES_128: [u8; 16] = {
     let mut t = [0u8; 16];
     let mut i = 0;
     while i < 16 {
@@ -382,254 +341,6 @@ static KVALUES_128: [u8; 16] = {
     }
     t
 };
-
-impl VBlock for Iq4NlB {
-    vblock_consts!(Iq4NlB);
-    const OFF: i32 = 128;
-    const NIB16: Option<usize> = Some(Self::QS);
-
-    #[inline(always)]
-    unsafe fn map4(v: __m512i) -> __m512i {
-        // SAFETY: the table is 16 bytes; the rest is register-only.
-        unsafe {
-            let kv = _mm_loadu_si128(KVALUES_128.as_ptr().cast());
-            _mm512_shuffle_epi8(_mm512_broadcast_i32x4(kv), v)
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // SAFETY: 16 quant bytes in each block (caller contract); the table is 16 bytes.
-        unsafe {
-            let kv = _mm_loadu_si128(KVALUES_128.as_ptr().cast());
-            _mm512_shuffle_epi8(
-                _mm512_broadcast_i32x4(kv),
-                nibbles2::<Nb>(blk0.add(Self::QS), blk1.add(Self::QS)),
-            )
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scales8(wb: *const u8) -> __m256i {
-        // SAFETY: as Q4_0's (the same 18-byte layout up to the codebook).
-        unsafe { _mm512_castsi512_si256(pick_words(wb, 128, 9, false)) }
-    }
-}
-
-impl VBlock for Q4_1B {
-    vblock_consts!(Q4_1B);
-    const OFF: i32 = 0;
-    const NIB16: Option<usize> = Some(Self::QS);
-
-    #[inline(always)]
-    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // SAFETY: 16 quant bytes in each block (caller contract).
-        unsafe { nibbles2::<Nb>(blk0.add(Self::QS), blk1.add(Self::QS)) }
-    }
-
-    #[inline(always)]
-    unsafe fn scales8(wb: *const u8) -> __m256i {
-        // SAFETY: eight 20-byte blocks = 160 readable bytes. Blocks 0..7 have their scale and
-        // minimum (words 10 j, 10 j + 1) in the first 128 bytes; block 7's (words 70, 71) are
-        // words 6, 7 of the 32 bytes at byte 128.
-        unsafe {
-            let t = pick_words(wb, 128, 10, true);
-            let tail = _mm512_castsi256_si512(_mm256_loadu_si256(wb.add(128).cast()));
-            let idx = _mm512_set_epi16(
-                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0,
-                0, 0, 0, 0,
-            );
-            let t = _mm512_mask_permutexvar_epi16(t, 0x8080, idx, tail);
-            _mm512_castsi512_si256(t)
-        }
-    }
-}
-
-impl VBlock for Q5_0B {
-    vblock_consts!(Q5_0B);
-    const OFF: i32 = 16;
-
-    #[inline(always)]
-    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // SAFETY: the fifth bits and 16 quant bytes of each block (caller contract).
-        unsafe {
-            let (qs, qh) = (Self::QS, Self::QH);
-            q5_values2::<Nb>(blk0.add(qs), blk1.add(qs), blk0.add(qh), blk1.add(qh))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scales8(wb: *const u8) -> __m256i {
-        // SAFETY: eight 22-byte blocks = 176 bytes; blocks 6, 7 have their scales at words
-        // 66, 77 = words 2, 13 of the 32 bytes at byte 128.
-        unsafe { scales8_tail::<11, false, 128>(wb) }
-    }
-}
-
-impl VBlock for Q5_1B {
-    vblock_consts!(Q5_1B);
-    const OFF: i32 = 0;
-
-    #[inline(always)]
-    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // SAFETY: the fifth bits and 16 quant bytes of each block (caller contract).
-        unsafe {
-            let (qs, qh) = (Self::QS, Self::QH);
-            q5_values2::<Nb>(blk0.add(qs), blk1.add(qs), blk0.add(qh), blk1.add(qh))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn scales8(wb: *const u8) -> __m256i {
-        // SAFETY: eight 24-byte blocks = 192 bytes; blocks 6, 7 have their scale and minimum
-        // at words 72, 73 and 84, 85 = words 0, 1, 12, 13 of the 32 bytes at byte 144.
-        unsafe { scales8_tail::<12, true, 144>(wb) }
-    }
-}
-
-/// [`crate::quant::q5_0x2`]'s pairs for the main product: pair `j` of a row (blocks `2 j`,
-/// `2 j + 1`) at `2 j * BYTES`, decoded by [`q5x2_pair`] (one broadcast load, one split, one
-/// mask load, one masked add), its two scales at words 0 and 1.
-pub(super) struct Q5_0x2B;
-
-/// Half `H` of each row's pair for the column-block kernels
-/// ([`crate::kernels::Kernels::matmul_q8_halves`]): one activation block per row, the pair at
-/// the row's start.
-pub(super) struct Q5_0x2H<const H: usize>;
-
-/// The 64 values of the pair at `p` in element order: the 32 quant bytes broadcast to both
-/// 256-bit halves, low nibbles in the low half (block 0), high nibbles in the high half
-/// (block 1), `16` added where bit `e` of the little-endian u64 at `p + 4` is set.
-///
-/// # Safety
-///
-/// 44 readable bytes at `p`; AVX-512 F/BW available, and what `Nb` needs.
-#[inline(always)]
-unsafe fn q5x2_pair<Nb: Nibbles>(p: *const u8) -> __m512i {
-    // SAFETY: bytes 4..12 and 12..44 of the pair (caller contract).
-    unsafe {
-        let z = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(X2_QS).cast()));
-        let q = Nb::split::<0b1111_0000>(z);
-        let h = _load_mask64(p.add(X2_QH).cast());
-        _mm512_mask_add_epi8(q, h, q, opaque512(_mm512_set1_epi8(0x10)))
-    }
-}
-
-/// Half `h` of the pairs at `p0` (low 256 bits) and `p1` (high): 32 values of each in
-/// element order, `16` added where the half's fifth bit (the u32 at `p + 4 + 4 h`) is set.
-///
-/// # Safety
-///
-/// 44 readable bytes at `p0` and `p1`, `h < 2`; AVX-512 F/BW available, and what `Nb` needs.
-#[inline(always)]
-unsafe fn q5x2_halves<Nb: Nibbles>(p0: *const u8, p1: *const u8, h: usize) -> __m512i {
-    // SAFETY: bytes 4..44 of both pairs (caller contract).
-    unsafe {
-        let a = _mm256_loadu_si256(p0.add(X2_QS).cast());
-        let b = _mm256_loadu_si256(p1.add(X2_QS).cast());
-        let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
-        let q = if h == 0 { Nb::split::<0>(z) } else { Nb::split::<0xFF>(z) };
-        let h0 = p0.add(X2_QH + 4 * h).cast::<u32>().read_unaligned() as u64;
-        let h1 = p1.add(X2_QH + 4 * h).cast::<u32>().read_unaligned() as u64;
-        _mm512_mask_add_epi8(q, h0 | h1 << 32, q, opaque512(_mm512_set1_epi8(0x10)))
-    }
-}
-
-/// The word picks of [`pair_scales`]: the scales of pairs 0, 1 (words 0, 1, 22, 23 of the
-/// first vector) and 2, 3 (words 0, 1, 22, 23 of the second, loaded from byte 88).
-static PAIR_IDX: [i16; 32] = [
-    0, 1, 22, 23, 32, 33, 54, 55, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0,
-];
-
-/// The f16 scales of the first `m` blocks (`m` even, `<= 8`) of the pairs at `wb`, lanes
-/// `0..m` (the rest 0): two masked loads that read nothing past the `m / 2` pairs, one
-/// `vpermt2w`.
-///
-/// # Safety
-///
-/// `m / 2` whole pairs at `wb`; AVX-512 F/BW available.
-#[inline(always)]
-unsafe fn pair_scales(wb: *const u8, m: usize) -> __m256i {
-    // SAFETY: the masked loads cover bytes `< m * 22` only (caller contract).
-    unsafe {
-        let len = m * Q5_0x2B::BYTES;
-        let mask = |n: usize| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
-        let z0 = _mm512_maskz_loadu_epi8(mask(len), wb.cast());
-        let z1 = _mm512_maskz_loadu_epi8(mask(len.saturating_sub(88)), wb.add(88).cast());
-        let idx = _mm512_loadu_si512(PAIR_IDX.as_ptr().cast());
-        _mm512_castsi512_si256(_mm512_permutex2var_epi16(z0, idx, z1))
-    }
-}
-
-impl VBlock for Q5_0x2B {
-    const BYTES: usize = crate::quant::q5_0x2::HALF_BYTES;
-    const MIN: bool = false;
-    const PAIRS: bool = true;
-    const OFF: i32 = 16;
-
-    #[inline(always)]
-    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // The tiles call this with `blk0` at an even block, the start of its pair, and `blk1`
-        // the next block (rows are whole pairs, so a group never ends on a lone block).
-        let _ = blk1;
-        // SAFETY: the pair at `blk0` is whole (caller contract).
-        unsafe { q5x2_pair::<Nb>(blk0) }
-    }
-
-    #[inline(always)]
-    unsafe fn scales8(wb: *const u8) -> __m256i {
-        // SAFETY: four whole pairs at `wb` (caller contract).
-        unsafe { pair_scales(wb, 8) }
-    }
-
-    #[inline(always)]
-    unsafe fn scales_m(wb: *const u8, m: usize) -> __m256i {
-        // SAFETY: `m / 2` whole pairs at `wb` (`m` is even: rows are whole pairs).
-        unsafe { pair_scales(wb, m) }
-    }
-
-    #[inline(always)]
-    unsafe fn decode_col2<Nb: Nibbles>(p0: *const u8, p1: *const u8, b: usize) -> __m512i {
-        let h = b & 1;
-        // SAFETY: block `b` is half `h` of the pair `h * BYTES` before it (caller contract).
-        unsafe { q5x2_halves::<Nb>(p0.sub(h * Self::BYTES), p1.sub(h * Self::BYTES), h) }
-    }
-
-    #[inline(always)]
-    unsafe fn scale_ptr(p: *const u8, b: usize) -> *const u8 {
-        let h = b & 1;
-        // SAFETY: block `b`'s pair starts `h * BYTES` before `p`; its scale is word `h`.
-        unsafe { p.sub(h * Self::BYTES).add(X2_D + 2 * h) }
-    }
-}
-
-impl<const H: usize> VBlock for Q5_0x2H<H> {
-    // One block per row: only block 0 (the row's pair) is ever addressed.
-    const BYTES: usize = crate::quant::q5_0x2::BYTES;
-    const MIN: bool = false;
-    const OFF: i32 = 16;
-
-    #[inline(always)]
-    unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
-        // SAFETY: whole pairs at both (caller contract).
-        unsafe { q5x2_halves::<Nb>(blk0, blk1, H) }
-    }
-
-    #[inline(always)]
-    unsafe fn scales_m(wb: *const u8, m: usize) -> __m256i {
-        debug_assert_eq!(m, 1);
-        // SAFETY: the pair at `wb` is whole; its word `H` is the half's scale.
-        unsafe { _mm512_castsi512_si256(pick_words(wb.add(X2_D + 2 * H), 2, 1, false)) }
-    }
-
-    #[inline(always)]
-    unsafe fn scale_ptr(p: *const u8, b: usize) -> *const u8 {
-        debug_assert_eq!(b, 0);
-        // SAFETY: the pair at `p` is whole; its word `H` is the half's scale.
-        unsafe { p.add(X2_D + 2 * H) }
-    }
-}
 
 /// Within each 128-bit lane: `[a0 + a2, b0 + b2, a1 + a3, b1 + b3]`.
 ///
@@ -1077,7 +788,7 @@ unsafe fn tile16<Q: VBlock, Nb: Nibbles, const N: usize>(
 /// The AVX-512 tiers' [`Q8Tier`] (nibbles split by `Nb`): two outputs per 512-bit
 /// accumulator ([`group`]), the transposed `16 × N` tile ([`tile16`]) from
 /// [`Q8Tier::TILE16_MIN_N`] activation rows.
-pub(super) struct Avx512Tier<Nb>(PhantomData<Nb>);
+pub(crate) struct Avx512Tier<Nb>(PhantomData<Nb>);
 
 impl<Q: VBlock, Nb: Nibbles> Q8Tier<Q> for Avx512Tier<Nb> {
     const BYTES: usize = Q::BYTES;
@@ -1126,41 +837,11 @@ impl<Q: VBlock, Nb: Nibbles> Q8Tier<Q> for Avx512Tier<Nb> {
     }
 }
 
-q8_entries! { AvxVnni, Avx2Tier<VexOps>, "AVX-VNNI table entry (the AVX2 kernel with the VEX `vpdpbusd`).";
-    vnni_q8_0_q8, Q8_0B;
-    vnni_q4_0_q8, Q4_0B;
-    vnni_q4_1_q8, Q4_1B;
-    vnni_q5_0_q8, Q5_0B;
-    vnni_q5_1_q8, Q5_1B;
-    vnni_iq4_nl_q8, Iq4NlB;
-}
-
-q8_entries! { Avx512, Avx512Tier<ShiftNibbles>, "AVX-512 table entry.";
-    avx512_q8_0_q8, Q8_0B;
-    avx512_q4_0_q8, Q4_0B;
-    avx512_q4_1_q8, Q4_1B;
-    avx512_q5_0_q8, Q5_0B;
-    avx512_q5_1_q8, Q5_1B;
-    avx512_iq4_nl_q8, Iq4NlB;
-    avx512_q5_0x2_q8, Q5_0x2B;
-    avx512_q5_0x2_h0, Q5_0x2H<0>;
-    avx512_q5_0x2_h1, Q5_0x2H<1>;
-}
-
-q8_entries! { Avx512Gfni, Avx512Tier<GfniNibbles>, "AVX-512 + GFNI table entry.";
-    gfni_q5_0x2_q8, Q5_0x2B;
-    gfni_q5_0x2_h0, Q5_0x2H<0>;
-    gfni_q5_0x2_h1, Q5_0x2H<1>;
-    gfni_q4_0_q8, Q4_0B;
-    gfni_q4_1_q8, Q4_1B;
-    gfni_q5_0_q8, Q5_0B;
-    gfni_q5_1_q8, Q5_1B;
-    gfni_iq4_nl_q8, Iq4NlB;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::types::q8_0::Q8_0B;
+    use crate::kernels::x86_64::ShiftNibbles;
     use crate::kernels::Isa;
 
     /// [`transpose16`] of Q8_0 blocks (`rb` apart) into `[k][r]` dwords.

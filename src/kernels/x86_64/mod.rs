@@ -1,127 +1,68 @@
-//! x86_64 kernels: AVX2 + FMA + F16C (`avx2_f32.rs`: f32 / f16 / bf16 / quantized weights
-//! with f32 activations; `avx2_q8.rs`: int8 activations and Q8 quantization for the
-//! 32-element types; `avx2_k.rs`: int8 activations for the K-quants on 256-bit registers and
-//! the K-quant row loop of every tier), and the tiers built on AVX2's table: AVX-VNNI
+//! x86_64 kernels: the tiers' shared machinery, per tier file, and the tables. AVX2 + FMA +
+//! F16C (`avx2_f32.rs`: the f32-activation lanes and the float weights' decoders;
+//! `avx2_q8.rs`: the 32-element types' int8 tier ([`avx2_q8::QBlock`]) and the Q8 / Q8_K
+//! quantizers; `avx2_k.rs`: the K-quants' int8 tier on 256-bit registers ([`avx2_k::K256`])
+//! and the K-quant row loop of every tier), and the tiers built on AVX2's table: AVX-VNNI
 //! (`avx2_q8.rs` / `avx2_k.rs` with [`VexOps`]) and AVX-512 (`avx512_q8.rs`: the 32-element
-//! types on 512-bit `vpdpbusd`; `avx512_k.rs`: the K-quants on 512-bit `vpdpwssd`;
-//! `avx512_f32.rs`: f32 activations for every quantized type, 16 lanes, block
-//! scales factored out of the inner sums);
+//! types on 512-bit `vpdpbusd` ([`avx512_q8::VBlock`]); `avx512_k.rs`: the K-quants on 512-bit
+//! `vpdpwssd` ([`avx512_k::K512`]); `avx512_f32.rs`: f32 activations for every quantized type,
+//! 16 lanes, block scales factored out of the inner sums ([`avx512_f32::W512`]));
 //! `attention.rs`: the AVX2 loops of [`crate::ops::attention_head`] and the lanes of the
 //! grouped, tiled attention (`flash.rs`) for the AVX2 and AVX-512 tables.
+//!
+//! Each quantized type's own bodies (its impls of those traits, its entries) are in
+//! `kernels/types/<type>.rs`; the tables below take them through `kernels/types/mod.rs`'s
+//! type list (`types::avx2`, ...) and add the entries every type shares.
 //!
 //! Compiled only where SSE2 is a target feature (not on the soft-float
 //! `x86_64-unknown-none`); the entry points are `#[target_feature]` wrappers around
 //! `#[inline(always)]` bodies and are reachable only through [`super::table`] after detection.
 
+use super::types::x86 as types;
 use super::{Isa, Kernels, SCALAR};
 use crate::tensor::DType;
 
 pub(crate) mod attention;
-mod avx2_f32;
-mod avx2_k;
-mod avx2_q8;
-mod avx512_f32;
-mod avx512_k;
-mod avx512_q8;
+pub(crate) mod avx2_f32;
+pub(crate) mod avx2_k;
+pub(crate) mod avx2_q8;
+pub(crate) mod avx512_f32;
+pub(crate) mod avx512_k;
+pub(crate) mod avx512_q8;
 
 /// The AVX2 table: every entry with an AVX2 body overridden, the rest scalar.
-pub(crate) const AVX2: Kernels = SCALAR
-    .for_isa(Isa::Avx2)
-    .with_attention(attention::flash_avx2)
-    .with_glu(swiglu_avx2, geglu_tanh_avx2)
-    .with_bias_gelu_erf(bias_gelu_erf_avx2)
-    .with_f32(DType::F32, avx2_f32::matmul_f32)
-    .with_f32(DType::F16, avx2_f32::matmul_f16)
-    .with_f32(DType::BF16, avx2_f32::matmul_bf16)
-    .with_f32(DType::Q8_0, avx2_f32::matmul_q8_0)
-    .with_f32(DType::Q4_0, avx2_f32::matmul_q4_0)
-    .with_f32(DType::Q4_1, avx2_f32::matmul_q4_1)
-    .with_f32(DType::Q5_0, avx2_f32::matmul_q5_0)
-    .with_f32(DType::Q5_1, avx2_f32::matmul_q5_1)
-    .with_f32(DType::IQ4_NL, avx2_f32::matmul_iq4_nl)
-    .with_f32(DType::Q2_K, avx2_f32::matmul_q2_k)
-    .with_f32(DType::Q3_K, avx2_f32::matmul_q3_k)
-    .with_f32(DType::Q4_K, avx2_f32::matmul_q4_k)
-    .with_f32(DType::Q5_K, avx2_f32::matmul_q5_k)
-    .with_f32(DType::Q6_K, avx2_f32::matmul_q6_k)
-    .with_q8(DType::Q8_0, avx2_q8::matmul_q8_0_q8)
-    .with_q8(DType::Q4_0, avx2_q8::matmul_q4_0_q8)
-    .with_q8(DType::Q4_1, avx2_q8::matmul_q4_1_q8)
-    .with_q8(DType::Q5_0, avx2_q8::matmul_q5_0_q8)
-    .with_q8(DType::Q5_1, avx2_q8::matmul_q5_1_q8)
-    .with_q8(DType::IQ4_NL, avx2_q8::matmul_iq4_nl_q8)
-    .with_q8(DType::Q2_K, avx2_k::matmul_q2_k_q8k)
-    .with_q8(DType::Q3_K, avx2_k::matmul_q3_k_q8k)
-    .with_q8(DType::Q4_K, avx2_k::matmul_q4_k_q8k)
-    .with_q8(DType::Q5_K, avx2_k::matmul_q5_k_q8k)
-    .with_q8(DType::Q6_K, avx2_k::matmul_q6_k_q8k)
-    .with_quantize_q8(avx2_q8::quantize_q8)
-    .with_quantize_q8k(avx2_q8::quantize_q8k);
+pub(crate) const AVX2: Kernels = types::avx2(
+    SCALAR
+        .for_isa(Isa::Avx2)
+        .with_attention(attention::flash_avx2)
+        .with_glu(swiglu_avx2, geglu_tanh_avx2)
+        .with_bias_gelu_erf(bias_gelu_erf_avx2)
+        .with_f32(DType::F32, avx2_f32::matmul_f32)
+        .with_f32(DType::F16, avx2_f32::matmul_f16)
+        .with_f32(DType::BF16, avx2_f32::matmul_bf16)
+        .with_quantize_q8(avx2_q8::quantize_q8)
+        .with_quantize_q8k(avx2_q8::quantize_q8k),
+);
 
 /// The AVX-VNNI table: AVX2's, with the int8 kernels on the 256-bit `vpdpbusd` (32-element
 /// types) and `vpdpwssd` (K-quants).
-pub(crate) const AVX_VNNI: Kernels = AVX2
-    .for_isa(Isa::AvxVnni)
-    .with_q8(DType::Q8_0, avx512_q8::vnni_q8_0_q8)
-    .with_q8(DType::Q4_0, avx512_q8::vnni_q4_0_q8)
-    .with_q8(DType::Q4_1, avx512_q8::vnni_q4_1_q8)
-    .with_q8(DType::Q5_0, avx512_q8::vnni_q5_0_q8)
-    .with_q8(DType::Q5_1, avx512_q8::vnni_q5_1_q8)
-    .with_q8(DType::IQ4_NL, avx512_q8::vnni_iq4_nl_q8)
-    .with_q8(DType::Q2_K, avx2_k::vnni_q2_k_q8k)
-    .with_q8(DType::Q3_K, avx2_k::vnni_q3_k_q8k)
-    .with_q8(DType::Q4_K, avx2_k::vnni_q4_k_q8k)
-    .with_q8(DType::Q5_K, avx2_k::vnni_q5_k_q8k)
-    .with_q8(DType::Q6_K, avx2_k::vnni_q6_k_q8k);
+pub(crate) const AVX_VNNI: Kernels = types::avx_vnni(AVX2.for_isa(Isa::AvxVnni));
 
 /// The AVX-512 table: AVX2's, with the int8 kernels on 512-bit `vpdpbusd` (32-element types)
 /// and `vpdpwssd` (K-quants), four weight rows per activation load.
-pub(crate) const AVX512: Kernels = AVX2
-    .for_isa(Isa::Avx512)
-    .with_attention(attention::flash_avx512)
-    .with_glu(swiglu_avx512, geglu_tanh_avx512)
-    .with_bias_gelu_erf(bias_gelu_erf_avx512)
-    .with_bidir(attention::bidir_avx512)
-    .with_f32(DType::F32, avx512_f32::avx512_f32_f32)
-    .with_f32(DType::Q8_0, avx512_f32::avx512_q8_0_f32)
-    .with_f32(DType::Q4_0, avx512_f32::avx512_q4_0_f32)
-    .with_f32(DType::Q4_1, avx512_f32::avx512_q4_1_f32)
-    .with_f32(DType::Q5_0, avx512_f32::avx512_q5_0_f32)
-    .with_f32(DType::Q5_1, avx512_f32::avx512_q5_1_f32)
-    .with_f32(DType::IQ4_NL, avx512_f32::avx512_iq4_nl_f32)
-    .with_f32(DType::Q4_K, avx512_f32::avx512_q4_k_f32)
-    .with_f32(DType::Q5_K, avx512_f32::avx512_q5_k_f32)
-    .with_f32(DType::Q6_K, avx512_f32::avx512_q6_k_f32)
-    .with_f32(DType::Q2_K, avx512_f32::avx512_q2_k_f32)
-    .with_f32(DType::Q3_K, avx512_f32::avx512_q3_k_f32)
-    .with_q8(DType::Q8_0, avx512_q8::avx512_q8_0_q8)
-    .with_q8(DType::Q4_0, avx512_q8::avx512_q4_0_q8)
-    .with_q8(DType::Q4_1, avx512_q8::avx512_q4_1_q8)
-    .with_q8(DType::Q5_0, avx512_q8::avx512_q5_0_q8)
-    .with_q8(DType::Q5_1, avx512_q8::avx512_q5_1_q8)
-    .with_q8(DType::IQ4_NL, avx512_q8::avx512_iq4_nl_q8)
-    .with_q8(DType::Q2_K, avx512_k::avx512_q2_k_q8k)
-    .with_q8(DType::Q3_K, avx512_k::avx512_q3_k_q8k)
-    .with_q8(DType::Q4_K, avx512_k::avx512_q4_k_q8k)
-    .with_q8(DType::Q5_K, avx512_k::avx512_q5_k_q8k)
-    .with_q8(DType::Q6_K, avx512_k::avx512_q6_k_q8k)
-    .with_q8(DType::Q5_0x2, avx512_q8::avx512_q5_0x2_q8)
-    .with_q8_halves(DType::Q5_0x2, [avx512_q8::avx512_q5_0x2_h0, avx512_q8::avx512_q5_0x2_h1]);
+pub(crate) const AVX512: Kernels = types::avx512(
+    AVX2.for_isa(Isa::Avx512)
+        .with_attention(attention::flash_avx512)
+        .with_glu(swiglu_avx512, geglu_tanh_avx512)
+        .with_bias_gelu_erf(bias_gelu_erf_avx512)
+        .with_bidir(attention::bidir_avx512)
+        .with_f32(DType::F32, avx512_f32::avx512_f32_f32),
+);
 
 /// The AVX-512 + GFNI table: AVX-512's, with the int8 kernels of the 4- and 5-bit types
 /// (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q5_0x2) splitting their nibbles by
 /// `vgf2p8affineqb` ([`Nibbles`]).
-pub(crate) const AVX512_GFNI: Kernels = AVX512
-    .for_isa(Isa::Avx512Gfni)
-    .with_q8(DType::Q4_0, avx512_q8::gfni_q4_0_q8)
-    .with_q8(DType::Q4_1, avx512_q8::gfni_q4_1_q8)
-    .with_q8(DType::Q5_0, avx512_q8::gfni_q5_0_q8)
-    .with_q8(DType::Q5_1, avx512_q8::gfni_q5_1_q8)
-    .with_q8(DType::IQ4_NL, avx512_q8::gfni_iq4_nl_q8)
-    .with_q8(DType::Q4_K, avx512_k::gfni_q4_k_q8k)
-    .with_q8(DType::Q5_K, avx512_k::gfni_q5_k_q8k)
-    .with_q8(DType::Q5_0x2, avx512_q8::gfni_q5_0x2_q8)
-    .with_q8_halves(DType::Q5_0x2, [avx512_q8::gfni_q5_0x2_h0, avx512_q8::gfni_q5_0x2_h1]);
+pub(crate) const AVX512_GFNI: Kernels = types::avx512_gfni(AVX512.for_isa(Isa::Avx512Gfni));
 
 /// Defines a [`super::GluFn`] that compiles a portable loop of [`crate::ops`] under target
 /// features (the autovectoriser widens it; Rust never fuses a multiply and an add, so each
@@ -179,7 +120,7 @@ unsafe fn hsum_ps(v: __m256) -> f32 {
 /// AVX-512 F available.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn opaque512(mut v: __m512i) -> __m512i {
+pub(crate) unsafe fn opaque512(mut v: __m512i) -> __m512i {
     // SAFETY: an empty template with `v` in and out of one register: nothing runs.
     unsafe {
         core::arch::asm!(
@@ -281,7 +222,7 @@ unsafe fn dpwssd512(mut acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
 pub(super) use super::frame::{GEMV_STREAM_MIN_ROWS, PREFETCH_AHEAD, PREFETCH_MIN_BYTES};
 
 /// The x86 [`super::frame::Prefetch`]: `prefetcht0`.
-pub(super) struct X86Prefetch;
+pub(crate) struct X86Prefetch;
 
 impl super::frame::Prefetch for X86Prefetch {
     #[inline(always)]
@@ -484,7 +425,7 @@ unsafe fn split_f16_pairs(v: __m256i) -> (__m256, __m256) {
 ///
 /// 2 readable bytes; F16C available.
 #[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
+pub(crate) unsafe fn f16_at(p: *const u8) -> f32 {
     // SAFETY: 2 bytes readable (caller contract).
     unsafe {
         let h = p.cast::<u16>().read_unaligned();
@@ -522,7 +463,7 @@ unsafe fn term(
 ///
 /// 16 readable bytes at `qs`; AVX2 available.
 #[inline(always)]
-unsafe fn nibbles32(qs: *const u8) -> __m256i {
+pub(crate) unsafe fn nibbles32(qs: *const u8) -> __m256i {
     // SAFETY: 16 bytes readable (caller contract).
     unsafe {
         let v = _mm_loadu_si128(qs.cast());
@@ -538,7 +479,7 @@ unsafe fn nibbles32(qs: *const u8) -> __m256i {
 ///
 /// 4 readable bytes at `qh`; AVX2 available.
 #[inline(always)]
-unsafe fn fifth_bits(qh: *const u8) -> __m256i {
+pub(crate) unsafe fn fifth_bits(qh: *const u8) -> __m256i {
     // SAFETY: 4 bytes readable (caller contract); the rest is register-only.
     unsafe {
         let h = qh.cast::<u32>().read_unaligned() as i32;
@@ -564,7 +505,7 @@ unsafe fn fifth_bits(qh: *const u8) -> __m256i {
 ///
 /// 16 readable bytes at `qs`; AVX2 available.
 #[inline(always)]
-unsafe fn iq4_values32(qs: *const u8) -> __m256i {
+pub(crate) unsafe fn iq4_values32(qs: *const u8) -> __m256i {
     // SAFETY: 16 bytes at `qs` (caller contract); the codebook is 16 bytes.
     unsafe {
         let kv = _mm_loadu_si128(crate::quant::iq4_nl::KVALUES.as_ptr().cast());

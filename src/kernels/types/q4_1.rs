@@ -1,0 +1,300 @@
+//! Q4_1's SIMD bodies, moved out of the tier files: one submodule per tier file whose
+//! machinery they plug into (named after it: its trait impls for Q4_1 and its table entries,
+//! under that tier's build gate), and per architecture (`x86`, `aarch64`) one `const fn` per
+//! SIMD table that adds Q4_1's entries to a table ([`super`]'s type list chains them).
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
+pub(crate) struct Q4_1B;
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
+mod avx2_q8 {
+    use super::Q4_1B;
+    use crate::kernels::frame::q8::q8_entries;
+    use crate::kernels::x86_64::avx2_q8::*;
+    use crate::kernels::x86_64::*;
+    use crate::quant::*;
+    use core::arch::x86_64::*;
+
+    impl QBlock for Q4_1B {
+        type L = BlockQ4_1;
+        const OFFSET: i32 = 0;
+        const NIBBLES: bool = true;
+        const PAIRS: bool = true;
+        const PAIR_I16: bool = true;
+
+        #[inline(always)]
+        unsafe fn pair_operands(
+            bp: *const u8,
+            bq: *const u8,
+            _h: __m256i,
+            xl: __m256i,
+            xh: __m256i,
+        ) -> [(__m256i, __m256i); 2] {
+            // SAFETY: 16 bytes at each block's quants (caller contract).
+            unsafe {
+                let (lo, hi) = nibble_pairs(bp.add(Self::QS), bq.add(Self::QS));
+                [(lo, xl), (hi, xh)]
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn operands(blk: *const u8, x: __m256i) -> (__m256i, __m256i) {
+            // SAFETY: 16 bytes at the block's quants (caller contract).
+            unsafe { (nibbles32(blk.add(Self::QS)), x) }
+        }
+    }
+
+    q8_entries! { Avx2, Avx2Tier<Avx2Ops>, "AVX2 table entry.";
+        matmul_q4_1_q8, Q4_1B;
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
+mod avx512_q8 {
+    use super::Q4_1B;
+    use crate::kernels::frame::q8::q8_entries;
+    use crate::kernels::x86_64::avx2_q8::*;
+    use crate::kernels::x86_64::avx512_q8::*;
+    use crate::kernels::x86_64::*;
+
+    use core::arch::x86_64::*;
+
+    const _: () = assert!(scales_first::<Q4_1B>());
+
+    impl VBlock for Q4_1B {
+        vblock_consts!(Q4_1B);
+        const OFF: i32 = 0;
+        const NIB16: Option<usize> = Some(Self::QS);
+
+        #[inline(always)]
+        unsafe fn decode2<Nb: Nibbles>(blk0: *const u8, blk1: *const u8) -> __m512i {
+            // SAFETY: 16 quant bytes in each block (caller contract).
+            unsafe { nibbles2::<Nb>(blk0.add(Self::QS), blk1.add(Self::QS)) }
+        }
+
+        #[inline(always)]
+        unsafe fn scales8(wb: *const u8) -> __m256i {
+            // SAFETY: eight 20-byte blocks = 160 readable bytes. Blocks 0..7 have their scale and
+            // minimum (words 10 j, 10 j + 1) in the first 128 bytes; block 7's (words 70, 71) are
+            // words 6, 7 of the 32 bytes at byte 128.
+            unsafe {
+                let t = pick_words(wb, 128, 10, true);
+                let tail = _mm512_castsi256_si512(_mm256_loadu_si256(wb.add(128).cast()));
+                let idx = _mm512_set_epi16(
+                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 6, 0,
+                    0, 0, 0, 0, 0, 0,
+                );
+                let t = _mm512_mask_permutexvar_epi16(t, 0x8080, idx, tail);
+                _mm512_castsi512_si256(t)
+            }
+        }
+    }
+
+    q8_entries! { AvxVnni, Avx2Tier<VexOps>, "AVX-VNNI table entry (the AVX2 kernel with the VEX `vpdpbusd`).";
+        vnni_q4_1_q8, Q4_1B;
+    }
+
+    q8_entries! { Avx512, Avx512Tier<ShiftNibbles>, "AVX-512 table entry.";
+        avx512_q4_1_q8, Q4_1B;
+    }
+
+    q8_entries! { Avx512Gfni, Avx512Tier<GfniNibbles>, "AVX-512 + GFNI table entry.";
+        gfni_q4_1_q8, Q4_1B;
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
+mod avx2_f32 {
+
+    use crate::kernels::frame::f32::*;
+    use crate::kernels::x86_64::avx2_f32::*;
+
+    use crate::quant::*;
+    use core::arch::x86_64::*;
+
+    impl F32Decode<BlockQ4_1> for Avx2F32 {
+        #[inline(always)]
+        unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
+            // SAFETY: block `b` is in bounds (caller contract). `d * q` is exact, so the fused
+            // `d * q + m` rounds once, like the oracle's `d * q + m`.
+            unsafe {
+                let blk = row.add(b * BlockQ4_1::BYTES);
+                let q = _mm256_cvtepi32_ps(nibbles(blk.add(BlockQ4_1::QS_OFFSET), c));
+                _mm256_fmadd_ps(
+                    q,
+                    f16_splat(blk.add(BlockQ4_1::D_OFFSET)),
+                    f16_splat(blk.add(BlockQ4_1::M_OFFSET)),
+                )
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+            // SAFETY: block `b` is in bounds (caller contract); the same arithmetic as `chunk`.
+            unsafe {
+                let blk = row.add(b * BlockQ4_1::BYTES);
+                // Lane 0: d, lane 1: m.
+                let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(
+                    blk.add(BlockQ4_1::D_OFFSET).cast::<i32>().read_unaligned(),
+                ));
+                let d = _mm256_broadcastss_ps(dm);
+                let m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+                let q = nibbles_block(blk.add(BlockQ4_1::QS_OFFSET));
+                [
+                    _mm256_fmadd_ps(q[0], d, m),
+                    _mm256_fmadd_ps(q[1], d, m),
+                    _mm256_fmadd_ps(q[2], d, m),
+                    _mm256_fmadd_ps(q[3], d, m),
+                ]
+            }
+        }
+    }
+
+    f32_entries! { Avx2, Avx2F32, "AVX2 table entry (f32 activations).";
+        matmul_q4_1, BlockQ4_1;
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
+mod avx512_f32 {
+    use crate::quant;
+
+    use crate::kernels::x86_64::avx512_f32::*;
+    use core::arch::x86_64::*;
+
+    struct Q4_1W;
+
+    impl W512 for Q4_1W {
+        const BYTES: usize = quant::q4_1::BYTES;
+        const MIN: bool = true;
+        const FALLBACK: crate::kernels::MatmulF32Fn = super::avx2_f32::matmul_q4_1;
+
+        #[inline(always)]
+        unsafe fn scales(row: *const u8, g: usize, n: usize) -> (__m512, __m512) {
+            // SAFETY: forwarded caller contract.
+            unsafe { d_and_m(row, g, n, Self::BYTES) }
+        }
+
+        #[inline(always)]
+        unsafe fn values(row: *const u8, b: usize) -> [__m512; 2] {
+            // SAFETY: block `b` is in bounds (caller contract).
+            unsafe {
+                let v = bytes16(row.add(b * Self::BYTES + 4));
+                [lut(v, iota()), _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(v))]
+            }
+        }
+    }
+
+    entry!(avx512_q4_1_f32, Q4_1W);
+}
+
+/// ggml `block_q4_1`.
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+pub(crate) struct Q4_1B;
+
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod neon_q8 {
+    use super::Q4_1B;
+    use crate::kernels::aarch64::neon_q8::*;
+
+    use crate::kernels::frame::q8::q8_entries;
+    use crate::quant::*;
+    use core::arch::aarch64::*;
+
+    impl QBlock for Q4_1B {
+        type L = BlockQ4_1;
+
+        #[inline(always)]
+        unsafe fn weights(blk: *const u8) -> (int8x16_t, int8x16_t) {
+            // SAFETY: the block's 16 quant bytes (caller contract).
+            unsafe {
+                let (lo, hi) = nibbles(blk.add(Self::QS));
+                (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi))
+            }
+        }
+    }
+
+    q8_entries! { Neon, NeonTier<Widen>, "NEON table entry.";
+        matmul_q4_1_q8_neon, Q4_1B;
+    }
+
+    q8_entries! { NeonDotprod, NeonTier<Sdot>, "NEON + `SDOT` table entry.";
+        matmul_q4_1_q8_sdot, Q4_1B;
+    }
+}
+
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod neon_f32 {
+
+    use crate::kernels::aarch64::neon_f32::*;
+    use crate::kernels::aarch64::*;
+    use crate::kernels::frame::f32::*;
+    use crate::quant::*;
+    use core::arch::aarch64::*;
+
+    impl F32Decode<BlockQ4_1> for NeonF32 {
+        #[inline(always)]
+        unsafe fn chunk(row: *const u8, b: usize, c: usize) -> Pair {
+            // SAFETY: block `b` in bounds (caller contract); `d * q` is exact, so the fused
+            // `m + q * d` rounds once, like the oracle's `d * q + m`.
+            unsafe {
+                let blk = row.add(b * BlockQ4_1::BYTES);
+                let (lo, hi) = nibbles(blk.add(BlockQ4_1::QS_OFFSET), c);
+                let (d, m) = (
+                    f16_splat(blk.add(BlockQ4_1::D_OFFSET)),
+                    f16_splat(blk.add(BlockQ4_1::M_OFFSET)),
+                );
+                (vfmaq_f32(m, lo, d), vfmaq_f32(m, hi, d))
+            }
+        }
+    }
+
+    f32_entries! { Neon, NeonF32, "NEON table entry (f32 activations).";
+        matmul_q4_1, BlockQ4_1;
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom))))]
+pub(crate) mod x86 {
+    use crate::kernels::Kernels;
+    use crate::tensor::DType;
+
+    /// `t` with Q4_1's AVX2 entries.
+    pub(crate) const fn avx2(t: Kernels) -> Kernels {
+        t.with_f32(DType::Q4_1, super::avx2_f32::matmul_q4_1)
+            .with_q8(DType::Q4_1, super::avx2_q8::matmul_q4_1_q8)
+    }
+
+    /// `t` with Q4_1's AVX-VNNI entries.
+    pub(crate) const fn avx_vnni(t: Kernels) -> Kernels {
+        t.with_q8(DType::Q4_1, super::avx512_q8::vnni_q4_1_q8)
+    }
+
+    /// `t` with Q4_1's AVX-512 entries.
+    pub(crate) const fn avx512(t: Kernels) -> Kernels {
+        t.with_f32(DType::Q4_1, super::avx512_f32::avx512_q4_1_f32)
+            .with_q8(DType::Q4_1, super::avx512_q8::avx512_q4_1_q8)
+    }
+
+    /// `t` with Q4_1's AVX-512 + GFNI entries.
+    pub(crate) const fn avx512_gfni(t: Kernels) -> Kernels {
+        t.with_q8(DType::Q4_1, super::avx512_q8::gfni_q4_1_q8)
+    }
+}
+
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+pub(crate) mod aarch64 {
+    use crate::kernels::Kernels;
+    use crate::tensor::DType;
+
+    /// `t` with Q4_1's NEON entries.
+    pub(crate) const fn neon(t: Kernels) -> Kernels {
+        t.with_f32(DType::Q4_1, super::neon_f32::matmul_q4_1)
+            .with_q8(DType::Q4_1, super::neon_q8::matmul_q4_1_q8_neon)
+    }
+
+    /// `t` with Q4_1's NEON + SDOT entries.
+    pub(crate) const fn neon_dotprod(t: Kernels) -> Kernels {
+        t.with_q8(DType::Q4_1, super::neon_q8::matmul_q4_1_q8_sdot)
+    }
+}
