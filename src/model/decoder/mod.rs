@@ -404,7 +404,7 @@ mod tests {
                 rows[at] = bad;
                 let e = finite_rows(&rows, width, 10).unwrap_err();
                 assert_eq!(e.code(), crate::Code::DataLoss);
-                let want = format!("at position {} ", 10 + at / width);
+                let want = format!("at position {}:", 10 + at / width);
                 assert!(format!("{e}").contains(&want), "{e} (value at {at})");
             }
         }
