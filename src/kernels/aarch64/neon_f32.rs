@@ -250,6 +250,30 @@ impl F32Lanes for NeonF32 {
     }
 
     #[inline(always)]
+    unsafe fn splat(v: f32) -> Pair {
+        // SAFETY: register-only NEON intrinsic (caller contract).
+        unsafe { (vdupq_n_f32(v), vdupq_n_f32(v)) }
+    }
+
+    #[inline(always)]
+    unsafe fn add((al, ah): Pair, (bl, bh): Pair) -> Pair {
+        // SAFETY: register-only NEON intrinsics (caller contract).
+        unsafe { (vaddq_f32(al, bl), vaddq_f32(ah, bh)) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul((al, ah): Pair, (bl, bh): Pair) -> Pair {
+        // SAFETY: register-only NEON intrinsics (caller contract).
+        unsafe { (vmulq_f32(al, bl), vmulq_f32(ah, bh)) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul_add((al, ah): Pair, (bl, bh): Pair, (cl, ch): Pair) -> Pair {
+        // SAFETY: register-only NEON intrinsics (caller contract): `c + a ⊙ b` fused.
+        unsafe { (vfmaq_f32(cl, al, bl), vfmaq_f32(ch, ah, bh)) }
+    }
+
+    #[inline(always)]
     unsafe fn store<const R: usize, const N: usize>(
         acc: &[[float32x4_t; N]; R],
         y: *mut f32,

@@ -4,8 +4,7 @@
 //! ([`f32_entries`]), generic over a tier's [`F32Lanes`] (how 8 f32 lanes are loaded,
 //! multiplied-added and summed) and its [`F32Decode`] of each weight format (how 8, or 32,
 //! consecutive weights of a row become f32 lanes). The AVX2 and NEON tiers implement them
-//! (the AVX-512 tier's quantized f32 kernels factor the block scales out of the inner sums,
-//! another arithmetic: `x86_64/avx512_f32.rs`).
+//! (the AVX-512 tier's quantized f32 kernels are its own: `x86_64/avx512_f32.rs`).
 //!
 //! Both operands are contiguous along K (`W` is `rows × k` row-major, `X` is `n × k`); a tile
 //! holds `R` weight rows × `N` activation rows, each output with one accumulator
@@ -14,9 +13,21 @@
 //! unit as four chunks of 8 in order, each chunk added by the tier's [`F32Lanes::fma`] (its
 //! lanes: element `i` of a chunk into lane `i` of the vector; NEON splits it into two 4-lane
 //! FMAs); an unblocked row's (f32/f16/bf16) K tail goes by 8-element chunks, the last one
-//! zero-filled; then the tier's fixed horizontal sum ([`F32Lanes::store`]). So a row's
-//! result does not depend on which rows share its tile or chunk: results are bit-identical
-//! for every schedule and thread count, per tier.
+//! zero-filled; then the tier's fixed horizontal sum ([`F32Lanes::store`]).
+//!
+//! A format decoded in factored form ([`F32Decode::FACTORED`]: weight `i` of a unit is
+//! `s · q_i + m`, `q_i` a small integer exact in f32, `s` and `m` the unit's or its half's
+//! scale and offset) takes the scales out of the inner sums instead. Per unit, with its
+//! chunks `q0..q3` (integers as f32) and `x0..x3`: `p = q0 ⊙ x0` (rounded), `p = fma(q1, x1,
+//! p)`, `p = fma(q2, x2, p)`, `p = fma(q3, x3, p)`, `acc = fma(p, s, acc)`; with an offset
+//! then `acc = fma(m, X, acc)`, `X = (x0 + x1) + (x2 + x3)`. With a scale per 16-element half
+//! ([`F32Decode::HALF_SCALES`]): `p = fma(q1, x1, q0 ⊙ x0)`, `acc = fma(p, s_0, acc)`, the
+//! same for chunks 2 and 3 with `s_1`, then the offsets `acc = fma(m_0, x0 + x1, acc)`, `acc =
+//! fma(m_1, x2 + x3, acc)`. The result differs from the dequantize-then-multiply order (and
+//! the scalar oracle) by rounding only.
+//!
+//! So a row's result does not depend on which rows share its tile or chunk: results are
+//! bit-identical for every schedule and thread count, per tier.
 
 use super::{
     prefetch_ahead, Prefetch, GEMV_STREAMS, GEMV_STREAM_MIN_ROWS, PREFETCH_AHEAD,
@@ -74,6 +85,34 @@ pub(crate) trait F32Lanes {
     /// The tier's features are available.
     unsafe fn fma(acc: Self::Acc, w: Self::V, x: Self::V) -> Self::Acc;
 
+    /// `v` in every lane.
+    ///
+    /// # Safety
+    ///
+    /// The tier's features are available.
+    unsafe fn splat(v: f32) -> Self::V;
+
+    /// `a + b` lane by lane (rounded).
+    ///
+    /// # Safety
+    ///
+    /// The tier's features are available.
+    unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
+
+    /// `a ⊙ b` lane by lane (rounded).
+    ///
+    /// # Safety
+    ///
+    /// The tier's features are available.
+    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+
+    /// `a ⊙ b + c` lane by lane, one rounding.
+    ///
+    /// # Safety
+    ///
+    /// The tier's features are available.
+    unsafe fn mul_add(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+
     /// Writes `y[t * ldy + r]` = the tier's fixed horizontal sum of `acc[r][t]` for `r < R`,
     /// `t < N`.
     ///
@@ -85,6 +124,23 @@ pub(crate) trait F32Lanes {
         y: *mut f32,
         ldy: usize,
     );
+}
+
+/// The scales and offsets of a group of up to 8 units of a [`F32Decode::GROUP_SCALES`]
+/// format, as f32: weight `i` of unit `u` is `s · q_i + m` with `q_i` the format's small
+/// integer ([`F32Decode::values`]) and `s = s[u]`, `m = m[u]`, or with
+/// [`F32Decode::HALF_SCALES`] `s[2 u + h]`, `m[2 u + h]` for the unit's half `h = i / 16`
+/// (`m` only with [`F32Decode::MIN`]).
+pub(crate) struct Scales {
+    /// Scales.
+    pub s: [f32; 16],
+    /// Offsets.
+    pub m: [f32; 16],
+}
+
+impl Scales {
+    /// All zero.
+    pub const ZERO: Scales = Scales { s: [0.0; 16], m: [0.0; 16] };
 }
 
 /// A tier's decoder of the weight format `W` (a block layout of `crate::quant`, or
@@ -104,6 +160,21 @@ pub(crate) trait F32Decode<W>: F32Lanes {
     /// fifth bits): tiles with several activation rows decode each unit once per weight row
     /// ([`F32Decode::block`]) instead of chunk by chunk. The FMAs per output are the same.
     const DECODE_ONCE: bool = false;
+    /// The units are read as integers ([`F32Decode::values`]) and their scales and offsets
+    /// per unit ([`F32Decode::unit_scales`]) or per group of 8 units
+    /// ([`F32Decode::GROUP_SCALES`]), the scales taken out of the inner sums (the module
+    /// docs' factored order) instead of each weight being dequantized. Quantized formats
+    /// only; they implement [`F32Decode::values`] and one of the two.
+    const FACTORED: bool = false;
+    /// With [`F32Decode::FACTORED`]: the scales are read once per group of 8 units
+    /// ([`F32Decode::scales`]; the K-quants, whose super-block is such a group) instead of
+    /// per unit.
+    const GROUP_SCALES: bool = false;
+    /// With [`F32Decode::FACTORED`]: each 16-element half of a unit has its own scale (and
+    /// offset).
+    const HALF_SCALES: bool = false;
+    /// With [`F32Decode::FACTORED`]: the format has an offset term (`m` of [`Scales`]).
+    const MIN: bool = false;
 
     /// Elements `32 b + 8 c .. + 8` of the row at `row` (`c < 4`).
     ///
@@ -116,7 +187,8 @@ pub(crate) trait F32Decode<W>: F32Lanes {
         unsafe { Self::block(row, b)[c] }
     }
 
-    /// The four chunks of unit `b` at once (the same values as [`F32Decode::chunk`]).
+    /// The four chunks of unit `b` at once (the same values as [`F32Decode::chunk`]; for a
+    /// [`F32Decode::FACTORED`] format, `s · q + m`, one rounding).
     ///
     /// # Safety
     ///
@@ -125,6 +197,11 @@ pub(crate) trait F32Decode<W>: F32Lanes {
     unsafe fn block(row: *const u8, b: usize) -> [Self::V; 4] {
         // SAFETY: forwarded caller contract.
         unsafe {
+            if Self::FACTORED {
+                let q = Self::values(row, b);
+                let (s, m) = Self::unit_scales(row, b);
+                return core::array::from_fn(|c| Self::mul_add(q[c], s[c / 2], m[c / 2]));
+            }
             [
                 Self::chunk(row, b, 0),
                 Self::chunk(row, b, 1),
@@ -132,6 +209,51 @@ pub(crate) trait F32Decode<W>: F32Lanes {
                 Self::chunk(row, b, 3),
             ]
         }
+    }
+
+    /// The integers `q` of unit `b` as f32, chunk by chunk (called only when
+    /// [`F32Decode::FACTORED`], whose formats implement it; by default
+    /// [`F32Decode::block`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`F32Decode::chunk`].
+    #[inline(always)]
+    unsafe fn values(row: *const u8, b: usize) -> [Self::V; 4] {
+        // SAFETY: forwarded caller contract.
+        unsafe { Self::block(row, b) }
+    }
+
+    /// The scales and offsets of unit `b`'s two halves in every lane (the same twice unless
+    /// [`F32Decode::HALF_SCALES`]; offsets zero unless [`F32Decode::MIN`]). Implemented by
+    /// the [`F32Decode::FACTORED`] formats without [`F32Decode::GROUP_SCALES`]; by default
+    /// read from [`F32Decode::scales`].
+    ///
+    /// # Safety
+    ///
+    /// As [`F32Decode::chunk`].
+    #[inline(always)]
+    unsafe fn unit_scales(row: *const u8, b: usize) -> ([Self::V; 2], [Self::V; 2]) {
+        let mut sc = Scales::ZERO;
+        let u = b % 8;
+        // SAFETY: units `b - u ..= b` are in bounds (caller contract).
+        unsafe {
+            Self::scales(row, b / 8, u + 1, &mut sc);
+            let j = if Self::HALF_SCALES { [2 * u, 2 * u + 1] } else { [u, u] };
+            (j.map(|j| Self::splat(sc.s[j])), j.map(|j| Self::splat(sc.m[j])))
+        }
+    }
+
+    /// Writes the [`Scales`] of units `8 g .. 8 g + n` (`1 <= n <= 8`; entries past them
+    /// are left as they are). Implemented by the [`F32Decode::GROUP_SCALES`] formats (by
+    /// default nothing is written).
+    ///
+    /// # Safety
+    ///
+    /// Those units are in bounds of the row; the tier's features are available.
+    #[inline(always)]
+    unsafe fn scales(row: *const u8, g: usize, n: usize, out: &mut Scales) {
+        let _ = (row, g, n, out);
     }
 
     /// `len < 8` elements starting at element `i` (unblocked formats only, called only when
@@ -154,6 +276,79 @@ pub(crate) trait F32Decode<W>: F32Lanes {
                 len * Self::ELEM_BYTES,
             );
             Self::chunk(buf.as_ptr().cast(), 0, 0)
+        }
+    }
+}
+
+/// The sums of a unit's activation chunks the offsets multiply: `[x0 + x1, x2 + x3, (x0 +
+/// x1) + (x2 + x3)]` (only with [`F32Decode::MIN`]; else the chunks themselves, unused).
+///
+/// # Safety
+///
+/// The tier's features are available.
+#[inline(always)]
+unsafe fn xsums<T: F32Decode<W>, W>(xv: &[T::V; 4]) -> [T::V; 3] {
+    if !T::MIN {
+        return [xv[0], xv[1], xv[2]];
+    }
+    // SAFETY: register-only lane operations (caller contract).
+    unsafe {
+        let (a, b) = (T::add(xv[0], xv[1]), T::add(xv[2], xv[3]));
+        [a, b, T::add(a, b)]
+    }
+}
+
+/// The scales and offsets of unit `u` of a group from its [`Scales`], as
+/// [`F32Decode::unit_scales`] gives them.
+///
+/// # Safety
+///
+/// The tier's features are available.
+#[inline(always)]
+unsafe fn splat_scales<T: F32Decode<W>, W>(sc: &Scales, u: usize) -> ([T::V; 2], [T::V; 2]) {
+    let j = if T::HALF_SCALES { [2 * u, 2 * u + 1] } else { [u, u] };
+    // SAFETY: register-only lane operations (caller contract).
+    unsafe { (j.map(|j| T::splat(sc.s[j])), j.map(|j| T::splat(sc.m[j]))) }
+}
+
+/// One unit (integers `q`, scales and offsets `s`, `m` of its halves) with the activation
+/// chunks `xv` (and their [`xsums`] `xs`) added to `acc`, in the factored order of the module
+/// docs.
+///
+/// # Safety
+///
+/// The tier's features are available.
+#[inline(always)]
+unsafe fn dot_factored<T: F32Decode<W>, W>(
+    acc: T::Acc,
+    q: &[T::V; 4],
+    (s, m): ([T::V; 2], [T::V; 2]),
+    xv: &[T::V; 4],
+    xs: &[T::V; 3],
+) -> T::Acc {
+    // SAFETY: register-only lane operations (caller contract).
+    unsafe {
+        if T::HALF_SCALES {
+            let p = T::mul_add(q[1], xv[1], T::mul(q[0], xv[0]));
+            let acc = T::fma(acc, p, s[0]);
+            let p = T::mul_add(q[3], xv[3], T::mul(q[2], xv[2]));
+            let acc = T::fma(acc, p, s[1]);
+            if T::MIN {
+                T::fma(T::fma(acc, m[0], xs[0]), m[1], xs[1])
+            } else {
+                acc
+            }
+        } else {
+            let mut p = T::mul(q[0], xv[0]);
+            for c in 1..4 {
+                p = T::mul_add(q[c], xv[c], p);
+            }
+            let acc = T::fma(acc, p, s[0]);
+            if T::MIN {
+                T::fma(acc, m[0], xs[2])
+            } else {
+                acc
+            }
         }
     }
 }
@@ -183,6 +378,60 @@ unsafe fn accumulate<T: F32Decode<W>, W, const R: usize, const N: usize>(
     // SAFETY: every pointer below stays inside the rows described by the caller contract:
     // units below `k1 / 32 <= k / 32`, 8-element steps below `k`, a tail of `k % 8`.
     unsafe {
+        if T::FACTORED {
+            // Each weight unit decoded once per tile (its scales once per unit, or once per
+            // group of 8 units with `k0` a multiple of 256), then per activation row the same
+            // operations in the same order ([`dot_factored`]).
+            let (mut b0, u1) = (k0 / 32, k1 / 32);
+            let mut sc = [Scales::ZERO; R];
+            while b0 < u1 {
+                let n = if T::GROUP_SCALES { (u1 - b0).min(8) } else { u1 - b0 };
+                if T::GROUP_SCALES {
+                    debug_assert!(b0 % 8 == 0);
+                    for (r, sc) in sc.iter_mut().enumerate() {
+                        T::scales(w.add(r * rb), b0 / 8, n, sc);
+                    }
+                }
+                for u in 0..n {
+                    let b = b0 + u;
+                    let scales = |r: usize| {
+                        if T::GROUP_SCALES {
+                            splat_scales::<T, W>(&sc[r], u)
+                        } else {
+                            T::unit_scales(w.add(r * rb), b)
+                        }
+                    };
+                    if N == 1 {
+                        let p = x.add(b * 32);
+                        let xv =
+                            [T::load(p), T::load(p.add(8)), T::load(p.add(16)), T::load(p.add(24))];
+                        let xs = xsums::<T, W>(&xv);
+                        for (r, acc) in acc.iter_mut().enumerate() {
+                            let q = T::values(w.add(r * rb), b);
+                            acc[0] = dot_factored::<T, W>(acc[0], &q, scales(r), &xv, &xs);
+                        }
+                    } else {
+                        for (r, acc) in acc.iter_mut().enumerate() {
+                            let q = T::values(w.add(r * rb), b);
+                            let s = scales(r);
+                            for (t, a) in acc.iter_mut().enumerate() {
+                                let p = x.add(t * k + b * 32);
+                                let xv = [
+                                    T::load(p),
+                                    T::load(p.add(8)),
+                                    T::load(p.add(16)),
+                                    T::load(p.add(24)),
+                                ];
+                                let xs = xsums::<T, W>(&xv);
+                                *a = dot_factored::<T, W>(*a, &q, s, &xv, &xs);
+                            }
+                        }
+                    }
+                }
+                b0 += n;
+            }
+            return;
+        }
         if N == 1 {
             // One activation row (GEMV): decode each weight unit once, then the same FMAs
             // in the same order as below.

@@ -124,19 +124,26 @@ mod avx2_f32 {
     use core::arch::x86_64::*;
 
     impl F32Decode<BlockIq4Nl> for Avx2F32 {
-        const DECODE_ONCE: bool = true;
+        const FACTORED: bool = true;
 
         #[inline(always)]
-        unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-            // SAFETY: block `b` is in bounds (caller contract); `d · value` as the oracle.
+        unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+            // SAFETY: block `b` is in bounds (caller contract): the codebook values.
             unsafe {
                 let blk = row.add(b * crate::quant::iq4_nl::BYTES);
-                let d = f16_splat(blk.add(BlockIq4Nl::D_OFFSET));
-                scale4(
-                    bytes_f32::<true>(crate::kernels::x86_64::iq4_values32(
-                        blk.add(BlockIq4Nl::QS_OFFSET),
-                    )),
-                    [d, d],
+                bytes_f32::<true>(crate::kernels::x86_64::iq4_values32(
+                    blk.add(BlockIq4Nl::QS_OFFSET),
+                ))
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
+            const { assert!(BlockIq4Nl::D_OFFSET + 4 <= crate::quant::iq4_nl::BYTES) };
+            // SAFETY: block `b` is in bounds (caller contract), 4 bytes from its `d`.
+            unsafe {
+                block_scales::<false>(
+                    row.add(b * crate::quant::iq4_nl::BYTES + BlockIq4Nl::D_OFFSET),
                 )
             }
         }

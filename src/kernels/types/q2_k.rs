@@ -123,29 +123,36 @@ mod avx2_f32 {
     use core::arch::x86_64::*;
 
     impl F32Decode<BlockQ2K> for Avx2F32 {
-        const DECODE_ONCE: bool = true;
+        const FACTORED: bool = true;
+        const GROUP_SCALES: bool = true;
+        const HALF_SCALES: bool = true;
+        const MIN: bool = true;
 
         #[inline(always)]
-        unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-            // SAFETY: super-block `b / 8` is in bounds (caller contract). Sub-blocks 2u, 2u + 1:
-            // `(d · sc) · q - dmin · m` with the oracle's `d · sc`, `dmin · m`.
+        unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+            // SAFETY: super-block `b / 8` is in bounds (caller contract).
             unsafe {
                 let (sb, u) = unit(b);
                 let blk = row.add(sb * crate::quant::q2_k::BYTES);
+                bytes_f32::<false>(q2_unit(blk.add(BlockQ2K::QS_OFFSET), u))
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
+            // SAFETY: super-block `g` is in bounds (caller contract). Sub-block `j`: scale
+            // `d · (sc_j & 15)`, offset `-(dmin · (sc_j >> 4))` (the oracle's products).
+            unsafe {
+                let blk = row.add(g * crate::quant::q2_k::BYTES);
                 let (d, dmin) = (
                     f16_scalar(blk.add(BlockQ2K::D_OFFSET)),
                     f16_scalar(blk.add(BlockQ2K::M_OFFSET)),
                 );
-                let q = bytes_f32::<false>(q2_unit(blk.add(BlockQ2K::QS_OFFSET), u));
-                let s = |j: usize| {
-                    let sc = *blk.add(BlockQ2K::SCALES_OFFSET + j);
-                    (
-                        _mm256_set1_ps(d * (sc & 0x0F) as f32),
-                        _mm256_set1_ps(dmin * (sc >> 4) as f32),
-                    )
-                };
-                let (s0, s1) = (s(2 * u), s(2 * u + 1));
-                scale_min4(q, [s0.0, s1.0], [s0.1, s1.1])
+                let sc = _mm_loadu_si128(blk.add(BlockQ2K::SCALES_OFFSET).cast());
+                let low = _mm_and_si128(sc, _mm_set1_epi8(0x0F));
+                let high = _mm_and_si128(_mm_srli_epi16::<4>(sc), _mm_set1_epi8(0x0F));
+                scale16::<false>(low, d, &mut out.s);
+                scale16::<false>(high, -dmin, &mut out.m);
             }
         }
     }

@@ -132,20 +132,16 @@ mod avx2_f32 {
     use core::arch::x86_64::*;
 
     impl F32Decode<BlockQ3K> for Avx2F32 {
-        const DECODE_ONCE: bool = true;
+        const FACTORED: bool = true;
+        const GROUP_SCALES: bool = true;
+        const HALF_SCALES: bool = true;
 
         #[inline(always)]
-        unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-            // SAFETY: super-block `b / 8` is in bounds (caller contract). Value
-            // `(d · sc) · (low + 4 high - 4)` with the oracle's `d · sc`.
+        unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+            // SAFETY: super-block `b / 8` is in bounds (caller contract): `low + 4 high - 4`.
             unsafe {
                 let (sb, u) = unit(b);
                 let blk = row.add(sb * crate::quant::q3_k::BYTES);
-                let sc = crate::quant::q3_k::scales_q3(core::slice::from_raw_parts(
-                    blk.add(BlockQ3K::SCALES_OFFSET),
-                    12,
-                ));
-                let d = f16_scalar(blk.add(BlockQ3K::D_OFFSET));
                 let hm = _mm256_loadu_si256(blk.add(BlockQ3K::QH_OFFSET).cast());
                 let bit = _mm256_set1_epi8((1u8 << u) as i8);
                 let high = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
@@ -154,8 +150,21 @@ mod avx2_f32 {
                     _mm256_or_si256(q2_unit(blk.add(BlockQ3K::QS_OFFSET), u), high),
                     _mm256_set1_epi8(4),
                 );
-                let dl = |j: usize| _mm256_set1_ps(d * sc[j] as f32);
-                scale4(bytes_f32::<true>(q), [dl(2 * u), dl(2 * u + 1)])
+                bytes_f32::<true>(q)
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
+            // SAFETY: super-block `g` is in bounds (caller contract): `d · sc_j`.
+            unsafe {
+                let blk = row.add(g * crate::quant::q3_k::BYTES);
+                let sc = crate::quant::q3_k::scales_q3(core::slice::from_raw_parts(
+                    blk.add(BlockQ3K::SCALES_OFFSET),
+                    12,
+                ));
+                let d = f16_scalar(blk.add(BlockQ3K::D_OFFSET));
+                scale16::<true>(_mm_loadu_si128(sc.as_ptr().cast()), d, &mut out.s);
             }
         }
     }

@@ -102,29 +102,22 @@ mod avx2_f32 {
     use core::arch::x86_64::*;
 
     impl F32Decode<BlockQ4_0> for Avx2F32 {
+        const FACTORED: bool = true;
+
         #[inline(always)]
-        unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
-            // SAFETY: block `b` is in bounds (caller contract); `(q - 8) * d` is exact.
+        unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+            // SAFETY: block `b` is in bounds (caller contract): `q - 8` (exact).
             unsafe {
-                let blk = row.add(b * BlockQ4_0::BYTES);
-                let q = _mm256_cvtepi32_ps(nibbles(blk.add(BlockQ4_0::QS_OFFSET), c));
-                _mm256_mul_ps(
-                    _mm256_sub_ps(q, _mm256_set1_ps(8.0)),
-                    f16_splat(blk.add(BlockQ4_0::D_OFFSET)),
-                )
+                nibbles_block(row.add(b * BlockQ4_0::BYTES + BlockQ4_0::QS_OFFSET))
+                    .map(|q| _mm256_sub_ps(q, _mm256_set1_ps(8.0)))
             }
         }
 
         #[inline(always)]
-        unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-            // SAFETY: block `b` is in bounds (caller contract); the same arithmetic as `chunk`.
-            unsafe {
-                let blk = row.add(b * BlockQ4_0::BYTES);
-                let d = f16_splat(blk.add(BlockQ4_0::D_OFFSET));
-                let q = nibbles_block(blk.add(BlockQ4_0::QS_OFFSET));
-                let f = |q| _mm256_mul_ps(_mm256_sub_ps(q, _mm256_set1_ps(8.0)), d);
-                [f(q[0]), f(q[1]), f(q[2]), f(q[3])]
-            }
+        unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
+            const { assert!(BlockQ4_0::D_OFFSET + 4 <= BlockQ4_0::BYTES) };
+            // SAFETY: block `b` is in bounds (caller contract), 4 bytes from its `d`.
+            unsafe { block_scales::<false>(row.add(b * BlockQ4_0::BYTES + BlockQ4_0::D_OFFSET)) }
         }
     }
 

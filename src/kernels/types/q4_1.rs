@@ -113,40 +113,25 @@ mod avx2_f32 {
     use core::arch::x86_64::*;
 
     impl F32Decode<BlockQ4_1> for Avx2F32 {
+        const FACTORED: bool = true;
+        const MIN: bool = true;
+
         #[inline(always)]
-        unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
-            // SAFETY: block `b` is in bounds (caller contract). `d * q` is exact, so the fused
-            // `d * q + m` rounds once, like the oracle's `d * q + m`.
-            unsafe {
-                let blk = row.add(b * BlockQ4_1::BYTES);
-                let q = _mm256_cvtepi32_ps(nibbles(blk.add(BlockQ4_1::QS_OFFSET), c));
-                _mm256_fmadd_ps(
-                    q,
-                    f16_splat(blk.add(BlockQ4_1::D_OFFSET)),
-                    f16_splat(blk.add(BlockQ4_1::M_OFFSET)),
-                )
-            }
+        unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+            // SAFETY: block `b` is in bounds (caller contract).
+            unsafe { nibbles_block(row.add(b * BlockQ4_1::BYTES + BlockQ4_1::QS_OFFSET)) }
         }
 
         #[inline(always)]
-        unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-            // SAFETY: block `b` is in bounds (caller contract); the same arithmetic as `chunk`.
-            unsafe {
-                let blk = row.add(b * BlockQ4_1::BYTES);
-                // Lane 0: d, lane 1: m.
-                let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(
-                    blk.add(BlockQ4_1::D_OFFSET).cast::<i32>().read_unaligned(),
-                ));
-                let d = _mm256_broadcastss_ps(dm);
-                let m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-                let q = nibbles_block(blk.add(BlockQ4_1::QS_OFFSET));
-                [
-                    _mm256_fmadd_ps(q[0], d, m),
-                    _mm256_fmadd_ps(q[1], d, m),
-                    _mm256_fmadd_ps(q[2], d, m),
-                    _mm256_fmadd_ps(q[3], d, m),
-                ]
-            }
+        unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
+            const {
+                assert!(
+                    BlockQ4_1::D_OFFSET + 4 <= BlockQ4_1::BYTES
+                        && BlockQ4_1::M_OFFSET == BlockQ4_1::D_OFFSET + 2
+                )
+            };
+            // SAFETY: block `b` is in bounds (caller contract), 4 bytes from its `d` (then `m`).
+            unsafe { block_scales::<true>(row.add(b * BlockQ4_1::BYTES + BlockQ4_1::D_OFFSET)) }
         }
     }
 

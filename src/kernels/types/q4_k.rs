@@ -98,16 +98,24 @@ mod avx2_f32 {
     use core::arch::x86_64::*;
 
     impl F32Decode<BlockQ4K> for Avx2F32 {
-        const DECODE_ONCE: bool = true;
+        const FACTORED: bool = true;
+        const GROUP_SCALES: bool = true;
+        const MIN: bool = true;
 
         #[inline(always)]
-        unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
             // SAFETY: super-block `b / 8` is in bounds (caller contract).
             unsafe {
                 let (sb, u) = unit(b);
                 let blk = row.add(sb * crate::quant::q4_k::BYTES);
-                k4_unit(blk, blk.add(BlockQ4K::QS_OFFSET), u, _mm256_setzero_si256())
+                k4_values(blk.add(BlockQ4K::QS_OFFSET), u, _mm256_setzero_si256())
             }
+        }
+
+        #[inline(always)]
+        unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
+            // SAFETY: super-block `g` is in bounds (caller contract).
+            unsafe { k4_scales(row.add(g * crate::quant::q4_k::BYTES), out) }
         }
     }
 

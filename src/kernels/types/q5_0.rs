@@ -109,20 +109,27 @@ mod avx2_f32 {
     use core::arch::x86_64::*;
 
     impl F32Decode<BlockQ5_0> for Avx2F32 {
-        const DECODE_ONCE: bool = true;
+        const FACTORED: bool = true;
 
         #[inline(always)]
-        unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-            // SAFETY: block `b` is in bounds (caller contract); `d · (q - 16)` as the oracle.
+        unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+            // SAFETY: block `b` is in bounds (caller contract): `q - 16`.
             unsafe {
                 let blk = row.add(b * crate::quant::q5_0::BYTES);
                 let q = _mm256_or_si256(
                     crate::kernels::x86_64::nibbles32(blk.add(BlockQ5_0::QS_OFFSET)),
                     crate::kernels::x86_64::fifth_bits(blk.add(BlockQ5_0::QH_OFFSET)),
                 );
-                let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-                let d = f16_splat(blk.add(BlockQ5_0::D_OFFSET));
-                scale4(bytes_f32::<true>(q), [d, d])
+                bytes_f32::<true>(_mm256_sub_epi8(q, _mm256_set1_epi8(16)))
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
+            const { assert!(BlockQ5_0::D_OFFSET + 4 <= crate::quant::q5_0::BYTES) };
+            // SAFETY: block `b` is in bounds (caller contract), 4 bytes from its `d`.
+            unsafe {
+                block_scales::<false>(row.add(b * crate::quant::q5_0::BYTES + BlockQ5_0::D_OFFSET))
             }
         }
     }

@@ -109,23 +109,32 @@ mod avx2_f32 {
     use core::arch::x86_64::*;
 
     impl F32Decode<BlockQ5_1> for Avx2F32 {
-        const DECODE_ONCE: bool = true;
+        const FACTORED: bool = true;
+        const MIN: bool = true;
 
         #[inline(always)]
-        unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
-            // SAFETY: block `b` is in bounds (caller contract). `d · q` is exact, so the fused
-            // `d · q + m` rounds once, like the oracle's.
+        unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+            // SAFETY: block `b` is in bounds (caller contract).
             unsafe {
                 let blk = row.add(b * crate::quant::q5_1::BYTES);
-                let q = _mm256_or_si256(
+                bytes_f32::<false>(_mm256_or_si256(
                     crate::kernels::x86_64::nibbles32(blk.add(BlockQ5_1::QS_OFFSET)),
                     crate::kernels::x86_64::fifth_bits(blk.add(BlockQ5_1::QH_OFFSET)),
-                );
-                let (d, m) = (
-                    f16_splat(blk.add(BlockQ5_1::D_OFFSET)),
-                    f16_splat(blk.add(BlockQ5_1::M_OFFSET)),
-                );
-                bytes_f32::<false>(q).map(|v| _mm256_fmadd_ps(v, d, m))
+                ))
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
+            const {
+                assert!(
+                    BlockQ5_1::D_OFFSET + 4 <= crate::quant::q5_1::BYTES
+                        && BlockQ5_1::M_OFFSET == BlockQ5_1::D_OFFSET + 2
+                )
+            };
+            // SAFETY: block `b` is in bounds (caller contract), 4 bytes from its `d` (then `m`).
+            unsafe {
+                block_scales::<true>(row.add(b * crate::quant::q5_1::BYTES + BlockQ5_1::D_OFFSET))
             }
         }
     }

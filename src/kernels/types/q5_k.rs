@@ -107,10 +107,12 @@ mod avx2_f32 {
     use core::arch::x86_64::*;
 
     impl F32Decode<BlockQ5K> for Avx2F32 {
-        const DECODE_ONCE: bool = true;
+        const FACTORED: bool = true;
+        const GROUP_SCALES: bool = true;
+        const MIN: bool = true;
 
         #[inline(always)]
-        unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
             // SAFETY: super-block `b / 8` is in bounds (caller contract); sub-block `u` takes bit
             // `u` of the 32 bytes at 16.
             unsafe {
@@ -122,8 +124,15 @@ mod avx2_f32 {
                     _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
                     _mm256_set1_epi8(0x10),
                 );
-                k4_unit(blk, blk.add(BlockQ5K::QS_OFFSET), u, high)
+                k4_values(blk.add(BlockQ5K::QS_OFFSET), u, high)
             }
+        }
+
+        #[inline(always)]
+        unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
+            // SAFETY: super-block `g` is in bounds (caller contract); Q5_K's `d`, `dmin` and
+            // scales sit where Q4_K's do.
+            unsafe { k4_scales(row.add(g * crate::quant::q5_k::BYTES), out) }
         }
     }
 

@@ -146,13 +146,14 @@ mod avx2_f32 {
     use core::arch::x86_64::*;
 
     impl F32Decode<BlockQ6K> for Avx2F32 {
-        const DECODE_ONCE: bool = true;
+        const FACTORED: bool = true;
+        const GROUP_SCALES: bool = true;
+        const HALF_SCALES: bool = true;
 
         #[inline(always)]
-        unsafe fn block(row: *const u8, b: usize) -> [__m256; 4] {
+        unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
             // SAFETY: super-block `b / 8` is in bounds (caller contract). Unit u = 4 h + g:
-            // nibble g / 2 of ql[64 h + 32 (g % 2) ..], bits 2 g of qh[32 h ..]; value
-            // `(d · sc) · (q - 32)` with the oracle's `d · sc`.
+            // nibble g / 2 of ql[64 h + 32 (g % 2) ..], bits 2 g of qh[32 h ..], minus 32.
             unsafe {
                 let (sb, u) = unit(b);
                 let blk = row.add(sb * crate::quant::q6_k::BYTES);
@@ -169,12 +170,18 @@ mod avx2_f32 {
                     _mm256_and_si256(l, _mm256_set1_epi8(0x0F)),
                     _mm256_slli_epi16::<4>(hb),
                 );
-                let q = _mm256_sub_epi8(q, _mm256_set1_epi8(32));
+                bytes_f32::<true>(_mm256_sub_epi8(q, _mm256_set1_epi8(32)))
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn scales(row: *const u8, g: usize, _n: usize, out: &mut Scales) {
+            // SAFETY: super-block `g` is in bounds (caller contract): `d · sc_j` (i8 scales).
+            unsafe {
+                let blk = row.add(g * crate::quant::q6_k::BYTES);
                 let d = f16_scalar(blk.add(BlockQ6K::D_OFFSET));
-                let dl = |j: usize| {
-                    _mm256_set1_ps(d * (*blk.add(BlockQ6K::SCALES_OFFSET + j) as i8) as f32)
-                };
-                scale4(bytes_f32::<true>(q), [dl(2 * u), dl(2 * u + 1)])
+                let sc = _mm_loadu_si128(blk.add(BlockQ6K::SCALES_OFFSET).cast());
+                scale16::<true>(sc, d, &mut out.s);
             }
         }
     }

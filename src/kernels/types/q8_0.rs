@@ -78,17 +78,25 @@ mod avx2_f32 {
     use core::arch::x86_64::*;
 
     impl F32Decode<BlockQ8_0> for Avx2F32 {
+        const FACTORED: bool = true;
+
         #[inline(always)]
-        unsafe fn chunk(row: *const u8, b: usize, c: usize) -> __m256 {
-            // SAFETY: block `b` is in bounds (caller contract). `d * q` is exact in f32 (11 + 8
-            // significant bits), as in the oracle's dequantization.
+        unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
+            // SAFETY: block `b` is in bounds (caller contract): the 32 i8.
             unsafe {
-                let blk = row.add(b * BlockQ8_0::BYTES);
-                let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                    blk.add(BlockQ8_0::QS_OFFSET + 8 * c).cast(),
-                ));
-                _mm256_mul_ps(_mm256_cvtepi32_ps(q), f16_splat(blk.add(BlockQ8_0::D_OFFSET)))
+                let qs = row.add(b * BlockQ8_0::BYTES + BlockQ8_0::QS_OFFSET);
+                let q = |c: usize| {
+                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(qs.add(8 * c).cast())))
+                };
+                [q(0), q(1), q(2), q(3)]
             }
+        }
+
+        #[inline(always)]
+        unsafe fn unit_scales(row: *const u8, b: usize) -> ([__m256; 2], [__m256; 2]) {
+            const { assert!(BlockQ8_0::D_OFFSET + 4 <= BlockQ8_0::BYTES) };
+            // SAFETY: block `b` is in bounds (caller contract), 4 bytes from its `d`.
+            unsafe { block_scales::<false>(row.add(b * BlockQ8_0::BYTES + BlockQ8_0::D_OFFSET)) }
         }
     }
 

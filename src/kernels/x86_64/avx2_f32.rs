@@ -1,15 +1,17 @@
 //! AVX2 + FMA + F16C bodies of the f32-activation product (the kernel frame's
-//! `kernels/frame/f32.rs` runs the tiles): how f32, f16, bf16 weights widen and every
-//! quantized type dequantizes to 8 f32 lanes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by block;
-//! the K-quants by runs of 32 inside their super-blocks), and the lanes themselves
-//! ([`Avx2F32`]: one 8-lane accumulator per output, `_mm256_fmadd_ps` per chunk, the lanes
-//! summed by [`hsum4`], four outputs at a time, each lane from its own accumulator).
+//! `kernels/frame/f32.rs` runs the tiles): how f32, f16, bf16 weights widen, the helpers the
+//! quantized types' bodies (`kernels/types/<type>.rs`) read their integers and scales with
+//! (every quantized type is read in the frame's factored form: integers as f32 plus the
+//! scales and offsets of each unit, or of each K-quant super-block), and the lanes
+//! themselves ([`Avx2F32`]: one 8-lane accumulator per output, `_mm256_fmadd_ps` per chunk,
+//! the lanes summed by [`hsum4`], four outputs at a time, each lane from its own
+//! accumulator).
 
 use core::arch::x86_64::*;
 
 use super::mask;
 use crate::kernels::frame::f32::{
-    f32_entries, Bf16Weights, F16Weights, F32Decode, F32Lanes, F32Weights,
+    f32_entries, Bf16Weights, F16Weights, F32Decode, F32Lanes, F32Weights, Scales,
 };
 use crate::quant::q4_k::BlockQ4K;
 use crate::quant::BlockLayout;
@@ -91,37 +93,27 @@ impl F32Decode<Bf16Weights> for Avx2F32 {
     }
 }
 
-/// The f16 at `p` broadcast to 8 lanes as f32.
+/// The scale of a 32-element block whose f16 `d` is at `p` (and its offset, `MIN`, the f16
+/// `m` right after it: `M_OFFSET == D_OFFSET + 2`) in every lane, as [`F32Decode::unit_scales`] gives them: the 4 bytes
+/// at `p` broadcast, widened, then each half's lanes duplicated.
 ///
 /// # Safety
 ///
-/// 2 readable bytes at `p`; AVX2 + F16C available.
+/// 4 readable bytes at `p`; AVX2 and F16C available.
 #[inline(always)]
-pub(crate) unsafe fn f16_splat(p: *const u8) -> __m256 {
-    // SAFETY: 2 bytes readable (caller contract); register-only conversions.
+pub(crate) unsafe fn block_scales<const MIN: bool>(p: *const u8) -> ([__m256; 2], [__m256; 2]) {
+    // SAFETY: 4 bytes readable (caller contract); the rest is register-only.
     unsafe {
-        let h = p.cast::<u16>().read_unaligned();
-        _mm256_cvtph_ps(_mm_set1_epi16(h as i16))
+        let v = _mm256_cvtph_ps(_mm_set1_epi32(p.cast::<i32>().read_unaligned()));
+        let d = _mm256_moveldup_ps(v);
+        let m = if MIN { _mm256_movehdup_ps(v) } else { _mm256_setzero_ps() };
+        ([d; 2], [m; 2])
     }
 }
 
-/// Nibbles of chunk `c` of a Q4 block whose 16 nibble bytes start at `qs`: chunk 0 = low
-/// nibbles of bytes 0..8, 1 = low of 8..16, 2 = high of 0..8, 3 = high of 8..16; as 8 i32.
-///
-/// # Safety
-///
-/// 16 readable bytes at `qs`; AVX2 available.
-#[inline(always)]
-pub(crate) unsafe fn nibbles(qs: *const u8, c: usize) -> __m256i {
-    // SAFETY: 8 bytes at `qs + 8 * (c & 1)` are readable (caller contract).
-    unsafe {
-        let v = _mm_loadl_epi64(qs.add(8 * (c & 1)).cast());
-        let v = if c >= 2 { _mm_srli_epi16::<4>(v) } else { v };
-        _mm256_cvtepu8_epi32(_mm_and_si128(v, _mm_set1_epi8(0x0F)))
-    }
-}
-
-/// All four chunks of [`nibbles`] as f32: bytes 0..8 and 8..16 each zero-extended to 8 i32
+/// The 32 nibbles of a Q4 block whose 16 nibble bytes start at `qs`, as four chunks of 8
+/// f32 (chunk 0 = low nibbles of bytes 0..8, 1 = low of 8..16, 2 = high of 0..8, 3 = high of
+/// 8..16): bytes 0..8 and 8..16 each zero-extended to 8 i32
 /// straight from memory, then the low nibble masked out and the high one shifted down (no
 /// shuffles of a loaded register: the widening loads do the lane moves).
 ///
@@ -163,43 +155,6 @@ pub(crate) unsafe fn bytes_f32<const SIGNED: bool>(v: __m256i) -> [__m256; 4] {
     }
 }
 
-/// `[v0 · s, v1 · s, v2 · s, v3 · s]`.
-///
-/// # Safety
-///
-/// AVX available.
-#[inline(always)]
-pub(crate) unsafe fn scale4(v: [__m256; 4], s: [__m256; 2]) -> [__m256; 4] {
-    // SAFETY: register-only AVX intrinsics.
-    unsafe {
-        [
-            _mm256_mul_ps(v[0], s[0]),
-            _mm256_mul_ps(v[1], s[0]),
-            _mm256_mul_ps(v[2], s[1]),
-            _mm256_mul_ps(v[3], s[1]),
-        ]
-    }
-}
-
-/// `v · dl - ml` per lane (fused: one rounding), chunks 0–1 with `(dl, ml)[0]`, 2–3 with
-/// `[1]` (the two 16-element sub-blocks of a unit; the same pair twice for 32-element ones).
-///
-/// # Safety
-///
-/// FMA available.
-#[inline(always)]
-pub(crate) unsafe fn scale_min4(v: [__m256; 4], dl: [__m256; 2], ml: [__m256; 2]) -> [__m256; 4] {
-    // SAFETY: register-only FMA intrinsics.
-    unsafe {
-        [
-            _mm256_fmsub_ps(v[0], dl[0], ml[0]),
-            _mm256_fmsub_ps(v[1], dl[0], ml[0]),
-            _mm256_fmsub_ps(v[2], dl[1], ml[1]),
-            _mm256_fmsub_ps(v[3], dl[1], ml[1]),
-        ]
-    }
-}
-
 /// The super-block of unit `b` (8 units of 32 per super-block) and the unit's index in it.
 #[inline(always)]
 pub(crate) fn unit(b: usize) -> (usize, usize) {
@@ -215,6 +170,25 @@ pub(crate) fn unit(b: usize) -> (usize, usize) {
 pub(crate) unsafe fn f16_scalar(p: *const u8) -> f32 {
     // SAFETY: forwarded caller contract.
     unsafe { super::f16_at(p) }
+}
+
+/// `out[0..16] = f · v[0..16]` for 16 small integers `v` (i8 or u8 per `SIGNED`), each
+/// product rounded once (the oracle's `d · sc`).
+///
+/// # Safety
+///
+/// AVX2 available.
+#[inline(always)]
+pub(crate) unsafe fn scale16<const SIGNED: bool>(v: __m128i, f: f32, out: &mut [f32; 16]) {
+    // SAFETY: register-only AVX2 intrinsics; `out` holds 16 floats.
+    unsafe {
+        let w = |q: __m128i| {
+            let i = if SIGNED { _mm256_cvtepi8_epi32(q) } else { _mm256_cvtepu8_epi32(q) };
+            _mm256_mul_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(f))
+        };
+        _mm256_storeu_ps(out.as_mut_ptr(), w(v));
+        _mm256_storeu_ps(out.as_mut_ptr().add(8), w(_mm_srli_si128::<8>(v)));
+    }
 }
 
 /// The 32 values `q` (0..=3) of unit `u` of a Q2_K/Q3_K super-block's 64 low-bit bytes at
@@ -233,21 +207,31 @@ pub(crate) unsafe fn q2_unit(qs: *const u8, u: usize) -> __m256i {
     }
 }
 
-/// The Q4_K/Q5_K unit `u` (sub-block `u`): nibbles of the 32 bytes `qs + 32 (u / 2)` (low for
-/// even `u`, high for odd), `extra` or'ed in, then `(d · sc_u) · q - dmin · m_u`.
+/// The Q4_K/Q5_K values of unit `u` (sub-block `u`): nibbles of the 32 bytes `qs + 32 (u /
+/// 2)` (low for even `u`, high for odd), `extra` or'ed in.
 ///
 /// # Safety
 ///
-/// `blk` is a whole super-block with `d`, `dmin` at 0, scales at 4..16; 32 readable bytes at
-/// `qs + 32 (u / 2)`; AVX2, FMA and F16C available.
+/// 32 readable bytes at `qs + 32 (u / 2)`; AVX2 available.
 #[inline(always)]
-pub(crate) unsafe fn k4_unit(
-    blk: *const u8,
-    qs: *const u8,
-    u: usize,
-    extra: __m256i,
-) -> [__m256; 4] {
+pub(crate) unsafe fn k4_values(qs: *const u8, u: usize, extra: __m256i) -> [__m256; 4] {
     // SAFETY: the reads are in bounds (caller contract).
+    unsafe {
+        let q = _mm256_loadu_si256(qs.add(32 * (u / 2)).cast());
+        let q = if u % 2 == 0 { q } else { _mm256_srli_epi16::<4>(q) };
+        bytes_f32::<false>(_mm256_or_si256(_mm256_and_si256(q, _mm256_set1_epi8(0x0F)), extra))
+    }
+}
+
+/// The scales of a Q4_K/Q5_K super-block `blk` (`d`, `dmin` at 0 and 2, the 12 packed bytes
+/// at 4): unit `u`'s `d · sc_u` and `-(dmin · m_u)` (the oracle's products).
+///
+/// # Safety
+///
+/// `blk` is a whole super-block; AVX2 and F16C available.
+#[inline(always)]
+pub(crate) unsafe fn k4_scales(blk: *const u8, out: &mut Scales) {
+    // SAFETY: the reads are in bounds (caller contract); `out` holds 16 + 16 floats.
     unsafe {
         let sm = crate::quant::q4_k::scales_mins_k4(core::slice::from_raw_parts(
             blk.add(BlockQ4K::SCALES_OFFSET),
@@ -255,12 +239,12 @@ pub(crate) unsafe fn k4_unit(
         ));
         let (d, dmin) =
             (f16_scalar(blk.add(BlockQ4K::D_OFFSET)), f16_scalar(blk.add(BlockQ4K::M_OFFSET)));
-        let q = _mm256_loadu_si256(qs.add(32 * (u / 2)).cast());
-        let q = if u % 2 == 0 { q } else { _mm256_srli_epi16::<4>(q) };
-        let q = _mm256_or_si256(_mm256_and_si256(q, _mm256_set1_epi8(0x0F)), extra);
-        let dl = _mm256_set1_ps(d * sm[u] as f32);
-        let ml = _mm256_set1_ps(dmin * sm[8 + u] as f32);
-        scale_min4(bytes_f32::<false>(q), [dl, dl], [ml, ml])
+        let v = _mm_loadu_si128(sm.as_ptr().cast());
+        let w = |q: __m128i, f: f32| {
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), _mm256_set1_ps(f))
+        };
+        _mm256_storeu_ps(out.s.as_mut_ptr(), w(v, d));
+        _mm256_storeu_ps(out.m.as_mut_ptr(), w(_mm_srli_si128::<8>(v), -dmin));
     }
 }
 
@@ -312,6 +296,30 @@ impl F32Lanes for Avx2F32 {
     unsafe fn fma(acc: __m256, w: __m256, x: __m256) -> __m256 {
         // SAFETY: register-only FMA intrinsic (caller contract).
         unsafe { _mm256_fmadd_ps(w, x, acc) }
+    }
+
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> __m256 {
+        // SAFETY: register-only AVX intrinsic (caller contract).
+        unsafe { _mm256_set1_ps(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn add(a: __m256, b: __m256) -> __m256 {
+        // SAFETY: register-only AVX intrinsic (caller contract).
+        unsafe { _mm256_add_ps(a, b) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        // SAFETY: register-only AVX intrinsic (caller contract).
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul_add(a: __m256, b: __m256, c: __m256) -> __m256 {
+        // SAFETY: register-only FMA intrinsic (caller contract).
+        unsafe { _mm256_fmadd_ps(a, b, c) }
     }
 
     #[inline(always)]
