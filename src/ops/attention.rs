@@ -64,7 +64,8 @@ impl<'a> KvRows<'a> {
             let mut o = 0;
             while o < bytes {
                 // SAFETY: a prefetch is a hint that never faults (the address is inside the
-                // slice anyway); SSE is part of every x86_64 target.
+                // slice anyway); every x86_64 CPU has SSE (even where a target compiles
+                // without SSE registers, as x86_64-unknown-none).
                 unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o).cast()) };
                 o += 64;
             }
