@@ -197,6 +197,49 @@ pub(crate) trait Lanes: Copy {
     unsafe fn prefetch(p: *const u8) {
         let _ = p;
     }
+    /// The scores of `heads` vectors (vector `h` at `q + h * d`) against tile keys `rl .. rh`
+    /// into `s + h * KT` ([`qk`] per vector; a wider ISA may take several vectors per pass,
+    /// with the same bits per score).
+    ///
+    /// # Safety
+    ///
+    /// As [`Lanes::zero`]; for each vector as [`qk`].
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn qk_heads(
+        q: *const f32,
+        heads: usize,
+        kt: *const f32,
+        d: usize,
+        rl: usize,
+        rh: usize,
+        scale: f32,
+        s: *mut f32,
+    ) {
+        for h in 0..heads {
+            // SAFETY: vector `h` and its score row (caller contract).
+            unsafe { qk::<Self>(q.add(h * d), kt, d, rl, rh, scale, s.add(h * KT)) }
+        }
+    }
+    /// [`pv`] of `MV` vectors (a wider ISA may use wider registers, with the same bits per
+    /// output element).
+    ///
+    /// # Safety
+    ///
+    /// As [`Lanes::zero`] and [`pv`].
+    #[inline(always)]
+    unsafe fn pv_vectors<const MV: usize>(
+        p: *const f32,
+        al: *const f32,
+        o: *mut f32,
+        vt: *const f32,
+        d: usize,
+        rl: usize,
+        rh: usize,
+    ) {
+        // SAFETY: forwarded caller contract.
+        unsafe { pv::<Self, MV>(p, al, o, vt, d, rl, rh) }
+    }
     /// The lanes as an array.
     ///
     /// # Safety
@@ -380,10 +423,11 @@ pub(crate) unsafe fn run<L: Lanes>(b: &Block) {
                 if range.start >= range.end || rl >= rh {
                     continue;
                 }
-                for h in 0..heads {
-                    let v = r * heads + h;
+                let v0 = r * heads;
+                let qr = b.q.add(r * b.row_stride);
+                L::qk_heads(qr, heads, kt, d, rl, rh, b.scale, scores.add(v0 * KT));
+                for v in v0..v0 + heads {
                     let s = scores.add(v * KT);
-                    qk::<L>(b.q.add(r * b.row_stride + h * d), kt, d, rl, rh, b.scale, s);
                     *alphas.add(v) = softmax_tile::<L>(s, rl, rh, m.add(v), l.add(v));
                 }
                 let mut h = 0;
@@ -393,10 +437,10 @@ pub(crate) unsafe fn run<L: Lanes>(b: &Block) {
                     let (p, al) = (scores.add(v * KT), alphas.add(v));
                     let o = b.out.add(r * b.row_stride + h * d);
                     match mv {
-                        4 => pv::<L, 4>(p, al, o, vt, d, rl, rh),
-                        3 => pv::<L, 3>(p, al, o, vt, d, rl, rh),
-                        2 => pv::<L, 2>(p, al, o, vt, d, rl, rh),
-                        _ => pv::<L, 1>(p, al, o, vt, d, rl, rh),
+                        4 => L::pv_vectors::<4>(p, al, o, vt, d, rl, rh),
+                        3 => L::pv_vectors::<3>(p, al, o, vt, d, rl, rh),
+                        2 => L::pv_vectors::<2>(p, al, o, vt, d, rl, rh),
+                        _ => L::pv_vectors::<1>(p, al, o, vt, d, rl, rh),
                     }
                     h += mv;
                 }
@@ -412,7 +456,7 @@ pub(crate) unsafe fn run<L: Lanes>(b: &Block) {
 ///
 /// As [`run`]: `q` readable for `d`, `kt` for `rh * d` floats, `s` writable for `rh`.
 #[inline(always)]
-unsafe fn qk<L: Lanes>(
+pub(crate) unsafe fn qk<L: Lanes>(
     q: *const f32,
     kt: *const f32,
     d: usize,
@@ -528,7 +572,7 @@ unsafe fn softmax_tile<L: Lanes>(
 ///
 /// As [`run`].
 #[inline(always)]
-unsafe fn pv<L: Lanes, const MV: usize>(
+pub(crate) unsafe fn pv<L: Lanes, const MV: usize>(
     p: *const f32,
     al: *const f32,
     o: *mut f32,

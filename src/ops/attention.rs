@@ -51,6 +51,29 @@ impl<'a> KvRows<'a> {
         self.len() == 0
     }
 
+    /// Hints that the elements will be read soon: one prefetch per 64-byte line on x86_64
+    /// (nothing elsewhere). Changes no value.
+    pub(crate) fn prefetch(&self) {
+        let (p, bytes) = match self {
+            KvRows::F32(s) => (s.as_ptr().cast::<u8>(), core::mem::size_of_val(*s)),
+            KvRows::F16(s) => (s.as_ptr().cast::<u8>(), core::mem::size_of_val(*s)),
+        };
+        #[cfg(target_arch = "x86_64")]
+        {
+            use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let mut o = 0;
+            while o < bytes {
+                // SAFETY: a prefetch is a hint that never faults (the address is inside the
+                // slice anyway); every x86_64 CPU has SSE (even where a target compiles
+                // without SSE registers, as x86_64-unknown-none).
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o).cast()) };
+                o += 64;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (p, bytes);
+    }
+
     pub(crate) fn ptr(&self) -> KvPtr {
         match self {
             KvRows::F32(s) => KvPtr::F32(s.as_ptr()),

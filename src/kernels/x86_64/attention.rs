@@ -264,15 +264,294 @@ tier_fn! { Avx2;
     }
 }
 
+/// The AVX-512 tier's lanes: [`Avx2`]'s eight lanes (EVEX-encoded, 32 registers) for the
+/// softmax, with the two loops over a tile on 512-bit registers: the scores of two query
+/// heads per register ([`Lanes::qk_heads`]: one broadcast key chunk times both heads' query
+/// chunks) and the weighted sum of values sixteen columns per register
+/// ([`Lanes::pv_vectors`]). Every lane does the 8-lane code's operations on the same
+/// operands in the same order (separate multiplies and adds, the same reduction tree), so
+/// the bits are [`Avx2`]'s.
+#[derive(Clone, Copy)]
+pub(crate) struct Zmm(Avx2);
+
+impl Lanes for Zmm {
+    #[inline(always)]
+    unsafe fn zero() -> Self {
+        // SAFETY: forwarded trait contract.
+        Zmm(unsafe { Avx2::zero() })
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        // SAFETY: forwarded trait contract.
+        Zmm(unsafe { Avx2::splat(x) })
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: forwarded trait contract.
+        Zmm(unsafe { Avx2::load(p) })
+    }
+    #[inline(always)]
+    unsafe fn load_f16(p: *const u16) -> Self {
+        // SAFETY: forwarded trait contract.
+        Zmm(unsafe { Avx2::load_f16(p) })
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        // SAFETY: forwarded trait contract.
+        unsafe { self.0.store(p) }
+    }
+    #[inline(always)]
+    unsafe fn add(self, o: Self) -> Self {
+        // SAFETY: forwarded trait contract.
+        Zmm(unsafe { self.0.add(o.0) })
+    }
+    #[inline(always)]
+    unsafe fn sub(self, o: Self) -> Self {
+        // SAFETY: forwarded trait contract.
+        Zmm(unsafe { self.0.sub(o.0) })
+    }
+    #[inline(always)]
+    unsafe fn mul(self, o: Self) -> Self {
+        // SAFETY: forwarded trait contract.
+        Zmm(unsafe { self.0.mul(o.0) })
+    }
+    #[inline(always)]
+    unsafe fn max(self, o: Self) -> Self {
+        // SAFETY: forwarded trait contract.
+        Zmm(unsafe { self.0.max(o.0) })
+    }
+    #[inline(always)]
+    unsafe fn exp(self) -> Self {
+        // SAFETY: forwarded trait contract.
+        Zmm(unsafe { self.0.exp() })
+    }
+    #[inline(always)]
+    unsafe fn prefetch(p: *const u8) {
+        // SAFETY: forwarded trait contract.
+        unsafe { Avx2::prefetch(p) }
+    }
+    #[inline(always)]
+    unsafe fn sum8(a: &[Self; 8]) -> Self {
+        // SAFETY: forwarded trait contract.
+        Zmm(unsafe { Avx2::sum8(&a.map(|z| z.0)) })
+    }
+    #[inline(always)]
+    unsafe fn qk_heads(
+        q: *const f32,
+        heads: usize,
+        kt: *const f32,
+        d: usize,
+        rl: usize,
+        rh: usize,
+        scale: f32,
+        s: *mut f32,
+    ) {
+        // SAFETY: every vector and score row is the caller's (trait contract); AVX-512 F
+        // available (this type is only run by the AVX-512 tier).
+        unsafe {
+            let mut h = 0;
+            while h + 2 <= heads {
+                qk2(q.add(h * d), q.add((h + 1) * d), kt, d, rl, rh, scale, s.add(h * flash::KT));
+                h += 2;
+            }
+            if h < heads {
+                flash::qk::<Avx2>(q.add(h * d), kt, d, rl, rh, scale, s.add(h * flash::KT));
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn pv_vectors<const MV: usize>(
+        p: *const f32,
+        al: *const f32,
+        o: *mut f32,
+        vt: *const f32,
+        d: usize,
+        rl: usize,
+        rh: usize,
+    ) {
+        // SAFETY: forwarded trait contract; AVX-512 F available (as above).
+        unsafe {
+            let mut c = 0;
+            while c + 64 <= d {
+                pv16::<MV, 4>(p, al, o, vt, d, c, rl, rh, 0xFFFF);
+                c += 64;
+            }
+            while c < d {
+                let mask = if d - c >= 16 { 0xFFFF } else { ((1u32 << (d - c)) - 1) as u16 };
+                pv16::<MV, 1>(p, al, o, vt, d, c, rl, rh, mask);
+                c += 16;
+            }
+        }
+    }
+}
+
+/// [`flash::pv`] for `MV` vectors on columns `c .. c + 16 W` (the last register's lanes
+/// limited to `mask`): per output element `acc = out`, `acc = acc * α` unless `α == 1`, then
+/// `acc = acc + p_j * v_j` for `j` in `rl .. rh` in order, unfused: the 8-lane code's
+/// operations, sixteen elements per register.
+///
+/// # Safety
+///
+/// As [`flash::pv`], with `c + 16 W <= d` where the mask is full (the masked lanes are
+/// neither read nor written); AVX-512 F available.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pv16<const MV: usize, const W: usize>(
+    p: *const f32,
+    al: *const f32,
+    o: *mut f32,
+    vt: *const f32,
+    d: usize,
+    c: usize,
+    rl: usize,
+    rh: usize,
+    mask: u16,
+) {
+    // SAFETY: outputs `o + u * d + c ..` and value rows `j < rh` at column `c ..` within
+    // `d` (lanes past `d` masked off), scores `p + u * KT + j` (caller contract).
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); W]; MV];
+        for (u, a) in acc.iter_mut().enumerate() {
+            let out = o.add(u * d + c);
+            let alpha = *al.add(u);
+            for (w, a) in a.iter_mut().enumerate() {
+                *a = _mm512_maskz_loadu_ps(mask, out.add(16 * w));
+                if alpha != 1.0 {
+                    *a = _mm512_mul_ps(*a, _mm512_set1_ps(alpha));
+                }
+            }
+        }
+        for j in rl..rh {
+            let vr = vt.add(j * d + c);
+            let mut v = [_mm512_setzero_ps(); W];
+            for (w, v) in v.iter_mut().enumerate() {
+                *v = _mm512_maskz_loadu_ps(mask, vr.add(16 * w));
+            }
+            for (u, a) in acc.iter_mut().enumerate() {
+                let pj = _mm512_set1_ps(*p.add(u * flash::KT + j));
+                for (a, &v) in a.iter_mut().zip(&v) {
+                    *a = _mm512_add_ps(*a, _mm512_mul_ps(pj, v));
+                }
+            }
+        }
+        for (u, a) in acc.iter().enumerate() {
+            let out = o.add(u * d + c);
+            for (w, &a) in a.iter().enumerate() {
+                _mm512_mask_storeu_ps(out.add(16 * w), mask, a);
+            }
+        }
+    }
+}
+
+/// [`flash::qk`] for two vectors at once (`q0`, `q1`, scores into `s` and `s + KT`): per
+/// eight keys, register `u` holds key `j + u`'s eight partial sums for `q0` (low half) and
+/// `q1` (high half), each key chunk broadcast to both halves; the eight registers reduce by
+/// [`Avx2::sum8`]'s steps within each half. Keys past the last whole eight go one by one
+/// through [`flash::qk`] itself.
+///
+/// # Safety
+///
+/// As [`flash::qk`] for both vectors; AVX-512 F available.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn qk2(
+    q0: *const f32,
+    q1: *const f32,
+    kt: *const f32,
+    d: usize,
+    rl: usize,
+    rh: usize,
+    scale: f32,
+    s: *mut f32,
+) {
+    let main = d / 8 * 8;
+    // SAFETY: loads inside `q0`, `q1` (`c + 8 <= main <= d`) and key rows `j < rh`; stores
+    // inside both score rows `[..rh]` (caller contract).
+    unsafe {
+        let tail = |q: *const f32, k: *const f32| {
+            let mut t = 0f32;
+            for i in main..d {
+                t += *q.add(i) * *k.add(i);
+            }
+            t
+        };
+        let scale_v = _mm512_set1_ps(scale);
+        let mut j = rl;
+        while j + 8 <= rh {
+            let mut acc = [_mm512_setzero_ps(); 8];
+            let mut c = 0;
+            while c < main {
+                let qv = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                    _mm512_castpd256_pd512(_mm256_loadu_pd(q0.add(c).cast())),
+                    _mm256_loadu_pd(q1.add(c).cast()),
+                ));
+                for (u, a) in acc.iter_mut().enumerate() {
+                    let k = _mm256_loadu_pd(kt.add((j + u) * d + c).cast());
+                    let kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(k));
+                    *a = _mm512_add_ps(*a, _mm512_mul_ps(qv, kv));
+                }
+                c += 8;
+            }
+            let mut tails = [0f32; 16];
+            if main < d {
+                for u in 0..8 {
+                    tails[u] = tail(q0, kt.add((j + u) * d));
+                    tails[8 + u] = tail(q1, kt.add((j + u) * d));
+                }
+            }
+            let r = _mm512_mul_ps(
+                _mm512_add_ps(sum8x2(&acc), _mm512_loadu_ps(tails.as_ptr())),
+                scale_v,
+            );
+            _mm256_storeu_ps(s.add(j), _mm512_castps512_ps256(r));
+            let rh_ = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(r)));
+            _mm256_storeu_ps(s.add(flash::KT + j), rh_);
+            j += 8;
+        }
+        if j < rh {
+            flash::qk::<Avx2>(q0, kt, d, j, rh, scale, s);
+            flash::qk::<Avx2>(q1, kt, d, j, rh, scale, s.add(flash::KT));
+        }
+    }
+}
+
+/// [`Avx2::sum8`] within each 256-bit half: lane `u` of half `h` is
+/// `((x0 + x4) + (x1 + x5)) + ((x2 + x6) + (x3 + x7))` of half `h` of `a[u]`.
+///
+/// # Safety
+///
+/// AVX-512 F available.
+#[inline(always)]
+unsafe fn sum8x2(a: &[__m512; 8]) -> __m512 {
+    // SAFETY: register-only intrinsics.
+    unsafe {
+        // Per half, `_mm256_permute2f128_ps` 0x20 / 0x31 of `x`, `y`: 128-bit lanes
+        // [x.L0, y.L0 | x.L2, y.L2] and [x.L1, y.L1 | x.L3, y.L3].
+        let lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+        let hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+        let fold = |x: __m512, y: __m512| {
+            _mm512_add_ps(_mm512_permutex2var_ps(x, lo, y), _mm512_permutex2var_ps(x, hi, y))
+        };
+        // `_mm256_hadd_ps` per 128-bit lane: `[x1 + x0, x3 + x2, y1 + y0, y3 + y2]`.
+        let hadd = |x: __m512, y: __m512| {
+            _mm512_add_ps(_mm512_shuffle_ps::<0xDD>(x, y), _mm512_shuffle_ps::<0x88>(x, y))
+        };
+        let (s04, s15) = (fold(a[0], a[4]), fold(a[1], a[5]));
+        let (s26, s37) = (fold(a[2], a[6]), fold(a[3], a[7]));
+        hadd(hadd(s04, s15), hadd(s26, s37))
+    }
+}
+
 tier_fn! { Avx512;
-    /// [`flash::run`] on the AVX-512 tier (the same lanes, EVEX-encoded, 32 registers).
+    /// [`flash::run`] on the AVX-512 tier ([`Zmm`]: 512-bit score and weighted-sum loops,
+    /// the rest on the AVX2 lanes EVEX-encoded).
     ///
     /// # Safety
     ///
     /// As [`flash::run`]; AVX-512 F/BW/VL, AVX2, FMA and F16C available.
     pub(crate) unsafe fn flash_avx512(b: &Block) {
         // SAFETY: caller contract; the lanes' ISA is enabled here.
-        unsafe { flash::run::<Avx2>(b) }
+        unsafe { flash::run::<Zmm>(b) }
     }
 }
 

@@ -347,22 +347,39 @@ pub fn attention_decode(
     let sc = SharedMut(scratch.as_mut_ptr());
     // Items `[first, first + nkv * segs)` are row `i`'s: KV head `j / segs`, segment
     // `seg0 + j % segs` for `j = item - first`; item `k` owns `scratch[k * per ..][..per]`.
+    // Item `k`'s row, KV head and segment (`k < items`).
+    let item = |k: usize| {
+        let (mut i, mut first) = (0, 0);
+        loop {
+            let (seg0, segs) = decode_segments(&rows[i], window);
+            if k < first + nkv * segs {
+                return (i, (k - first) / segs, seg0 + (k - first) % segs);
+            }
+            first += nkv * segs;
+            i += 1;
+        }
+    };
     let body = |range: Range<usize>| {
         // The whole wrapper (Sync), not its pointer field, is captured.
         let partials = sc;
-        let (mut i, mut first) = (0, 0);
+        let end = range.end;
         for k in range {
-            let (seg0, segs) = loop {
-                let (seg0, segs) = decode_segments(&rows[i], window);
-                if k < first + nkv * segs {
-                    break (seg0, segs);
-                }
-                first += nkv * segs;
-                i += 1;
-            };
+            let (i, g, sg) = item(k);
             let r = &rows[i];
-            let (g, sg) = ((k - first) / segs, seg0 + (k - first) % segs);
             let head_len = r.capacity * hd;
+            if k + 1 < end {
+                // The next item's first keys and values start their way from memory while
+                // this one is computed (the kernel prefetches each next tile of its own
+                // item, but would wait on the first one).
+                let (ni, ng, nsg) = item(k + 1);
+                let n = &rows[ni];
+                let lo = (n.pos + 1).saturating_sub(window).max(nsg * KV_SEGMENT);
+                let len = (n.pos + 1).min((nsg + 1) * KV_SEGMENT) - lo;
+                let at = (ng * n.capacity + lo) * hd;
+                let take = len.min(flash::KT) * hd;
+                n.keys.slice(at..at + take).prefetch();
+                n.values.slice(at..at + take).prefetch();
+            }
             // SAFETY: item `k` owns `scratch[k * per ..][..per]` (partial output, `ml`,
             // kernel scratch; the rows' `decode_attention_floats` sum to at least
             // `items * per` floats, asserted); items are disjoint; `q` and the caches are
