@@ -421,14 +421,20 @@ impl Kernels {
 
     /// This table with `f` as the int8 kernel of `dtype`'s row-interleaved layout ([`rows8`]).
     // Only the AVX2 tiers have interleaved bodies so far.
-    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    #[cfg_attr(
+        not(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        allow(dead_code)
+    )]
     pub(crate) const fn with_q8_rows8(mut self, dtype: DType, f: MatmulQ8Fn) -> Self {
         self.q8_rows8[dtype as usize] = Some(f);
         self
     }
 
     /// This table without row-interleaved kernels (a tier whose plain kernels are faster).
-    #[cfg_attr(not(all(target_arch = "x86_64", not(any(fuzzing, loom)))), allow(dead_code))]
+    #[cfg_attr(
+        not(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        allow(dead_code)
+    )]
     pub(crate) const fn without_q8_rows8(mut self) -> Self {
         self.q8_rows8 = [None; DType::COUNT];
         self
