@@ -242,6 +242,27 @@ mod avx2_rows {
                 _mm256_add_epi32(a, b)
             }
         }
+        const TILE: usize = 8;
+        /// Chunk by chunk: each chunk's `w` and `|w|` once, then its product with every
+        /// activation row (registers: `w`, `|w|`, the `N` sums and temporaries).
+        #[inline(always)]
+        unsafe fn dots<const N: usize>(g: &*const u8, x: [*const i8; N]) -> [__m256i; N] {
+            // SAFETY: as `dot`, for every `x[t]` (caller contract).
+            unsafe {
+                let q = g.add(16);
+                let one = _mm256_set1_epi16(1);
+                let mut acc = [_mm256_setzero_si256(); N];
+                for c in 0..8 {
+                    let w = _mm256_loadu_si256(q.add(32 * c).cast());
+                    let aw = _mm256_abs_epi8(w);
+                    for (a, &x) in acc.iter_mut().zip(&x) {
+                        let s = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast(x, c), w));
+                        *a = _mm256_add_epi32(*a, _mm256_madd_epi16(s, one));
+                    }
+                }
+                acc
+            }
+        }
     }
 
     rows8_entries! {
