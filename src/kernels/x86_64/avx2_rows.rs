@@ -57,7 +57,8 @@ pub(crate) trait RowsType {
     ///
     /// # Safety
     ///
-    /// 32 readable bytes at `x`, each in -127..=127; AVX2 available.
+    /// 32 readable bytes at `x`, each in -127..=127; AVX2 available (and the features of
+    /// the tier whose entry uses the type: AVX-VNNI for Q8_0's `V8_0`).
     unsafe fn dot(d: &Self::Dec, x: *const i8) -> __m256i;
 
     /// Activation rows a prompt's product takes per pass over a group ([`TILE_N`] or 8).
