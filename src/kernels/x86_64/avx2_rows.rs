@@ -12,6 +12,8 @@
 //! Integer bounds (activations are in -127..=127, [`crate::quant::Q8Acts`]):
 //! - Q4_0 / Q4_1: a `vpmaddubsw` lane of nibbles is at most `2 · 15 · 127 = 3810`; the 8 of
 //!   a block (4 chunks × low and high nibbles) add up in i16 to at most 30480 < 32767.
+//!   Their prompt tile is 8 activation rows (the decoded block reused by twice as many rows
+//!   as Q5_0's 4, which measured no gain at 8).
 //! - Q5_0: values up to 31, a lane at most `2 · 31 · 127 = 7874`: four add up in i16
 //!   (31496), so two `vpmaddwd` per block.
 //! - Q8_0: the sign trick (`|w|` as u8 times `x` with `w`'s sign), a lane at most
