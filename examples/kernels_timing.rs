@@ -12,7 +12,9 @@
 //! 1 = 1536x576, 2 = 8192x8192, 3 = past the last-level cache), `KT_TIERS=avx512` only the
 //! tiers of those names, `KT_ACTS=f32` the f32-activation GEMV instead of the int8 one,
 //! `KT_ROWS8=1` also each type's row-interleaved layout (`rml::kernels::rows8`, a row `T/r8`)
-//! on the tiers that have a kernel for it (the others show `-`).
+//! on the tiers that have a kernel for it (the others show `-`), `KT_N=64` products with 64
+//! activation rows (a prompt's GEMM) instead of GEMVs (the GB/s columns then count the
+//! weights once per product).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -267,17 +269,19 @@ struct Gemv {
     s: Vec<u8>,
     iters: usize,
     act: Activations,
+    /// Activation rows per product (1: the GEMV; `KT_N`).
+    n: usize,
 }
 
 impl Gemv {
     /// The fastest of [`Gemv::iters`] GEMVs of `w` with `kern`, in seconds.
     fn time(&mut self, kern: &Kernels, w: &Matrix<'_>) -> f64 {
-        let Gemv { x, y, s, iters, act } = self;
+        let Gemv { x, y, s, iters, act, n } = self;
         if w.is_rows8() && kern.matmul_q8_rows8(w.dtype()).is_none() {
             return f64::MAX;
         }
         best_of(*iters, || {
-            gemm_with(kern, &InlineExecutor, None, w, black_box(x), 1, y, *act, s).unwrap()
+            gemm_with(kern, &InlineExecutor, None, w, black_box(x), *n, y, *act, s).unwrap()
         })
     }
 
@@ -326,6 +330,8 @@ fn types(only: &[String]) {
         Ok("f32") => Activations::F32,
         _ => Activations::Int8Plain,
     };
+    // `KT_N=64`: products with that many activation rows (a prompt's GEMM) instead of GEMVs.
+    let n: usize = std::env::var("KT_N").ok().and_then(|v| v.parse().ok()).unwrap_or(1).max(1);
     let all = int8_types();
     let picked: Vec<DType> = all
         .iter()
@@ -358,11 +364,12 @@ fn types(only: &[String]) {
             _ => 300,
         };
         let mut g = Gemv {
-            x: values(k, 6),
-            y: vec![0f32; rows],
-            s: vec![0u8; scratch_bytes(k, 1, Activations::Int8Plain)],
-            iters,
+            x: values(n * k, 6),
+            y: vec![0f32; n * rows],
+            s: vec![0u8; scratch_bytes(k, n, Activations::Int8Plain)],
+            iters: (iters / n).max(2),
             act,
+            n,
         };
         // Q4_1 first; its best tier then runs in every other type's rounds (the ratio of the
         // two comes from the same stretch of time on a shared machine).

@@ -765,7 +765,8 @@ fn check_pairs_as_q5_0(kern: &Kernels, c: &Case) -> Result<(), TestCaseError> {
 
 /// As [`case_blocks`] for the row-interleaved layout: whole groups of 8 rows (0 to 72: the
 /// GEMV's four streams of groups from 4 groups on, and the groups left over), 0 to 9 blocks
-/// of 32, 1 to 33 activation rows (the 4-row tile, its 1- to 3-row tail).
+/// of 32, 1 to 33 activation rows (the 8-row tile of Q4_0, Q4_1 and Q8_0, the 4-row tile,
+/// its 1- to 3-row tail).
 fn case_rows8() -> impl Strategy<Value = Case> {
     (0usize..=9, 0usize..=9, 1usize..=33, any::<u64>()).prop_map(|(g, b, n, seed)| Case {
         rows: 8 * g,

@@ -245,6 +245,9 @@ mod avx2_rows {
         const BYTES: usize = 18;
         const OFFSET: i32 = 8;
         type Dec = [__m256i; 8];
+        /// 8 activation rows per pass: the 8 decoded registers are made once for twice as
+        /// many rows as at 4 (they and a row's temporaries fit in 16 ymm registers).
+        const TILE: usize = 8;
         #[inline(always)]
         unsafe fn decode(g: *const u8) -> [__m256i; 8] {
             // SAFETY: the quants at byte 16 of the group-block (caller contract).

@@ -242,10 +242,73 @@ mod avx2_rows {
                 _mm256_add_epi32(a, b)
             }
         }
+        const TILE: usize = 8;
+        /// Chunk by chunk: each chunk's `w` and `|w|` once, then its product with every
+        /// activation row (registers: `w`, `|w|`, the `N` sums and temporaries).
+        #[inline(always)]
+        unsafe fn dots<const N: usize>(g: &*const u8, x: [*const i8; N]) -> [__m256i; N] {
+            // SAFETY: as `dot`, for every `x[t]` (caller contract).
+            unsafe {
+                let q = g.add(16);
+                let one = _mm256_set1_epi16(1);
+                let mut acc = [_mm256_setzero_si256(); N];
+                for c in 0..8 {
+                    let w = _mm256_loadu_si256(q.add(32 * c).cast());
+                    let aw = _mm256_abs_epi8(w);
+                    for (a, &x) in acc.iter_mut().zip(&x) {
+                        let s = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast(x, c), w));
+                        *a = _mm256_add_epi32(*a, _mm256_madd_epi16(s, one));
+                    }
+                }
+                acc
+            }
+        }
+    }
+
+    /// Q8_0 in the interleaved layout on AVX-VNNI: `w + 128` as u8 (the sign bit flipped)
+    /// times the activations by `vpdpbusd`, exact in i32 (four products of at most
+    /// `255 · 127` per lane and step), then `128 · Σ x` subtracted (`OFFSET`).
+    pub(crate) struct V8_0;
+
+    impl RowsType for V8_0 {
+        const BYTES: usize = 34;
+        const OFFSET: i32 = 128;
+        const TILE: usize = 8;
+        /// The group-block's address, as [`R8_0`]'s.
+        type Dec = *const u8;
+        #[inline(always)]
+        unsafe fn decode(g: *const u8) -> *const u8 {
+            g
+        }
+        #[inline(always)]
+        unsafe fn dot(g: &*const u8, x: *const i8) -> __m256i {
+            // SAFETY: forwarded caller contract.
+            unsafe { Self::dots::<1>(g, [x])[0] }
+        }
+        /// Chunk by chunk: each chunk's `w + 128` once, then one `vpdpbusd` per activation
+        /// row.
+        #[inline(always)]
+        unsafe fn dots<const N: usize>(g: &*const u8, x: [*const i8; N]) -> [__m256i; N] {
+            // SAFETY: as `R8_0::dots`; `vpdpbusd` needs AVX-VNNI, which the entry's tier has
+            // (this type is only used by `vnni_q8_0_rows8`).
+            unsafe {
+                let q = g.add(16);
+                let flip = _mm256_set1_epi8(i8::MIN);
+                let mut acc = [_mm256_setzero_si256(); N];
+                for c in 0..8 {
+                    let u = _mm256_xor_si256(_mm256_loadu_si256(q.add(32 * c).cast()), flip);
+                    for (a, &x) in acc.iter_mut().zip(&x) {
+                        *a = _mm256_dpbusd_avx_epi32(*a, u, bcast(x, c));
+                    }
+                }
+                acc
+            }
+        }
     }
 
     rows8_entries! {
         Avx2, avx2_q8_0_rows8, R8_0;
+        AvxVnni, vnni_q8_0_rows8, V8_0;
     }
 }
 
@@ -264,6 +327,7 @@ pub(crate) mod x86 {
     /// `t` with Q8_0's AVX-VNNI entries.
     pub(crate) const fn avx_vnni(t: Kernels) -> Kernels {
         t.with_q8(DType::Q8_0, super::avx512_q8::vnni_q8_0_q8)
+            .with_q8_rows8(DType::Q8_0, super::avx2_rows::vnni_q8_0_rows8)
     }
 
     /// `t` with Q8_0's AVX-512 entries.

@@ -12,10 +12,14 @@
 //! Integer bounds (activations are in -127..=127, [`crate::quant::Q8Acts`]):
 //! - Q4_0 / Q4_1: a `vpmaddubsw` lane of nibbles is at most `2 · 15 · 127 = 3810`; the 8 of
 //!   a block (4 chunks × low and high nibbles) add up in i16 to at most 30480 < 32767.
+//!   Their prompt tile is 8 activation rows (the decoded block reused by twice as many rows
+//!   as Q5_0's 4, which measured no gain at 8).
 //! - Q5_0: values up to 31, a lane at most `2 · 31 · 127 = 7874`: four add up in i16
 //!   (31496), so two `vpmaddwd` per block.
 //! - Q8_0: the sign trick (`|w|` as u8 times `x` with `w`'s sign), a lane at most
-//!   `2 · 128 · 127 = 32512`, widened by `vpmaddwd` per chunk.
+//!   `2 · 128 · 127 = 32512`, widened by `vpmaddwd` per chunk. Its prompt tile is 8
+//!   activation rows taken chunk by chunk ([`RowsType::dots`]): each 4-byte chunk's `w` and
+//!   `|w|` are loaded and made once for the 8 rows, whose 8 i32 sums stay in registers.
 
 use core::arch::x86_64::*;
 
@@ -55,8 +59,33 @@ pub(crate) trait RowsType {
     ///
     /// # Safety
     ///
-    /// 32 readable bytes at `x`, each in -127..=127; AVX2 available.
+    /// 32 readable bytes at `x`, each in -127..=127; AVX2 available (and the features of
+    /// the tier whose entry uses the type: AVX-VNNI for Q8_0's `V8_0`).
     unsafe fn dot(d: &Self::Dec, x: *const i8) -> __m256i;
+
+    /// Activation rows a prompt's product takes per pass over a group ([`TILE_N`] or 8).
+    const TILE: usize = TILE_N;
+
+    /// The 8 rows' exact i32 dots (as [`RowsType::dot`]) with each of the `N` activation
+    /// blocks at `x[t]`; a type whose decoded block is costly to keep in registers computes
+    /// them chunk by chunk for all `N` rows together.
+    ///
+    /// # Safety
+    ///
+    /// As [`RowsType::dot`] for every `x[t]`.
+    #[inline(always)]
+    unsafe fn dots<const N: usize>(d: &Self::Dec, x: [*const i8; N]) -> [__m256i; N] {
+        // A plain loop: `array::map` is not compiled with the caller's target features, so
+        // its vector values would cross calls.
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            let mut out = [_mm256_setzero_si256(); N];
+            for (o, &x) in out.iter_mut().zip(&x) {
+                *o = Self::dot(d, x);
+            }
+            out
+        }
+    }
 }
 
 /// Dword `c` of the 32 bytes at `x` in every lane.
@@ -159,9 +188,26 @@ unsafe fn term<Q: RowsType>(
     xq: &Q8Acts<'_>,
     i: usize,
 ) -> __m256 {
+    // SAFETY: activation block `i` inside `xq` (caller contract).
+    unsafe { finish::<Q>(Q::dot(dec, xq.qs().as_ptr().add(i * QK)), dw, mw, xq, i) }
+}
+
+/// [`term`] from the 8 rows' i32 dot `isum` with activation block `i` (before the `OFFSET`
+/// correction).
+///
+/// # Safety
+///
+/// Activation block `i` inside `xq`; AVX2 available.
+#[inline(always)]
+unsafe fn finish<Q: RowsType>(
+    mut isum: __m256i,
+    dw: __m256,
+    mw: __m256,
+    xq: &Q8Acts<'_>,
+    i: usize,
+) -> __m256 {
     // SAFETY: activation block `i` inside `xq` (caller contract); the rest is register-only.
     unsafe {
-        let mut isum = Q::dot(dec, xq.qs().as_ptr().add(i * QK));
         if Q::OFFSET != 0 {
             let sum = *xq.sum().as_ptr().add(i);
             isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(Q::OFFSET * sum));
@@ -247,8 +293,14 @@ unsafe fn group<Q: RowsType, const N: usize>(
                 let p = g.add(b * gb);
                 let dec = Q::decode(p);
                 let (dw, mw) = scales::<Q>(p);
+                let mut x = [xq.qs().as_ptr(); N];
+                for (t, x) in x.iter_mut().enumerate() {
+                    *x = x.add(((t0 + t) * nb + b) * QK);
+                }
+                let isum = Q::dots::<N>(&dec, x);
                 for (t, a) in acc.iter_mut().enumerate() {
-                    a[u] = _mm256_add_ps(a[u], term::<Q>(&dec, dw, mw, xq, (t0 + t) * nb + b));
+                    let i = (t0 + t) * nb + b;
+                    a[u] = _mm256_add_ps(a[u], finish::<Q>(isum[t], dw, mw, xq, i));
                 }
             }
             b0 += 8;
@@ -310,8 +362,8 @@ unsafe fn streams<Q: RowsType>(
 /// The AVX2 kernel of `Q`'s interleaved layout: `rows / 8` groups of 8 rows at
 /// `w + j · 8 · rb`. One activation row (the GEMV): from [`STREAMS`] groups on, the groups
 /// as [`STREAMS`] streams (`j, j + q, ..`, `q = groups / STREAMS`), the rest one by one;
-/// more: each group times [`TILE_N`] activation rows at a time, the last one to three
-/// together.
+/// more: each group times [`RowsType::TILE`] activation rows at a time (8 ones first where
+/// the type asks for them, then [`TILE_N`]), the last one to three together.
 ///
 /// # Safety
 ///
@@ -344,6 +396,12 @@ pub(crate) unsafe fn matmul<Q: RowsType>(
         for j in 0..groups {
             let (g, yj) = (w.add(j * gs), y.add(j * ROWS));
             let mut t = 0;
+            if Q::TILE == 8 {
+                while n - t >= 8 {
+                    group::<Q, 8>(g, xq, t, yj, ldy);
+                    t += 8;
+                }
+            }
             while n - t >= TILE_N {
                 group::<Q, TILE_N>(g, xq, t, yj, ldy);
                 t += TILE_N;
