@@ -46,6 +46,21 @@ pub(crate) struct Columns {
     /// A pair layout ([`crate::DType::Q5_0x2`]): column block `b` is half `b % 2` of pair
     /// `b / 2`, read by `f[b % 2]` at the pair.
     pairs: bool,
+    /// Whether a lone residual runs as two activation rows ([`pads_residuals`]).
+    pad: bool,
+}
+
+/// Whether the correction runs a lone residual as two activation rows (the next entry or
+/// the zero row at the end, its outputs unused) on `isa`'s plain layouts: on the AVX-512
+/// tiers, whose transposed multi-row tiles need no horizontal sum per weight row (for one
+/// block per row most of the single-row GEMV's work). The other tiers take two activation
+/// rows one weight row at a time, with a horizontal sum per output, so the second row only
+/// doubles the work: they run one (AVX2, `RML_KERNELS=avx2` decode of Gemma 3 270M, int8:
+/// about 5 % faster, `docs/perf/2026-12-07-session4-stream.md`). Every output has the same
+/// bits either way.
+fn pads_residuals(isa: crate::kernels::Isa) -> bool {
+    use crate::kernels::Isa;
+    matches!(isa, Isa::Avx512 | Isa::Avx512Gfni)
 }
 
 impl Columns {
@@ -57,10 +72,16 @@ impl Columns {
     /// whole blocks of `dtype`.
     pub(crate) fn of(kern: &Kernels, dtype: crate::DType, fmt: ActFormat) -> Result<Self> {
         Ok(match kern.matmul_q8_halves(dtype) {
-            Some(f) => Columns { f, bytes: dtype.block_bytes(), pairs: true },
+            Some(f) => Columns {
+                f,
+                bytes: dtype.block_bytes(),
+                pairs: true,
+                pad: pads_residuals(kern.isa()),
+            },
             None => {
                 let f = kern.matmul_q8(dtype)?;
-                Columns { f: [f, f], bytes: dtype.row_bytes(fmt.block_elems())?, pairs: false }
+                let bytes = dtype.row_bytes(fmt.block_elems())?;
+                Columns { f: [f, f], bytes, pairs: false, pad: pads_residuals(kern.isa()) }
             }
         })
     }
@@ -68,12 +89,15 @@ impl Columns {
     /// The column reads of a row-interleaved matrix of `dtype` ([`crate::kernels::rows8`])
     /// by its kernel `f`: column block `b` of a group is its group-block `b`, `8 ·` bytes
     /// per block from the next (the activation blocks of the interleaved types are their
-    /// blocks of 32).
+    /// blocks of 32). A lone residual runs as one activation row: the layout's kernels
+    /// keep 8 weight rows in the lanes of a vector whatever the activation rows, so a
+    /// second one only adds its dots.
     pub(crate) fn rows8(f: MatmulQ8Fn, dtype: crate::DType) -> Self {
         Columns {
             f: [f, f],
             bytes: crate::kernels::rows8::ROWS * dtype.block_bytes(),
             pairs: false,
+            pad: false,
         }
     }
 
@@ -226,11 +250,9 @@ impl<'a> Outliers<'a> {
             let mut a0 = g0;
             while a0 < g1 {
                 let a1 = (a0 + MAX_ACT_ROWS).min(g1);
-                // One residual runs as two activation rows (the next entry or the zero row at
-                // the end, its outputs unused): the kernels' multi-row tiles need no
-                // horizontal sum per weight row, which for one block per row is most of the
-                // single-row (GEMV) path's work. Every output has the same bits either way.
-                let na = (a1 - a0).max(2);
+                // A lone residual runs as two activation rows where that is faster
+                // (`cols.pad`, [`pads_residuals`]).
+                let na = if cols.pad { (a1 - a0).max(2) } else { a1 - a0 };
                 let acts = self.res.rows(a0..a0 + na);
                 // Weight rows per call: a multiple of 16 (the AVX-512 tile), `na * rt <= TMP`.
                 let rt = (TMP / na) / 16 * 16;
