@@ -167,9 +167,13 @@ pub(crate) trait F32Decode<W>: F32Lanes {
     /// only; they implement [`F32Decode::values`] and one of the two.
     const FACTORED: bool = false;
     /// With [`F32Decode::FACTORED`]: the scales are read once per group of 8 units
-    /// ([`F32Decode::scales`]; the K-quants, whose super-block is such a group) instead of
-    /// per unit.
+    /// ([`F32Decode::scales`]; the K-quants, whose super-block is such a group, and the
+    /// 32-element formats whose tier gathers 8 blocks' heads at once) instead of per unit.
     const GROUP_SCALES: bool = false;
+    /// With [`F32Decode::GROUP_SCALES`]: a group of fewer than 8 units (a row's last) reads
+    /// its scales unit by unit ([`F32Decode::unit_scales`], which the format implements)
+    /// instead of as a group.
+    const PARTIAL_BY_UNIT: bool = false;
     /// With [`F32Decode::FACTORED`]: each 16-element half of a unit has its own scale (and
     /// offset).
     const HALF_SCALES: bool = false;
@@ -245,7 +249,7 @@ pub(crate) trait F32Decode<W>: F32Lanes {
     }
 
     /// Writes the [`Scales`] of units `8 g .. 8 g + n` (`1 <= n <= 8`; entries past them
-    /// are left as they are). Implemented by the [`F32Decode::GROUP_SCALES`] formats (by
+    /// are unspecified). Implemented by the [`F32Decode::GROUP_SCALES`] formats (by
     /// default nothing is written).
     ///
     /// # Safety
@@ -356,6 +360,58 @@ unsafe fn dot_factored<T: F32Decode<W>, W>(
 /// `R × N` accumulators, one per output.
 type Acc<T, const R: usize, const N: usize> = [[<T as F32Lanes>::Acc; N]; R];
 
+/// Unit `b` of the tile's rows added to `acc` in the factored order of the module docs, its
+/// scales from `sc` (unit `u` of a group of 8 whose [`Scales`] were read) with `GROUP`, else
+/// by [`F32Decode::unit_scales`].
+///
+/// # Safety
+///
+/// As [`accumulate`], unit `b` in bounds.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn factored_unit<T: F32Decode<W>, W, const R: usize, const N: usize, const GROUP: bool>(
+    acc: &mut Acc<T, R, N>,
+    w: *const u8,
+    rb: usize,
+    k: usize,
+    x: *const f32,
+    b: usize,
+    sc: &[Scales; R],
+    u: usize,
+) {
+    // SAFETY: unit `b` of `R` rows and `N` activation rows is in bounds (caller contract).
+    unsafe {
+        let scales = |r: usize| {
+            if GROUP {
+                splat_scales::<T, W>(&sc[r], u)
+            } else {
+                T::unit_scales(w.add(r * rb), b)
+            }
+        };
+        if N == 1 {
+            let p = x.add(b * 32);
+            let xv = [T::load(p), T::load(p.add(8)), T::load(p.add(16)), T::load(p.add(24))];
+            let xs = xsums::<T, W>(&xv);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let q = T::values(w.add(r * rb), b);
+                acc[0] = dot_factored::<T, W>(acc[0], &q, scales(r), &xv, &xs);
+            }
+        } else {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let q = T::values(w.add(r * rb), b);
+                let s = scales(r);
+                for (t, a) in acc.iter_mut().enumerate() {
+                    let p = x.add(t * k + b * 32);
+                    let xv =
+                        [T::load(p), T::load(p.add(8)), T::load(p.add(16)), T::load(p.add(24))];
+                    let xs = xsums::<T, W>(&xv);
+                    *a = dot_factored::<T, W>(*a, &q, s, &xv, &xs);
+                }
+            }
+        }
+    }
+}
+
 /// Adds the products of elements `k0..k1` into `acc` (`k0` a multiple of 32; `k1` either a
 /// multiple of 32 or `k`, in which case the tail past the last whole unit is included), in
 /// the order of the module docs.
@@ -374,6 +430,7 @@ unsafe fn accumulate<T: F32Decode<W>, W, const R: usize, const N: usize>(
     x: *const f32,
     k0: usize,
     k1: usize,
+    sc: &mut [Scales; R],
 ) {
     // SAFETY: every pointer below stays inside the rows described by the caller contract:
     // units below `k1 / 32 <= k / 32`, 8-element steps below `k`, a tail of `k % 8`.
@@ -383,49 +440,27 @@ unsafe fn accumulate<T: F32Decode<W>, W, const R: usize, const N: usize>(
             // group of 8 units with `k0` a multiple of 256), then per activation row the same
             // operations in the same order ([`dot_factored`]).
             let (mut b0, u1) = (k0 / 32, k1 / 32);
-            let mut sc = [Scales::ZERO; R];
             while b0 < u1 {
                 let n = if T::GROUP_SCALES { (u1 - b0).min(8) } else { u1 - b0 };
-                if T::GROUP_SCALES {
+                if T::GROUP_SCALES && (n == 8 || !T::PARTIAL_BY_UNIT) {
                     debug_assert!(b0 % 8 == 0);
                     for (r, sc) in sc.iter_mut().enumerate() {
                         T::scales(w.add(r * rb), b0 / 8, n, sc);
                     }
-                }
-                for u in 0..n {
-                    let b = b0 + u;
-                    let scales = |r: usize| {
-                        if T::GROUP_SCALES {
-                            splat_scales::<T, W>(&sc[r], u)
-                        } else {
-                            T::unit_scales(w.add(r * rb), b)
-                        }
-                    };
-                    if N == 1 {
-                        let p = x.add(b * 32);
-                        let xv =
-                            [T::load(p), T::load(p.add(8)), T::load(p.add(16)), T::load(p.add(24))];
-                        let xs = xsums::<T, W>(&xv);
-                        for (r, acc) in acc.iter_mut().enumerate() {
-                            let q = T::values(w.add(r * rb), b);
-                            acc[0] = dot_factored::<T, W>(acc[0], &q, scales(r), &xv, &xs);
+                    if n == 8 {
+                        // A whole group's units unrolled (the scales at constant offsets).
+                        for u in 0..8 {
+                            factored_unit::<T, W, R, N, true>(acc, w, rb, k, x, b0 + u, sc, u);
                         }
                     } else {
-                        for (r, acc) in acc.iter_mut().enumerate() {
-                            let q = T::values(w.add(r * rb), b);
-                            let s = scales(r);
-                            for (t, a) in acc.iter_mut().enumerate() {
-                                let p = x.add(t * k + b * 32);
-                                let xv = [
-                                    T::load(p),
-                                    T::load(p.add(8)),
-                                    T::load(p.add(16)),
-                                    T::load(p.add(24)),
-                                ];
-                                let xs = xsums::<T, W>(&xv);
-                                *a = dot_factored::<T, W>(*a, &q, s, &xv, &xs);
-                            }
+                        for u in 0..n {
+                            factored_unit::<T, W, R, N, true>(acc, w, rb, k, x, b0 + u, sc, u);
                         }
+                    }
+                } else {
+                    // Per unit, or a row's last, partial group read unit by unit.
+                    for u in 0..n {
+                        factored_unit::<T, W, R, N, false>(acc, w, rb, k, x, b0 + u, sc, u);
                     }
                 }
                 b0 += n;
@@ -516,7 +551,7 @@ unsafe fn tile<T: F32Decode<W>, W, const R: usize, const N: usize>(
     // SAFETY: forwarded caller contract.
     unsafe {
         let mut acc = [[T::zero(); N]; R];
-        accumulate::<T, W, R, N>(&mut acc, w, rb, k, x, 0, k);
+        accumulate::<T, W, R, N>(&mut acc, w, rb, k, x, 0, k, &mut [Scales::ZERO; R]);
         T::store(&acc, y, ldy);
     }
 }
@@ -556,6 +591,8 @@ unsafe fn gemv_tile<T: F32Decode<W>, W, const R: usize>(
     // in order, so the FMAs per output are `tile`'s; prefetches never fault.
     unsafe {
         let mut acc = [[T::zero(); 1]; R];
+        // The scales of a group of units, written by each group (one buffer for the tile).
+        let mut sc = [Scales::ZERO; R];
         let units = k / 32;
         if pf != GemvPrefetch::None && units >= 8 {
             // Bytes per unit of 32 weights (`rb` is the row's bytes: exact for every format).
@@ -588,11 +625,11 @@ unsafe fn gemv_tile<T: F32Decode<W>, W, const R: usize>(
                     GemvPrefetch::None => {}
                 }
                 let k1 = if e == units { k } else { e * 32 };
-                accumulate::<T, W, R, 1>(&mut acc, w, rs, k, x, b * 32, k1);
+                accumulate::<T, W, R, 1>(&mut acc, w, rs, k, x, b * 32, k1, &mut sc);
                 b = e;
             }
         } else {
-            accumulate::<T, W, R, 1>(&mut acc, w, rs, k, x, 0, k);
+            accumulate::<T, W, R, 1>(&mut acc, w, rs, k, x, 0, k, &mut sc);
         }
         if ys == 1 {
             T::store(&acc, y, 1);
@@ -633,7 +670,7 @@ unsafe fn accumulate_parked<T: F32Decode<W>, W, const R: usize, const N: usize>(
     let mut acc: Acc<T, R, N> =
         core::array::from_fn(|r| core::array::from_fn(|t| store[r * N + t]));
     // SAFETY: forwarded caller contract.
-    unsafe { accumulate::<T, W, R, N>(&mut acc, w, rb, k, x, k0, k1) };
+    unsafe { accumulate::<T, W, R, N>(&mut acc, w, rb, k, x, k0, k1, &mut [Scales::ZERO; R]) };
     for (r, acc) in acc.iter().enumerate() {
         store[r * N..r * N + N].copy_from_slice(acc);
     }

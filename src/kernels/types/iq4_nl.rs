@@ -125,6 +125,8 @@ mod avx2_f32 {
 
     impl F32Decode<BlockIq4Nl> for Avx2F32 {
         const FACTORED: bool = true;
+        const GROUP_SCALES: bool = true;
+        const PARTIAL_BY_UNIT: bool = true;
 
         #[inline(always)]
         unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
@@ -144,6 +146,22 @@ mod avx2_f32 {
             unsafe {
                 block_scales::<false>(
                     row.add(b * crate::quant::iq4_nl::BYTES + BlockIq4Nl::D_OFFSET),
+                )
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn scales(row: *const u8, g: usize, n: usize, out: &mut Scales) {
+            const { assert!(BlockIq4Nl::D_OFFSET + 2 <= crate::quant::iq4_nl::BYTES) };
+            // SAFETY: units `8 g .. 8 g + n` are in bounds (caller contract).
+            unsafe {
+                block_group_scales::<false>(
+                    row,
+                    crate::quant::iq4_nl::BYTES,
+                    BlockIq4Nl::D_OFFSET,
+                    g,
+                    n,
+                    out,
                 )
             }
         }

@@ -114,6 +114,8 @@ mod avx2_f32 {
 
     impl F32Decode<BlockQ4_1> for Avx2F32 {
         const FACTORED: bool = true;
+        const GROUP_SCALES: bool = true;
+        const PARTIAL_BY_UNIT: bool = true;
         const MIN: bool = true;
 
         #[inline(always)]
@@ -132,6 +134,20 @@ mod avx2_f32 {
             };
             // SAFETY: block `b` is in bounds (caller contract), 4 bytes from its `d` (then `m`).
             unsafe { block_scales::<true>(row.add(b * BlockQ4_1::BYTES + BlockQ4_1::D_OFFSET)) }
+        }
+
+        #[inline(always)]
+        unsafe fn scales(row: *const u8, g: usize, n: usize, out: &mut Scales) {
+            const {
+                assert!(
+                    BlockQ4_1::D_OFFSET + 4 <= BlockQ4_1::BYTES
+                        && BlockQ4_1::M_OFFSET == BlockQ4_1::D_OFFSET + 2
+                )
+            };
+            // SAFETY: units `8 g .. 8 g + n` are in bounds (caller contract).
+            unsafe {
+                block_group_scales::<true>(row, BlockQ4_1::BYTES, BlockQ4_1::D_OFFSET, g, n, out)
+            }
         }
     }
 

@@ -110,17 +110,23 @@ mod avx2_f32 {
 
     impl F32Decode<BlockQ5_0> for Avx2F32 {
         const FACTORED: bool = true;
+        const GROUP_SCALES: bool = true;
+        const PARTIAL_BY_UNIT: bool = true;
 
         #[inline(always)]
         unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
-            // SAFETY: block `b` is in bounds (caller contract): `q - 16`.
+            // SAFETY: block `b` is in bounds (caller contract): `q - 16`, as the nibble or'ed
+            // with `0xF0` (-16 as i8) where the fifth bit is clear (nibble + 16 · bit - 16).
             unsafe {
                 let blk = row.add(b * crate::quant::q5_0::BYTES);
                 let q = _mm256_or_si256(
                     crate::kernels::x86_64::nibbles32(blk.add(BlockQ5_0::QS_OFFSET)),
-                    crate::kernels::x86_64::fifth_bits(blk.add(BlockQ5_0::QH_OFFSET)),
+                    _mm256_andnot_si256(
+                        crate::kernels::x86_64::fifth_mask(blk.add(BlockQ5_0::QH_OFFSET)),
+                        _mm256_set1_epi8(-16),
+                    ),
                 );
-                bytes_f32::<true>(_mm256_sub_epi8(q, _mm256_set1_epi8(16)))
+                bytes_f32::<true>(q)
             }
         }
 
@@ -130,6 +136,22 @@ mod avx2_f32 {
             // SAFETY: block `b` is in bounds (caller contract), 4 bytes from its `d`.
             unsafe {
                 block_scales::<false>(row.add(b * crate::quant::q5_0::BYTES + BlockQ5_0::D_OFFSET))
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn scales(row: *const u8, g: usize, n: usize, out: &mut Scales) {
+            const { assert!(BlockQ5_0::D_OFFSET + 2 <= crate::quant::q5_0::BYTES) };
+            // SAFETY: units `8 g .. 8 g + n` are in bounds (caller contract).
+            unsafe {
+                block_group_scales::<false>(
+                    row,
+                    crate::quant::q5_0::BYTES,
+                    BlockQ5_0::D_OFFSET,
+                    g,
+                    n,
+                    out,
+                )
             }
         }
     }

@@ -2,7 +2,8 @@
 //! `kernels/frame/f32.rs` runs the tiles): how f32, f16, bf16 weights widen, the helpers the
 //! quantized types' bodies (`kernels/types/<type>.rs`) read their integers and scales with
 //! (every quantized type is read in the frame's factored form: integers as f32 plus the
-//! scales and offsets of each unit, or of each K-quant super-block), and the lanes
+//! scales and offsets of each group of 8 units, a K-quant super-block or 8 blocks' heads
+//! gathered by [`block_group_scales`]), and the lanes
 //! themselves ([`Avx2F32`]: one 8-lane accumulator per output, `_mm256_fmadd_ps` per chunk,
 //! the lanes summed by [`hsum4`], four outputs at a time, each lane from its own
 //! accumulator).
@@ -108,6 +109,78 @@ pub(crate) unsafe fn block_scales<const MIN: bool>(p: *const u8) -> ([__m256; 2]
         let d = _mm256_moveldup_ps(v);
         let m = if MIN { _mm256_movehdup_ps(v) } else { _mm256_setzero_ps() };
         ([d; 2], [m; 2])
+    }
+}
+
+/// The [`Scales`] of units `8 g .. 8 g + n` (`1 <= n <= 8`) of a row of 32-element blocks
+/// of `bytes` bytes, each with its f16 `d` at `d_offset` (and with `MIN` its f16 `m` right
+/// after it, `M_OFFSET == D_OFFSET + 2`), as [`F32Decode::scales`] gives them (`s` = `d`,
+/// `m` = `m`; entries past `n` untouched). The heads are read into general registers (two units'
+/// 4 bytes, or four units' 2 bytes, per u64), moved to one vector and widened by one or two
+/// `vcvtph2ps`: per unit a fraction of a vector instruction instead of a broadcast, a
+/// widening and a lane duplication (the values are the same: the f16 → f32 widening is
+/// exact).
+///
+/// # Safety
+///
+/// Blocks `8 g .. 8 g + n` of the row at `row` are in bounds, `d_offset + 2` (with `MIN`
+/// `d_offset + 4`) `<= bytes`; AVX2 and F16C available.
+#[inline(always)]
+pub(crate) unsafe fn block_group_scales<const MIN: bool>(
+    row: *const u8,
+    bytes: usize,
+    d_offset: usize,
+    g: usize,
+    n: usize,
+    out: &mut Scales,
+) {
+    // SAFETY: forwarded caller contract (a whole group without the bounds tests).
+    unsafe {
+        let p = row.add(8 * g * bytes + d_offset);
+        if n == 8 {
+            group_heads::<MIN>(p, bytes, out);
+        } else {
+            // A row's last, partial group: unit by unit.
+            for u in 0..n {
+                out.s[u] = f16_scalar(p.add(u * bytes));
+                if MIN {
+                    out.m[u] = f16_scalar(p.add(u * bytes + 2));
+                }
+            }
+        }
+    }
+}
+
+/// [`block_group_scales`] of a whole group (`n == 8`) from the first head `p`.
+///
+/// # Safety
+///
+/// As [`block_group_scales`], `p` at unit `8 g`'s `d`.
+#[inline(always)]
+unsafe fn group_heads<const MIN: bool>(p: *const u8, bytes: usize, out: &mut Scales) {
+    // SAFETY: units `0..8` are read, each inside its block (caller contract); the rest is
+    // register-only and writes `out`'s first 8 scales and offsets.
+    unsafe {
+        if MIN {
+            let rd = |u: usize| u64::from(p.add(u * bytes).cast::<u32>().read_unaligned());
+            let w: [u64; 4] = core::array::from_fn(|i| rd(2 * i) | rd(2 * i + 1) << 32);
+            let (a, b) = (
+                _mm_set_epi64x(w[1] as i64, w[0] as i64),
+                _mm_set_epi64x(w[3] as i64, w[2] as i64),
+            );
+            // Halves [d0 m0 d1 m1 d2 m2 d3 m3] → [d0 d1 d2 d3 m0 m1 m2 m3].
+            let sh = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+            let (a, b) = (_mm_shuffle_epi8(a, sh), _mm_shuffle_epi8(b, sh));
+            _mm256_storeu_ps(out.s.as_mut_ptr(), _mm256_cvtph_ps(_mm_unpacklo_epi64(a, b)));
+            _mm256_storeu_ps(out.m.as_mut_ptr(), _mm256_cvtph_ps(_mm_unpackhi_epi64(a, b)));
+        } else {
+            let rd = |u: usize| u64::from(p.add(u * bytes).cast::<u16>().read_unaligned());
+            let w: [u64; 2] = core::array::from_fn(|i| {
+                rd(4 * i) | rd(4 * i + 1) << 16 | rd(4 * i + 2) << 32 | rd(4 * i + 3) << 48
+            });
+            let v = _mm_set_epi64x(w[1] as i64, w[0] as i64);
+            _mm256_storeu_ps(out.s.as_mut_ptr(), _mm256_cvtph_ps(v));
+        }
     }
 }
 

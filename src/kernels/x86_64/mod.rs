@@ -483,6 +483,18 @@ pub(crate) unsafe fn nibbles32(qs: *const u8) -> __m256i {
 /// 4 readable bytes at `qh`; AVX2 available.
 #[inline(always)]
 pub(crate) unsafe fn fifth_bits(qh: *const u8) -> __m256i {
+    // SAFETY: forwarded caller contract; the rest is register-only.
+    unsafe { _mm256_and_si256(fifth_mask(qh), _mm256_set1_epi8(0x10)) }
+}
+
+/// The fifth bits of a Q5 block (the little-endian u32 at `qh`) as byte masks: `0xFF` where
+/// element `i`'s bit is set, else 0, in element order.
+///
+/// # Safety
+///
+/// 4 readable bytes at `qh`; AVX2 available.
+#[inline(always)]
+pub(crate) unsafe fn fifth_mask(qh: *const u8) -> __m256i {
     // SAFETY: 4 bytes readable (caller contract); the rest is register-only.
     unsafe {
         let h = qh.cast::<u32>().read_unaligned() as i32;
@@ -496,8 +508,7 @@ pub(crate) unsafe fn fifth_bits(qh: *const u8) -> __m256i {
             ),
         );
         let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+        _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
     }
 }
 
