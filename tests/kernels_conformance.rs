@@ -861,6 +861,53 @@ fn rows8_shapes() {
     assert_eq!(e.code(), Code::Unimplemented);
 }
 
+/// The row-interleaved kernels at the extremes of int8 (as [`int8_extremes`]): weight bytes
+/// of Q4_0, Q4_1, Q5_0 and Q8_0 all 0x00, 0xFF, 0x80 (Q8_0's -128), 0x7F or alternating
+/// 0x80 / 0x7F, against activations of ±127, through every prompt path (the GEMV's streams,
+/// the 8-row tile, the 4-row tile, the 1- to 3-row tails; 11 blocks: a whole and a partial
+/// group of 8): the scalar table's bits on the plain rows, so an i16 sum that saturates or
+/// wraps (e.g. Q8_0's chunks added before widening) or a wrong `w + 128` offset fails.
+fn rows8_extremes(kern: &Kernels) {
+    let scalar = table(Isa::Scalar).unwrap();
+    let (rows, nb) = (32, 11);
+    let k = nb * QK;
+    let one = f16::from_f32(1.0).to_le_bytes();
+    let zero = f16::from_f32(0.0).to_le_bytes();
+    let bodies: [&dyn Fn(usize) -> u8; 5] =
+        [&|_| 0x00, &|_| 0xFF, &|_| 0x80, &|_| 0x7F, &|i| if i % 2 == 0 { 0x80 } else { 0x7F }];
+    // ±1.0 per block quantize to ±127 (scale 1 / 127).
+    let acts: [&dyn Fn(usize) -> f32; 3] =
+        [&|_| -1.0, &|_| 1.0, &|i| if i % 3 == 0 { -1.0 } else { 1.0 }];
+    for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0] {
+        if kern.matmul_q8_rows8(dtype).is_none() {
+            continue;
+        }
+        let head = if dtype == DType::Q4_1 { 4 } else { 2 };
+        for body in bodies {
+            let mut plain = Vec::new();
+            for _ in 0..rows * nb {
+                plain.extend(one);
+                if dtype == DType::Q4_1 {
+                    plain.extend(zero);
+                }
+                plain.extend((0..dtype.block_bytes() - head).map(body));
+            }
+            let mut packed = vec![0u8; plain.len()];
+            rml::kernels::rows8::pack(dtype, rows, k, &plain, &mut packed).unwrap();
+            let wp = Matrix::new(dtype, rows, k, &plain).unwrap();
+            let wx = Matrix::new_rows8(dtype, rows, k, &packed).unwrap();
+            for ap in acts {
+                for n in [1, 2, 3, 4, 7, 8, 13, 16, 19] {
+                    let x: Vec<f32> = (0..n * k).map(ap).collect();
+                    let want = run(scalar, &wp, &x, n, Activations::Int8Plain).unwrap();
+                    let got = run(kern, &wx, &x, n, Activations::Int8Plain).unwrap();
+                    assert_eq!(bits(&got), bits(&want), "{} {dtype} n={n}", kern.isa());
+                }
+            }
+        }
+    }
+}
+
 /// The newer types at the extremes of their integer ranges: every weight byte all-ones,
 /// all-zeros or alternating (largest unsigned values, Q3_K's scale -32 and high bits, Q6_K's
 /// 63) against activations of ±127: the int8 path must give the scalar table's bits (no
@@ -1144,6 +1191,11 @@ fn non_finite_and_bad_lengths_are_errors() {
 #[test]
 fn int8_extremes_are_exact() {
     every(int8_extremes);
+}
+
+#[test]
+fn rows8_extremes_are_exact() {
+    every(rows8_extremes);
 }
 
 #[test]
