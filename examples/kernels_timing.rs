@@ -9,7 +9,8 @@
 //! time relative to Q4_1's best tier (run in the same rounds as the type), and a plain read
 //! loop over the same bytes (GB/s, and the GEMV's GB/s as a percentage of it: near 100 % is
 //! bandwidth-bound). `KT_SHAPES=0,1` times only the shapes of those indices (0 = 576x1536,
-//! 1 = 1536x576, 2 = 8192x8192, 3 = past the last-level cache), `KT_TIERS=avx512` only the
+//! 1 = 1536x576, 2 = 8192x8192, 3 = past the last-level cache; `KT_DIMS=2048x2048,8192x2048`
+//! puts a model's own rows × k in the first of them), `KT_TIERS=avx512` only the
 //! tiers of those names, `KT_ACTS=f32` the f32-activation GEMV instead of the int8 one,
 //! `KT_ROWS8=1` also each type's row-interleaved layout (`rml::kernels::rows8`, a row `T/r8`)
 //! on the tiers that have a kernel for it (the others show `-`), `KT_N=64` products with 64

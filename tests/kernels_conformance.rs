@@ -862,7 +862,7 @@ fn rows8_shapes() {
 }
 
 /// The row-interleaved kernels at the extremes of int8 (as [`int8_extremes`]): weight bytes
-/// of Q4_0, Q4_1, Q5_0 and Q8_0 all 0x00, 0xFF, 0x80 (Q8_0's -128), 0x7F or alternating
+/// of Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K all 0x00, 0xFF, 0x80 (Q8_0's -128), 0x7F or alternating
 /// 0x80 / 0x7F, against activations of ±127, through every prompt path (the GEMV's streams,
 /// the 8-row tile, the 4-row tile, the 1- to 3-row tails; 11 blocks: a whole and a partial
 /// group of 8): the scalar table's bits on the plain rows, so an i16 sum that saturates or
@@ -870,7 +870,6 @@ fn rows8_shapes() {
 fn rows8_extremes(kern: &Kernels) {
     let scalar = table(Isa::Scalar).unwrap();
     let (rows, nb) = (32, 11);
-    let k = nb * QK;
     let one = f16::from_f32(1.0).to_le_bytes();
     let zero = f16::from_f32(0.0).to_le_bytes();
     let bodies: [&dyn Fn(usize) -> u8; 5] =
@@ -878,17 +877,23 @@ fn rows8_extremes(kern: &Kernels) {
     // ±1.0 per block quantize to ±127 (scale 1 / 127).
     let acts: [&dyn Fn(usize) -> f32; 3] =
         [&|_| -1.0, &|_| 1.0, &|i| if i % 3 == 0 { -1.0 } else { 1.0 }];
-    for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0] {
+    for dtype in rml::kernels::rows8::TYPES {
         if kern.matmul_q8_rows8(dtype).is_none() {
             continue;
         }
-        let head = if dtype == DType::Q4_1 { 4 } else { 2 };
+        let k = nb * dtype.block_size();
+        // Q4_1's minimum 0; Q4_K's `dmin` 1 (its scales and minimums are body bytes: 0x00,
+        // 0xFF (63 each), ..), so its minimums' sum meets the extremes too.
+        let head = if matches!(dtype, DType::Q4_1 | DType::Q4_K) { 4 } else { 2 };
         for body in bodies {
             let mut plain = Vec::new();
             for _ in 0..rows * nb {
                 plain.extend(one);
                 if dtype == DType::Q4_1 {
                     plain.extend(zero);
+                }
+                if dtype == DType::Q4_K {
+                    plain.extend(one);
                 }
                 plain.extend((0..dtype.block_bytes() - head).map(body));
             }
@@ -1135,7 +1140,10 @@ proptest! {
     #[test]
     fn rows8_int8(c in case_rows8()) {
         each(|k| {
-            for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0] {
+            for dtype in rml::kernels::rows8::TYPES {
+                // The case's blocks of 32 as blocks of the type (super-blocks of 256 for
+                // Q4_K: at most 9, 2304 values).
+                let c = Case { k: c.k / QK * dtype.block_size(), ..c };
                 check_rows8(k, dtype, &c)?;
             }
             Ok(())

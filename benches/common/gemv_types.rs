@@ -144,12 +144,20 @@ pub fn big_shape(llc: usize, types: &[DType]) -> (usize, usize) {
 /// The shapes of the int8 GEMV per type: SmolLM2's (576 × 1536, 1536 × 576), 8192 × 8192 and
 /// [`big_shape`] for this machine's last-level cache (the cache size used, and whether it was
 /// detected, with it).
+/// `KT_DIMS=ROWSxK,..` (up to four) replaces the first shapes (e.g. a model's own matrices).
 pub fn shapes(types: &[DType]) -> ([(usize, usize); 4], usize, bool) {
     let (llc, found) = match llc_bytes() {
         Some(b) => (b, true),
         None => (LLC_FALLBACK, false),
     };
-    ([(576, 1536), (1536, 576), (8192, 8192), big_shape(llc, types)], llc, found)
+    let mut s = [(576, 1536), (1536, 576), (8192, 8192), big_shape(llc, types)];
+    if let Ok(dims) = std::env::var("KT_DIMS") {
+        for (slot, d) in s.iter_mut().zip(dims.split(',')) {
+            let (r, k) = d.split_once('x').expect("KT_DIMS: ROWSxK,..");
+            *slot = (r.trim().parse().expect("KT_DIMS rows"), k.trim().parse().expect("KT_DIMS k"));
+        }
+    }
+    (s, llc, found)
 }
 
 /// Reads every byte of `b` once (whole 128-byte lines; 16 independent u64 sums, vectorised

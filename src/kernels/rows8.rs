@@ -13,7 +13,9 @@
 //! contiguous bytes (one `vcvtph2ps`), and 4 bytes of quants of each row fill a 32-byte
 //! register, row `i` in lane `i`.
 //!
-//! Types: Q4_0, Q4_1, Q5_0 and Q8_0 ([`supports`]). Q5_0's fifth bits are also permuted
+//! Types: Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K ([`TYPES`]); a Q4_K group-block is 8 rows of one
+//! super-block of 256 (1152 bytes: the 8 `d` at 0, the 8 `dmin` at 16, the packed 6-bit
+//! scales and mins at 32 as three 32-byte units, then the 32 units of nibbles). Q5_0's fifth bits are also permuted
 //! within each row's 32-bit word: element `4 c + j`'s bit (chunk `c`'s low nibbles) at bit
 //! `8 j + 4 + c`, element `16 + 4 c + j`'s at `8 j + c`, so that one shift and one AND put a
 //! chunk's fifth bits at bit 4 of the bytes they belong to. The layout is not a [`DType`] row format:
@@ -27,6 +29,22 @@ use crate::tensor::DType;
 /// Rows per interleaved group.
 pub const ROWS: usize = 8;
 
+/// The types with an interleaved layout (the ones [`supports`] accepts).
+pub const TYPES: [DType; 5] = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K];
+
+/// The largest block of the [`TYPES`] (Q4_K's 144 bytes): a stack buffer that holds any one.
+pub(crate) const MAX_BLOCK_BYTES: usize = {
+    let mut m = 0;
+    let mut i = 0;
+    while i < TYPES.len() {
+        if TYPES[i].block_bytes() > m {
+            m = TYPES[i].block_bytes();
+        }
+        i += 1;
+    }
+    m
+};
+
 /// The fields of one block of `dtype`: `(offset, bytes, unit)`.
 fn fields(dtype: DType) -> Option<&'static [(usize, usize, usize)]> {
     Some(match dtype {
@@ -34,6 +52,7 @@ fn fields(dtype: DType) -> Option<&'static [(usize, usize, usize)]> {
         DType::Q4_1 => &[(0, 2, 2), (2, 2, 2), (4, 16, 4)],
         DType::Q5_0 => &[(0, 2, 2), (QH, 4, 4), (6, 16, 4)],
         DType::Q8_0 => &[(0, 2, 2), (2, 32, 4)],
+        DType::Q4_K => &[(0, 2, 2), (2, 2, 2), (4, 12, 4), (16, 128, 4)],
         _ => return None,
     })
 }
@@ -195,8 +214,9 @@ mod tests {
 
     #[test]
     fn pack_then_unpack_gives_every_row_back() {
-        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0] {
-            let (rows, k) = (16, 96);
+        for dtype in TYPES {
+            let k = 3 * dtype.block_size();
+            let rows = 16;
             let rb = dtype.row_bytes(k).unwrap();
             let src: Vec<u8> = (0..rows * rb).map(|i| (i * 7 + i / 13) as u8).collect();
             let mut dst = vec![0u8; src.len()];

@@ -523,8 +523,8 @@ pub fn dequantize_row(w: &Matrix<'_>, r: usize, out: &mut [f32]) {
         return;
     }
     assert!(r < w.rows, "dequantize_row: row {r} of {}", w.rows);
-    // Block by block out of the interleaved group (at most 34 bytes per block).
-    let (bb, mut blk) = (w.dtype.block_bytes(), [0u8; 64]);
+    // Block by block out of the interleaved group.
+    let (bb, mut blk) = (w.dtype.block_bytes(), [0u8; kernels::rows8::MAX_BLOCK_BYTES]);
     let be = w.dtype.block_size();
     for (b, o) in out.chunks_exact_mut(be).enumerate() {
         kernels::rows8::unpack_block(w.dtype, w.row_bytes, w.data, r, b, &mut blk[..bb]);

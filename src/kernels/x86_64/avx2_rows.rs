@@ -40,6 +40,9 @@ use crate::quant::{Q8Acts, QK};
 pub(crate) trait RowsType {
     /// Bytes per block of one row (the group-block is `8 · BYTES`).
     const BYTES: usize;
+    /// Elements per block: 32 (activations in [`crate::quant::ActFormat::Q8`]) or 256 (a
+    /// K-quant super-block, activations in [`crate::quant::ActFormat::Q8K`]).
+    const ELEMS: usize = QK;
     /// Q4_1: the term adds `m · s` (the 8 f16 minimums at byte 16 of the group-block).
     const MIN: bool = false;
     /// Q4_0: the integer dot subtracts `8 · Σ x`.
@@ -66,6 +69,14 @@ pub(crate) trait RowsType {
     /// Activation rows a prompt's product takes per pass over a group ([`TILE_N`] or 8).
     const TILE: usize = TILE_N;
 
+    /// Groups the GEMV reads side by side: [`STREAMS`], or 1 (the groups in order, one
+    /// stream with software prefetch) where that streams faster. Q4_K takes 1: its
+    /// group-blocks are 1152 bytes, and four streams ran the synthetic 1B model's decode
+    /// (`RML_KERNELS=avx2`, 1 thread, int8-plain) at 30 tok/s against 46 in order, more
+    /// prefetch distance recovering only part of it (37); the 32-element types run SmolLM2
+    /// 10-15 % faster on four.
+    const GEMV_STREAMS: usize = STREAMS;
+
     /// The 8 rows' exact i32 dots (as [`RowsType::dot`]) with each of the `N` activation
     /// blocks at `x[t]`; a type whose decoded block is costly to keep in registers computes
     /// them chunk by chunk for all `N` rows together.
@@ -85,6 +96,27 @@ pub(crate) trait RowsType {
             }
             out
         }
+    }
+
+    /// The f32 term of the 8 rows (scales `dw`, minimums `mw` from [`scales`]) with
+    /// activation block `i` of `xq` from their i32 dots `isum` (before the `OFFSET`
+    /// correction): `(dw · dx) · isum [+ mw · s]`, unfused (the oracle's).
+    ///
+    /// # Safety
+    ///
+    /// Activation block `i` inside `xq`; AVX2 available.
+    #[inline(always)]
+    unsafe fn finish(
+        d: &Self::Dec,
+        isum: __m256i,
+        dw: __m256,
+        mw: __m256,
+        xq: &Q8Acts<'_>,
+        i: usize,
+    ) -> __m256 {
+        let _ = d;
+        // SAFETY: forwarded caller contract.
+        unsafe { finish::<Self>(isum, dw, mw, xq, i) }
     }
 }
 
@@ -189,17 +221,17 @@ unsafe fn term<Q: RowsType>(
     i: usize,
 ) -> __m256 {
     // SAFETY: activation block `i` inside `xq` (caller contract).
-    unsafe { finish::<Q>(Q::dot(dec, xq.qs().as_ptr().add(i * QK)), dw, mw, xq, i) }
+    unsafe { Q::finish(dec, Q::dot(dec, xq.qs().as_ptr().add(i * Q::ELEMS)), dw, mw, xq, i) }
 }
 
 /// [`term`] from the 8 rows' i32 dot `isum` with activation block `i` (before the `OFFSET`
-/// correction).
+/// correction): [`RowsType::finish`]'s default.
 ///
 /// # Safety
 ///
 /// Activation block `i` inside `xq`; AVX2 available.
 #[inline(always)]
-unsafe fn finish<Q: RowsType>(
+pub(crate) unsafe fn finish<Q: RowsType + ?Sized>(
     mut isum: __m256i,
     dw: __m256,
     mw: __m256,
@@ -230,7 +262,7 @@ unsafe fn finish<Q: RowsType>(
 ///
 /// A whole group-block at `p`; AVX2 + F16C available.
 #[inline(always)]
-unsafe fn scales<Q: RowsType>(p: *const u8) -> (__m256, __m256) {
+unsafe fn scales<Q: RowsType + ?Sized>(p: *const u8) -> (__m256, __m256) {
     // SAFETY: the 8 f16 scales at byte 0 (and minimums at byte 16) of the group-block.
     unsafe {
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(p.cast()));
@@ -295,12 +327,12 @@ unsafe fn group<Q: RowsType, const N: usize>(
                 let (dw, mw) = scales::<Q>(p);
                 let mut x = [xq.qs().as_ptr(); N];
                 for (t, x) in x.iter_mut().enumerate() {
-                    *x = x.add(((t0 + t) * nb + b) * QK);
+                    *x = x.add(((t0 + t) * nb + b) * Q::ELEMS);
                 }
                 let isum = Q::dots::<N>(&dec, x);
                 for (t, a) in acc.iter_mut().enumerate() {
                     let i = (t0 + t) * nb + b;
-                    a[u] = _mm256_add_ps(a[u], finish::<Q>(isum[t], dw, mw, xq, i));
+                    a[u] = _mm256_add_ps(a[u], Q::finish(&dec, isum[t], dw, mw, xq, i));
                 }
             }
             b0 += 8;
@@ -311,16 +343,15 @@ unsafe fn group<Q: RowsType, const N: usize>(
     }
 }
 
-/// The GEMV of [`STREAMS`] groups side by side: group `i` at `w + i · stride`, block by
-/// block in turn, each stream prefetched [`PREFETCH_AHEAD`] bytes ahead, outputs at
-/// `y + i · ys`.
+/// The GEMV of `S` groups side by side: group `i` at `w + i · stride`, block by block in
+/// turn, each stream prefetched [`PREFETCH_AHEAD`] bytes ahead, outputs at `y + i · ys`.
 ///
 /// # Safety
 ///
 /// `xq.nb()` group-blocks at each group, one activation row; outputs writable; AVX2 + F16C
 /// available.
 #[inline(always)]
-unsafe fn streams<Q: RowsType>(
+unsafe fn streams<Q: RowsType, const S: usize>(
     w: *const u8,
     stride: usize,
     xq: &Q8Acts<'_>,
@@ -331,7 +362,7 @@ unsafe fn streams<Q: RowsType>(
     let gb = ROWS * Q::BYTES;
     // SAFETY: as `group` for each of the groups (caller contract).
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 8]; STREAMS];
+        let mut acc = [[_mm256_setzero_ps(); 8]; S];
         let mut b0 = 0;
         while b0 < nb {
             for u in 0..8 {
@@ -361,7 +392,8 @@ unsafe fn streams<Q: RowsType>(
 
 /// The AVX2 kernel of `Q`'s interleaved layout: `rows / 8` groups of 8 rows at
 /// `w + j · 8 · rb`. One activation row (the GEMV): from [`STREAMS`] groups on, the groups
-/// as [`STREAMS`] streams (`j, j + q, ..`, `q = groups / STREAMS`), the rest one by one;
+/// as [`STREAMS`] streams (`j, j + q, ..`, `q = groups / STREAMS`), the rest one by one
+/// (or every group in order, prefetched, where [`RowsType::GEMV_STREAMS`] is 1);
 /// more: each group times [`RowsType::TILE`] activation rows at a time (8 ones first where
 /// the type asks for them, then [`TILE_N`]), the last one to three together.
 ///
@@ -379,14 +411,24 @@ pub(crate) unsafe fn matmul<Q: RowsType>(
     y: *mut f32,
     ldy: usize,
 ) {
+    const {
+        assert!(Q::TILE == 8 || Q::TILE == TILE_N, "RowsType::TILE is 8 or TILE_N");
+        assert!(Q::GEMV_STREAMS == 1 || Q::GEMV_STREAMS == STREAMS, "GEMV_STREAMS is 1 or 4");
+    }
     let (groups, gs) = (rows / ROWS, ROWS * rb);
     // SAFETY: groups `j < rows / 8` inside the block, activation rows `< n`, outputs
     // `y[t · ldy + 8 j + i]` (caller contract).
     unsafe {
         if n == 1 {
+            if Q::GEMV_STREAMS == 1 {
+                for j in 0..groups {
+                    streams::<Q, 1>(w.add(j * gs), gs, xq, y.add(j * ROWS), ROWS);
+                }
+                return;
+            }
             let q = groups / STREAMS;
             for j in 0..q {
-                streams::<Q>(w.add(j * gs), q * gs, xq, y.add(j * ROWS), q * ROWS);
+                streams::<Q, STREAMS>(w.add(j * gs), q * gs, xq, y.add(j * ROWS), q * ROWS);
             }
             for j in STREAMS * q..groups {
                 group::<Q, 1>(w.add(j * gs), xq, 0, y.add(j * ROWS), ldy);

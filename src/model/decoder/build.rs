@@ -301,14 +301,7 @@ impl<'a> DecoderLM<'a> {
             && matches!(options.activations, Activations::Int8 | Activations::Int8Plain)
             && crate::kernels::active().is_ok_and(|k| {
                 k.has_simd_q8(crate::DType::Q5_0x2)
-                    || [
-                        crate::DType::Q4_0,
-                        crate::DType::Q4_1,
-                        crate::DType::Q5_0,
-                        crate::DType::Q8_0,
-                    ]
-                    .iter()
-                    .any(|&d| k.matmul_q8_rows8(d).is_some())
+                    || crate::kernels::rows8::TYPES.iter().any(|&d| k.matmul_q8_rows8(d).is_some())
             })
     }
 

@@ -31,8 +31,8 @@ pub struct DecoderOptions {
     /// fastest, where the activations are [`Activations::Int8`] or
     /// [`Activations::Int8Plain`]: Q5_0 matrices (rows a multiple of 64 long) into
     /// [`crate::DType::Q5_0x2`] where the kernels have a SIMD int8 body for it
-    /// ([`crate::kernels::Kernels::has_simd_q8`]: the AVX-512 tiers); Q4_0, Q4_1, Q5_0 and
-    /// Q8_0 matrices of a multiple of 8 rows into the row-interleaved layout
+    /// ([`crate::kernels::Kernels::has_simd_q8`]: the AVX-512 tiers); Q4_0, Q4_1, Q5_0,
+    /// Q8_0 and Q4_K matrices of a multiple of 8 rows into the row-interleaved layout
     /// ([`crate::kernels::rows8`]) where they have a kernel for it
     /// ([`crate::kernels::Kernels::matmul_q8_rows8`]: the AVX2 and AVX-VNNI tiers; the
     /// embedding, and a head tied to it, stay as stored). Costs a copy of those matrices
