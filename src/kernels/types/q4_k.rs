@@ -285,6 +285,7 @@ mod avx2_rows {
         /// Loads the 8 `dmin` with the 8 `d` ([`RowsType::finish`] subtracts their term).
         const MIN: bool = true;
         const GEMV_STREAMS: usize = 1;
+        const GEMV_AHEAD: usize = 8 * 8 * crate::quant::q4_k::BYTES;
         type Dec = DecK;
 
         #[inline(always)]
