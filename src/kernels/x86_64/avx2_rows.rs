@@ -238,7 +238,7 @@ unsafe fn term<Q: RowsType>(
 ///
 /// Activation block `i` inside `xq`; AVX2 available.
 #[inline(always)]
-pub(crate) unsafe fn finish<Q: RowsType + ?Sized>(
+unsafe fn finish<Q: RowsType + ?Sized>(
     mut isum: __m256i,
     dw: __m256,
     mw: __m256,
