@@ -764,9 +764,10 @@ fn check_pairs_as_q5_0(kern: &Kernels, c: &Case) -> Result<(), TestCaseError> {
 }
 
 /// As [`case_blocks`] for the row-interleaved layout: whole groups of 8 rows (0 to 72: the
-/// GEMV's four streams of groups from 4 groups on, and the groups left over), 0 to 9 blocks
-/// of 32, 1 to 33 activation rows (the 8-row tile of Q4_0, Q4_1 and Q8_0, the 4-row tile,
-/// its 1- to 3-row tail).
+/// GEMV's four streams of groups from 4 groups on, and the groups left over; Q4_K's GEMV reads
+/// them in order), 0 to 9 blocks of 32 (`rows8_int8` makes them super-blocks of 256 for
+/// Q4_K), 1 to 33 activation rows (the 8-row tile of Q4_0, Q4_1 and Q8_0, the 4-row tile, its
+/// 1- to 3-row tail).
 fn case_rows8() -> impl Strategy<Value = Case> {
     (0usize..=9, 0usize..=9, 1usize..=33, any::<u64>()).prop_map(|(g, b, n, seed)| Case {
         rows: 8 * g,
@@ -863,9 +864,9 @@ fn rows8_shapes() {
 
 /// The row-interleaved kernels at the extremes of int8 (as [`int8_extremes`]): weight bytes
 /// of Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K all 0x00, 0xFF, 0x80 (Q8_0's -128), 0x7F or alternating
-/// 0x80 / 0x7F, against activations of ±127, through every prompt path (the GEMV's streams,
-/// the 8-row tile, the 4-row tile, the 1- to 3-row tails; 11 blocks: a whole and a partial
-/// group of 8): the scalar table's bits on the plain rows, so an i16 sum that saturates or
+/// 0x80 / 0x7F, against activations of ±127, through every prompt path (the GEMV, the 8-row
+/// tile, the 4-row tile, the 1- to 3-row tails; 11 blocks: a whole and a partial group of 8
+/// blocks, super-blocks for Q4_K): the scalar table's bits on the plain rows, so an i16 sum that saturates or
 /// wraps (e.g. Q8_0's chunks added before widening) or a wrong `w + 128` offset fails.
 fn rows8_extremes(kern: &Kernels) {
     let scalar = table(Isa::Scalar).unwrap();

@@ -1,4 +1,4 @@
-//! The row-interleaved layout of the 32-element weight types: a kernel-owned copy of a
+//! The row-interleaved layout of some weight types ([`TYPES`]): a kernel-owned copy of a
 //! matrix made at load ([`pack`]) for the tiers whose int8 kernels read it
 //! ([`super::Kernels::matmul_q8_rows8`]; today AVX2 and AVX-VNNI), so that a SIMD lane holds
 //! one weight row and a block's dot product over 8 rows needs no horizontal reduction.
@@ -15,8 +15,8 @@
 //!
 //! Types: Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K ([`TYPES`]); a Q4_K group-block is 8 rows of one
 //! super-block of 256 (1152 bytes: the 8 `d` at 0, the 8 `dmin` at 16, the packed 6-bit
-//! scales and mins at 32 as three 32-byte units, then the 32 units of nibbles). Q5_0's fifth bits are also permuted
-//! within each row's 32-bit word: element `4 c + j`'s bit (chunk `c`'s low nibbles) at bit
+//! scales and mins at 32 as three 32-byte units, then the 32 units of nibbles). Q5_0's fifth
+//! bits are also permuted within each row's 32-bit word: element `4 c + j`'s bit (chunk `c`'s low nibbles) at bit
 //! `8 j + 4 + c`, element `16 + 4 c + j`'s at `8 j + c`, so that one shift and one AND put a
 //! chunk's fifth bits at bit 4 of the bytes they belong to. The layout is not a [`DType`] row format:
 //! [`crate::ops::Matrix::new_rows8`] wraps such bytes, and only the int8 product (and

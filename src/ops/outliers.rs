@@ -88,8 +88,8 @@ impl Columns {
 
     /// The column reads of a row-interleaved matrix of `dtype` ([`crate::kernels::rows8`])
     /// by its kernel `f`: column block `b` of a group is its group-block `b`, `8 ·` bytes
-    /// per block from the next (the activation blocks of the interleaved types are their
-    /// blocks of 32). A lone residual runs as one activation row: the layout's kernels
+    /// per block from the next (an activation block of the interleaved types is one of their
+    /// blocks: 32 values, or a super-block of 256 for Q4_K). A lone residual runs as one activation row: the layout's kernels
     /// keep 8 weight rows in the lanes of a vector whatever the activation rows, so a
     /// second one only adds its dots.
     pub(crate) fn rows8(f: MatmulQ8Fn, dtype: crate::DType) -> Self {

@@ -234,7 +234,8 @@ mod avx2_rows {
     /// super-block of the 8 rows), against Q8_K activations: each sub-block's 8 integer dots
     /// are 8 `vpmaddubsw` of a nibble chunk against broadcast activation dwords, added in i16
     /// (at most `8 · 2 · 15 · 127 = 30480`), then one `vpmaddwd` by the rows' 6-bit scale
-    /// (lanes `sc · (p0 + p1)`, at most `63 · 4064` per sub-block); the minimums' sum
+    /// (lanes `sc · (p0 + p1)`, at most `63 · 32 · 15 · 127 = 3840480` per sub-block, about
+    /// 30.7 million for the 8: an i32); the minimums' sum
     /// `Σ_j m_j · (bsum_2j + bsum_2j+1)` is four `vpmaddwd` of the rows' minimums (i16 pairs)
     /// against the activation's pair sums. The term is the oracle's
     /// `(d · dx) · isum - (dmin · dx) · msum`, unfused.

@@ -20,6 +20,8 @@
 //!   `2 · 128 · 127 = 32512`, widened by `vpmaddwd` per chunk. Its prompt tile is 8
 //!   activation rows taken chunk by chunk ([`RowsType::dots`]): each 4-byte chunk's `w` and
 //!   `|w|` are loaded and made once for the 8 rows, whose 8 i32 sums stay in registers.
+//! - Q4_K (super-blocks of 256, Q8_K activations): see its `R4K` in `kernels/types/q4_k.rs`
+//!   (i16 sums at most 30480 per sub-block, i32 totals at most about 30.7 million).
 
 use core::arch::x86_64::*;
 
@@ -36,14 +38,17 @@ fn prefetch(p: *const u8) {
 }
 use crate::quant::{Q8Acts, QK};
 
-/// One interleaved group-block (8 rows × one block of 32) of a weight type.
+/// One interleaved group-block (8 rows × one block of [`RowsType::ELEMS`]) of a weight type.
 pub(crate) trait RowsType {
     /// Bytes per block of one row (the group-block is `8 · BYTES`).
     const BYTES: usize;
     /// Elements per block: 32 (activations in [`crate::quant::ActFormat::Q8`]) or 256 (a
     /// K-quant super-block, activations in [`crate::quant::ActFormat::Q8K`]).
     const ELEMS: usize = QK;
-    /// Q4_1: the term adds `m · s` (the 8 f16 minimums at byte 16 of the group-block).
+    /// Q4_1: the term adds `m · s` (the 8 f16 minimums at byte 16 of the group-block). With
+    /// [`RowsType::finish`]'s default only for blocks of 32 (it reads the activations' scaled
+    /// sums, which Q8_K activations do not have); Q4_K loads its `dmin` this way and
+    /// subtracts its own term.
     const MIN: bool = false;
     /// Q4_0: the integer dot subtracts `8 · Σ x`.
     const OFFSET: i32 = 0;
@@ -57,12 +62,12 @@ pub(crate) trait RowsType {
     /// `8 · BYTES` readable bytes at `g`; AVX2 available.
     unsafe fn decode(g: *const u8) -> Self::Dec;
 
-    /// The 8 rows' exact i32 dots (before the `OFFSET` correction) with the 32 activation
-    /// values at `x`.
+    /// The 8 rows' exact i32 dots (before the `OFFSET` correction) with the `ELEMS`
+    /// activation values at `x`.
     ///
     /// # Safety
     ///
-    /// 32 readable bytes at `x`, each in -127..=127; AVX2 available (and the features of
+    /// `ELEMS` readable bytes at `x`, each in -127..=127; AVX2 available (and the features of
     /// the tier whose entry uses the type: AVX-VNNI for Q8_0's `V8_0`).
     unsafe fn dot(d: &Self::Dec, x: *const i8) -> __m256i;
 
@@ -80,7 +85,7 @@ pub(crate) trait RowsType {
     /// Bytes the GEMV prefetches ahead in each stream: [`PREFETCH_AHEAD`], or further for a
     /// single stream of large group-blocks. Q4_K takes 8 group-blocks (9216 bytes): the
     /// synthetic 1B model's decode (`RML_KERNELS=avx2`, 1 thread, int8) then read 99-100 % of
-    /// the read loop against 81-87 % at 2816 bytes (92 % at 13824); its 2048 x 8192 GEMV past
+    /// the read loop against 81-87 % at 2816 bytes (92 % at 13824); a 25600 x 8192 GEMV past
     /// the last-level cache 97 % against 78 %. The four-stream types measured best at 2816.
     const GEMV_AHEAD: usize = PREFETCH_AHEAD;
 
@@ -379,7 +384,9 @@ unsafe fn streams<Q: RowsType, const S: usize>(
                 }
                 for (i, a) in acc.iter_mut().enumerate() {
                     let p = w.add(i * stride + b * gb);
-                    let mut o = 0;
+                    // A single block (the outlier correction's column read) has nothing of
+                    // its own ahead.
+                    let mut o = if nb > 1 { 0 } else { gb };
                     while o < gb {
                         prefetch(p.wrapping_add(Q::GEMV_AHEAD + o));
                         o += 64;
