@@ -360,16 +360,19 @@ fn tiny_llama_bf16() {
 }
 
 /// [`DecoderOptions::repack_weights`] on the files with Q5_0 matrices: where the active
-/// kernels have the Q5_0x2 int8 body (AVX-512), every layer Q5_0 matrix with rows a multiple
-/// of 64 long is repacked (a copy, `Q5_0x2`) and nothing else is; elsewhere nothing is. Either
+/// kernels have the Q5_0x2 int8 body (AVX-512), every Q5_0 matrix of the layers and the head
+/// (a tied embedding included) with rows a multiple of 64 long is repacked (a copy, `Q5_0x2`)
+/// and nothing else is; elsewhere no dtype changes (the row-interleaved tiers copy the same
+/// matrices of their types into that layout, checked here too). Either
 /// way the prefill and decode logits, with corrected and plain int8 activations, are the
 /// in-place decoder's bit for bit; with f32 activations nothing is repacked.
 #[test]
 fn repacked_q5_0_gives_the_same_logits() {
-    let simd = rml::kernels::active().unwrap().has_simd_q8(rml::DType::Q5_0x2);
+    let kern = rml::kernels::active().unwrap();
+    let simd = kern.has_simd_q8(rml::DType::Q5_0x2);
     if !simd {
         eprintln!(
-            "kernels {}: no Q5_0x2 body, so nothing may be repacked (checked below); the \
+            "kernels {}: no Q5_0x2 body, so no dtype may change (checked below); the \
              repacked kernels themselves are checked in tests/kernels_conformance.rs",
             rml::kernels::active().unwrap().isa()
         );
@@ -390,19 +393,28 @@ fn repacked_q5_0_gives_the_same_logits() {
             let (mut a, mut b) = (build(false), build(true));
             let mut repacked = 0;
             for (la, lb) in a.weights().matrices().zip(b.weights().matrices()) {
-                let layer = la.name().starts_with("blk.");
+                // The layers and the output head: the head matrix, or the embedding when
+                // tied to it (an untied embedding is only looked up and stays as stored).
+                let head = la.name() == "output.weight"
+                    || (la.name() == "token_embd.weight" && model.config().tie_word_embeddings);
                 let want = simd
                     && act != Activations::F32
-                    && layer
+                    && (la.name().starts_with("blk.") || head)
                     && la.dtype() == rml::DType::Q5_0
                     && la.k() % 64 == 0;
+                // Row-interleaved copies (AVX2, AVX-VNNI) keep the dtype.
+                let rows8 = kern.matmul_q8_rows8(la.dtype()).is_some()
+                    && la.rows() % 8 == 0
+                    && act != Activations::F32
+                    && (la.name().starts_with("blk.") || head);
                 if want {
                     assert_eq!(lb.dtype(), rml::DType::Q5_0x2, "{path}: {}", la.name());
                     assert!(!lb.is_borrowed(), "{path}: {}", la.name());
                     repacked += 1;
                 } else {
                     assert_eq!(lb.dtype(), la.dtype(), "{path} {act:?}: {}", la.name());
-                    assert!(lb.is_borrowed(), "{path} {act:?}: {} copied", la.name());
+                    assert_eq!(lb.is_rows8(), rows8, "{path} {act:?}: {}", la.name());
+                    assert_eq!(lb.is_borrowed(), !rows8, "{path} {act:?}: {} copied", la.name());
                 }
             }
             if simd && act != Activations::F32 {

@@ -303,25 +303,36 @@ fn main() {
         }
     }
     // Repacking's copy, spelled out for the Q4_K_M file: with int8 activations the plan grows
-    // by the bytes of its layers' Q5_0 matrices (rows a multiple of 64 long) where the active
-    // kernels repack, and by nothing elsewhere or with `repack_weights: false`.
+    // by the bytes of the Q5_0 matrices of its layers and head (rows a multiple of 64 long)
+    // where the active kernels have a Q5_0x2 body, by those of every matrix there of a type
+    // with a row-interleaved kernel (rows a multiple of 8) where they have those, and by
+    // nothing elsewhere or with `repack_weights: false`. Its embedding is untied: never copied.
     let q = cases.iter().find(|c| c.name == "tiny-llama Q4_K_M GGUF").unwrap();
     let src: &dyn TensorSource<'static> = &*q.src;
     let plan = |activations, repack_weights| {
         let o = DecoderOptions { activations, repack_weights, ..DecoderOptions::default() };
         DecoderLM::memory_plan_for(&q.config, &o, src).unwrap().converted
     };
-    let mut q5_0 = 0;
+    let kern = rml::kernels::active().unwrap();
+    let simd = kern.has_simd_q8(rml::DType::Q5_0x2);
+    let (mut q5_0, mut copied) = (0, 0);
+    assert!(!q.config.tie_word_embeddings);
     for name in src.tensor_names() {
         let t = src.tensor(name).unwrap();
-        let k = *t.shape.dims().last().unwrap();
-        if t.dtype == rml::DType::Q5_0 && name.starts_with("blk.") && k % 64 == 0 {
+        let (rows, k) = (t.shape.dims()[0], *t.shape.dims().last().unwrap());
+        if t.shape.dims().len() != 2 || !(name.starts_with("blk.") || name == "output.weight") {
+            continue;
+        }
+        if t.dtype == rml::DType::Q5_0 && k % 64 == 0 {
             q5_0 += t.data.len();
+            copied += if simd { t.data.len() } else { 0 };
+        }
+        if !simd && rows % 8 == 0 && kern.matmul_q8_rows8(t.dtype).is_some() {
+            copied += t.data.len();
         }
     }
-    let simd = rml::kernels::active().unwrap().has_simd_q8(rml::DType::Q5_0x2);
     assert!(q5_0 > 0, "the Q4_K_M file has no Q5_0 layer matrices");
-    assert_eq!(plan(Activations::Int8, true), if simd { q5_0 } else { 0 });
+    assert_eq!(plan(Activations::Int8, true), copied);
     assert_eq!(plan(Activations::Int8Plain, true), plan(Activations::Int8, true));
     assert_eq!((plan(Activations::Int8, false), plan(Activations::F32, true)), (0, 0));
     println!(

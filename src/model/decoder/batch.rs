@@ -110,6 +110,8 @@ impl<'a> DecoderBatch<'a> {
         options: DecoderOptions,
         slots: usize,
     ) -> Result<Self> {
+        // The kernel choice now: its first call reads `RML_KERNELS`, which allocates.
+        crate::kernels::active()?;
         let own = own_buffers(config, &options, slots)?;
         let (ctx, c) = (own.context_len, config);
         let place = &mut Place::heap();

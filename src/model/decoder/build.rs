@@ -197,7 +197,8 @@ impl<'a> DecoderLM<'a> {
     ///
     /// Everything [`Weights::load`] reports; [`crate::Code::InvalidArgument`] for a context
     /// length of 0 or past `max_position_embeddings`, or a `prefill_chunk` of 0;
-    /// [`crate::Code::ResourceExhausted`] if the cache or arena cannot be allocated.
+    /// [`crate::Code::ResourceExhausted`] if the cache or arena cannot be allocated; as
+    /// [`crate::kernels::active`] if `RML_KERNELS` is invalid.
     pub fn new<'s: 'a>(
         config: &ModelConfig,
         src: &dyn TensorSource<'s>,
@@ -314,6 +315,9 @@ impl<'a> DecoderLM<'a> {
         options: DecoderOptions,
         place: &mut Place<'a>,
     ) -> Result<Self> {
+        // The kernel choice now, not in the first step: its first call reads `RML_KERNELS`
+        // (allocating), and a bad value is reported here.
+        crate::kernels::active()?;
         let own = own_buffers(config, &options, 1)?;
         let (ctx, c) = (own.context_len, config);
         let kv = KvCache::placed(

@@ -27,20 +27,23 @@ pub struct DecoderOptions {
     pub activations: Activations,
     /// Keep weights as stored, or quantize float matrices to Q8_0 at load.
     pub weight_format: WeightFormat,
-    /// Copy the layers' matrices into the layout the active kernels' int8 products read
+    /// Copy the matrices into the layout the active kernels' int8 products read
     /// fastest, where the activations are [`Activations::Int8`] or
     /// [`Activations::Int8Plain`]: Q5_0 matrices (rows a multiple of 64 long) into
     /// [`crate::DType::Q5_0x2`] where the kernels have a SIMD int8 body for it
     /// ([`crate::kernels::Kernels::has_simd_q8`]: the AVX-512 tiers); Q4_0, Q4_1, Q5_0,
     /// Q8_0 and Q4_K matrices of a multiple of 8 rows into the row-interleaved layout
     /// ([`crate::kernels::rows8`]) where they have a kernel for it
-    /// ([`crate::kernels::Kernels::matmul_q8_rows8`]: the AVX2 and AVX-VNNI tiers; the
-    /// embedding, and a head tied to it, stay as stored). Costs a copy of those matrices
-    /// (counted in [`MemoryPlan`]'s converted bytes; the file's pages are no longer read);
-    /// gives the same logits, bit for bit, and faster products on those matrices (SmolLM2
-    /// Q4_K_M's Q5_0 fallbacks on AVX-512, figures in `docs/perf/notes-ops-decoder.md`;
-    /// every layer matrix of those types on AVX2). `true` by default with the `std` feature, `false`
-    /// without (weights in flash or a fixed region stay in place).
+    /// ([`crate::kernels::Kernels::matmul_q8_rows8`]: the AVX2 and AVX-VNNI tiers). The
+    /// output head is repacked too, and so is the embedding when tied to it (its rows are
+    /// then looked up through [`crate::ops::dequantize_row`], which reads every layout; an
+    /// untied embedding stays as stored). Costs a copy of
+    /// those matrices (counted in [`MemoryPlan`]'s converted bytes; the file's pages are no
+    /// longer read); gives the same logits, bit for bit, and faster products on those
+    /// matrices (SmolLM2 Q4_K_M's Q5_0 fallbacks on AVX-512, figures in
+    /// `docs/perf/notes-ops-decoder.md`; every matrix of those types on AVX2, Gemma 3 270M's
+    /// tied Q8_0 head included). `true` by default with the `std` feature, `false` without
+    /// (weights in flash or a fixed region stay in place).
     pub repack_weights: bool,
     /// The most prompt tokens run through the layers at once (bounds the scratch arena).
     pub prefill_chunk: usize,

@@ -8,10 +8,10 @@
 //! Q4_0, Q4_1; a misaligned f32 matrix is copied once into an aligned block. With
 //! [`WeightFormat::Q8_0`], f32 / f16 / bf16 matrices are quantized to Q8_0 at load instead.
 //! A decoder built with [`crate::model::DecoderOptions::repack_weights`] (int8 activations)
-//! copies the layers' matrices into the layout the active int8 kernels read fastest: Q5_0
-//! into [`crate::tensor::DType::Q5_0x2`] on AVX-512, Q4_0 / Q4_1 / Q5_0 / Q8_0 into the
-//! row-interleaved layout of [`crate::kernels::rows8`] on AVX2; [`Weights::load`] itself
-//! never repacks.
+//! copies its matrices (layers, output head) into the layout the active int8
+//! kernels read fastest: Q5_0 into [`crate::tensor::DType::Q5_0x2`] on AVX-512, Q4_0 / Q4_1 /
+//! Q5_0 / Q8_0 / Q4_K into the row-interleaved layout of [`crate::kernels::rows8`] on AVX2;
+//! [`Weights::load`] itself never repacks.
 //! Norm vectors and biases are small and always widened to f32; norm weights get the family's
 //! offset (Gemma's `1 + w`) added at load, so the forward pass multiplies by them as they are.
 //!
@@ -154,8 +154,8 @@ impl<'a> Weights<'a> {
     }
 
     /// [`Weights::load`] with every buffer it makes (norms, converted matrices) taken from
-    /// `place`, in the order [`plan_weights`] counts them; with `repack`, the layers' Q5_0
-    /// matrices are repacked ([`tensors::conversion`]).
+    /// `place`, in the order [`plan_weights`] counts them; with `repack`, every matrix the
+    /// active kernels have a faster int8 layout for is repacked ([`tensors::conversion`]).
     pub(crate) fn load_placed<'s: 'a>(
         config: &ModelConfig,
         src: &dyn TensorSource<'s>,
@@ -171,8 +171,12 @@ impl<'a> Weights<'a> {
         let offset = arch.norm_offset(naming);
         let (h, q_rows, kv_rows) =
             (c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim);
-        // The embedding (and a tied head) stays as stored: its rows are looked up too.
-        let embedding = linear(src, names.embedding, c.vocab_size, h, format, false, place)?;
+        // A tied embedding is repacked like the layers: it is the output head, a GEMV as
+        // large as all the layers together on small models (Gemma 3 270M: 262144 x 640),
+        // and its rows are looked up through `ops::dequantize_row`, which reads every
+        // layout. An untied one is only looked up: it stays as stored.
+        let tied = repack && c.tie_word_embeddings;
+        let embedding = linear(src, names.embedding, c.vocab_size, h, format, tied, place)?;
         let mut layers = Vec::new();
         layers
             .try_reserve_exact(c.num_hidden_layers)
@@ -230,7 +234,7 @@ impl<'a> Weights<'a> {
             None
         } else {
             output_view(names, src)?;
-            Some(linear(src, names.output, c.vocab_size, h, format, false, place)?)
+            Some(linear(src, names.output, c.vocab_size, h, format, repack, place)?)
         };
         let rope_freqs = match rope_freqs_view(names, src)? {
             Some((n, view)) => Some(Vector::from_view(n, &view, c.head_dim / 2, 0.0, place)?),

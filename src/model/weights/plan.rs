@@ -75,7 +75,11 @@ pub(crate) fn plan_weights<'a>(
         }
         Ok(())
     };
-    add_n(&mut out.converted, matrix(names.embedding, c.vocab_size, h, false)?, 1)?;
+    add_n(
+        &mut out.converted,
+        matrix(names.embedding, c.vocab_size, h, repack && c.tie_word_embeddings)?,
+        1,
+    )?;
     let norm = h.checked_mul(4).ok_or_else(overflow)?;
     // Without `src` every layer is alike: plan one and count it `num_hidden_layers` times.
     let (layers, per) = match src {
@@ -106,7 +110,7 @@ pub(crate) fn plan_weights<'a>(
         if let Some(s) = src {
             output_view(names, s)?;
         }
-        add_n(&mut out.converted, matrix(names.output, c.vocab_size, h, false)?, 1)?;
+        add_n(&mut out.converted, matrix(names.output, c.vocab_size, h, repack)?, 1)?;
     }
     if let Some(s) = src {
         if rope_freqs_view(names, s)?.is_some() {
