@@ -240,7 +240,7 @@ typedef uint32_t RmlKvCache;
 #endif // __cplusplus
 
 /**
- * Whether Q5_0 matrices are repacked at load (the values of `RmlDecoderOptions::repack`).
+ * Whether matrices are repacked at load (the values of `RmlDecoderOptions::repack`).
  */
 enum RmlRepack
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -248,9 +248,11 @@ enum RmlRepack
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
     /**
-     * Repack the layers' Q5_0 matrices into the layout the AVX-512 int8 kernels read
-     * fastest, where those kernels run and activations are int8 (the default: a copy of
-     * those matrices, the same logits bit for bit, faster decoding).
+     * Repack the matrices of the layers and the output head (a tied embedding included)
+     * into the layout the active int8 kernels read fastest, where activations are int8:
+     * Q5_0 pairs on AVX-512, 8-row-interleaved Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K on AVX2 and
+     * AVX-VNNI (the default: a copy of those matrices, the same logits bit for bit, faster
+     * decoding).
      */
     RML_REPACK_AUTO = 0,
     /**
@@ -470,7 +472,7 @@ const char *rml_version(void);
 /**
  * The default decoder options (all zeros: default threads, `RML_SCHEDULE_DEFAULT`,
  * int8 activations, weights as stored, default context, prefill chunks of 64, f32 KV cache,
- * Q5_0 matrices repacked where the kernels gain from it).
+ * matrices repacked where the kernels gain from it).
  */
 struct RmlDecoderOptions rml_decoder_options_default(void);
 

@@ -93,13 +93,15 @@ pub enum RmlKvCache {
     F16 = 1,
 }
 
-/// Whether Q5_0 matrices are repacked at load (the values of `RmlDecoderOptions::repack`).
+/// Whether matrices are repacked at load (the values of `RmlDecoderOptions::repack`).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RmlRepack {
-    /// Repack the layers' Q5_0 matrices into the layout the AVX-512 int8 kernels read
-    /// fastest, where those kernels run and activations are int8 (the default: a copy of
-    /// those matrices, the same logits bit for bit, faster decoding).
+    /// Repack the matrices of the layers and the output head (a tied embedding included)
+    /// into the layout the active int8 kernels read fastest, where activations are int8:
+    /// Q5_0 pairs on AVX-512, 8-row-interleaved Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K on AVX2 and
+    /// AVX-VNNI (the default: a copy of those matrices, the same logits bit for bit, faster
+    /// decoding).
     Auto = 0,
     /// Use every matrix as stored (no copy).
     Off = 1,
@@ -149,7 +151,7 @@ pub struct RmlDecoderOptions {
 
 /// The default decoder options (all zeros: default threads, `RML_SCHEDULE_DEFAULT`,
 /// int8 activations, weights as stored, default context, prefill chunks of 64, f32 KV cache,
-/// Q5_0 matrices repacked where the kernels gain from it).
+/// matrices repacked where the kernels gain from it).
 #[no_mangle]
 pub extern "C" fn rml_decoder_options_default() -> RmlDecoderOptions {
     RmlDecoderOptions::default()
