@@ -365,7 +365,10 @@ fn tiny_llama_bf16() {
 /// and nothing else is; elsewhere no dtype changes (the row-interleaved tiers copy the same
 /// matrices of their types into that layout, checked here too). Either
 /// way the prefill and decode logits, with corrected and plain int8 activations, are the
-/// in-place decoder's bit for bit; with f32 activations nothing is repacked.
+/// in-place decoder's bit for bit. With f32 activations the tiers whose f32 kernels run a
+/// type faster as Q8_0 (`Kernels::f32_via_q8_0`: AVX2 and AVX-VNNI, for Q5_0 and IQ4_NL)
+/// widen those matrices to Q8_0 (same values; the f32 logits bit for bit too), and nothing
+/// else is copied.
 #[test]
 fn repacked_q5_0_gives_the_same_logits() {
     let kern = rml::kernels::active().unwrap();
@@ -377,9 +380,12 @@ fn repacked_q5_0_gives_the_same_logits() {
             rml::kernels::active().unwrap().isa()
         );
     }
-    for path in
-        ["tiny-qwen3/gguf/tiny-qwen3-Q5_0-pure.gguf", "tiny-llama-gguf/tiny-llama-Q4_K_M.gguf"]
-    {
+    let mut widened_total = 0;
+    for path in [
+        "tiny-qwen3/gguf/tiny-qwen3-Q5_0-pure.gguf",
+        "tiny-llama-gguf/tiny-llama-Q4_K_M.gguf",
+        "tiny-qwen3/gguf/tiny-qwen3-IQ4_NL-pure.gguf",
+    ] {
         let model = Model::open(data(path)).unwrap();
         for act in [Activations::Int8, Activations::Int8Plain, Activations::F32] {
             let build = |repack| {
@@ -407,17 +413,26 @@ fn repacked_q5_0_gives_the_same_logits() {
                     && la.rows() % 8 == 0
                     && act != Activations::F32
                     && (la.name().starts_with("blk.") || head);
+                // Widened to Q8_0 for the f32 kernels.
+                let widened = act == Activations::F32
+                    && kern.f32_via_q8_0(la.dtype())
+                    && (la.name().starts_with("blk.") || head);
                 if want {
                     assert_eq!(lb.dtype(), rml::DType::Q5_0x2, "{path}: {}", la.name());
                     assert!(!lb.is_borrowed(), "{path}: {}", la.name());
                     repacked += 1;
+                } else if widened {
+                    assert_eq!(lb.dtype(), rml::DType::Q8_0, "{path}: {}", la.name());
+                    assert!(!lb.is_borrowed(), "{path}: {}", la.name());
+                    repacked += 1;
+                    widened_total += 1;
                 } else {
                     assert_eq!(lb.dtype(), la.dtype(), "{path} {act:?}: {}", la.name());
                     assert_eq!(lb.is_rows8(), rows8, "{path} {act:?}: {}", la.name());
                     assert_eq!(lb.is_borrowed(), !rows8, "{path} {act:?}: {} copied", la.name());
                 }
             }
-            if simd && act != Activations::F32 {
+            if simd && act != Activations::F32 && !path.contains("IQ4_NL") {
                 assert!(repacked >= 8, "{path}: only {repacked} matrices repacked");
             }
             let prompt: Vec<u32> = (0..20u32).map(|i| (i * 37 + 5) % 200).collect();
@@ -435,6 +450,9 @@ fn repacked_q5_0_gives_the_same_logits() {
             eprintln!("{path} {act:?}: {repacked} matrices repacked, same logits");
         }
     }
+    // The f32 widening ran where the kernels ask for it (the Q5_0 and IQ4_NL files' layers).
+    let widens = kern.f32_via_q8_0(rml::DType::Q5_0) || kern.f32_via_q8_0(rml::DType::IQ4_NL);
+    assert_eq!(widened_total > 0, widens, "{widened_total} matrices widened on {}", kern.isa());
 }
 
 /// One test per file: `name => (folder under tests/data, file)`.

@@ -306,7 +306,9 @@ fn main() {
     // by the bytes of the Q5_0 matrices of its layers and head (rows a multiple of 64 long)
     // where the active kernels have a Q5_0x2 body, by those of every matrix there of a type
     // with a row-interleaved kernel (rows a multiple of 8) where they have those, and by
-    // nothing elsewhere or with `repack_weights: false`. Its embedding is untied: never copied.
+    // nothing elsewhere or with `repack_weights: false`. With f32 activations it grows by 34
+    // bytes per 32 weights of each matrix of a type the kernels widen to Q8_0
+    // (`Kernels::f32_via_q8_0`: Q5_0 on AVX2). Its embedding is untied: never copied.
     let q = cases.iter().find(|c| c.name == "tiny-llama Q4_K_M GGUF").unwrap();
     let src: &dyn TensorSource<'static> = &*q.src;
     let plan = |activations, repack_weights| {
@@ -315,7 +317,7 @@ fn main() {
     };
     let kern = rml::kernels::active().unwrap();
     let simd = kern.has_simd_q8(rml::DType::Q5_0x2);
-    let (mut q5_0, mut copied) = (0, 0);
+    let (mut q5_0, mut copied, mut widened) = (0, 0, 0);
     assert!(!q.config.tie_word_embeddings);
     for name in src.tensor_names() {
         let t = src.tensor(name).unwrap();
@@ -330,14 +332,20 @@ fn main() {
         if !simd && rows % 8 == 0 && kern.matmul_q8_rows8(t.dtype).is_some() {
             copied += t.data.len();
         }
+        if kern.f32_via_q8_0(t.dtype) {
+            widened += rows * k / 32 * 34;
+        }
     }
     assert!(q5_0 > 0, "the Q4_K_M file has no Q5_0 layer matrices");
     assert_eq!(plan(Activations::Int8, true), copied);
     assert_eq!(plan(Activations::Int8Plain, true), plan(Activations::Int8, true));
-    assert_eq!((plan(Activations::Int8, false), plan(Activations::F32, true)), (0, 0));
+    assert_eq!((plan(Activations::Int8, false), plan(Activations::F32, false)), (0, 0));
+    assert_eq!(plan(Activations::F32, true), widened);
+    assert_eq!(plan(Activations::Mixed, true), 0);
     println!(
-        "ok   tiny-llama Q4_K_M GGUF: repacking copies {} bytes",
-        plan(Activations::Int8, true)
+        "ok   tiny-llama Q4_K_M GGUF: repacking copies {} bytes (f32 activations: {})",
+        plan(Activations::Int8, true),
+        plan(Activations::F32, true)
     );
 
     // The plan's parts, spelled out for the f32 file (2 layers, 2 KV heads, head_dim 16,

@@ -98,10 +98,10 @@ pub enum RmlKvCache {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RmlRepack {
     /// Repack the matrices of the layers and the output head (a tied embedding included)
-    /// into the layout the active int8 kernels read fastest, where activations are int8:
-    /// Q5_0 pairs on AVX-512, 8-row-interleaved Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K on AVX2 and
-    /// AVX-VNNI (the default: a copy of those matrices, the same logits bit for bit, faster
-    /// decoding).
+    /// into the layout the active kernels read fastest: with int8 activations Q5_0 pairs on
+    /// AVX-512, 8-row-interleaved Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K on AVX2 and AVX-VNNI;
+    /// with f32 activations Q5_0 and IQ4_NL widened to Q8_0 on AVX2 and AVX-VNNI (the
+    /// default: a copy of those matrices, the same logits bit for bit, faster decoding).
     Auto = 0,
     /// Use every matrix as stored (no copy).
     Off = 1,

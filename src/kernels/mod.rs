@@ -252,6 +252,9 @@ pub struct Kernels {
     q8_halves: [Option<[MatmulQ8Fn; 2]>; DType::COUNT],
     /// The int8 kernels of the row-interleaved layout ([`rows8`]), where this table has them.
     q8_rows8: [Option<MatmulQ8Fn>; DType::COUNT],
+    /// The dtypes whose f32-activation product is faster widened to Q8_0
+    /// ([`Kernels::f32_via_q8_0`]).
+    f32_via_q8_0: [bool; DType::COUNT],
     pub(crate) quantize_q8: QuantizeQ8Fn,
     /// The same rule over blocks of 256 ([`crate::quant::ActFormat::Q8K`]: one scale per
     /// 256 values; `x` holds `nb * 256` floats, each block's 256 values at `qs + b *
@@ -356,6 +359,7 @@ pub(crate) const SCALAR: Kernels = {
         simd_q8: [false; DType::COUNT],
         q8_halves: [None; DType::COUNT],
         q8_rows8: [None; DType::COUNT],
+        f32_via_q8_0: [false; DType::COUNT],
         quantize_q8: scalar::quantize_q8,
         quantize_q8k: scalar::quantize_q8k,
         attention: flash::run_portable,
@@ -427,6 +431,28 @@ impl Kernels {
     )]
     pub(crate) const fn with_q8_rows8(mut self, dtype: DType, f: MatmulQ8Fn) -> Self {
         self.q8_rows8[dtype as usize] = Some(f);
+        self
+    }
+
+    /// This table with `dtype`'s f32-activation product run on matrices widened to Q8_0
+    /// ([`Kernels::f32_via_q8_0`]).
+    #[cfg_attr(
+        not(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        allow(dead_code)
+    )]
+    pub(crate) const fn with_f32_via_q8_0(mut self, dtype: DType) -> Self {
+        self.f32_via_q8_0[dtype as usize] = true;
+        self
+    }
+
+    /// This table without widening to Q8_0 for f32 activations (a tier whose own bodies of
+    /// those types are faster).
+    #[cfg_attr(
+        not(all(target_arch = "x86_64", target_feature = "sse2", not(any(fuzzing, loom)))),
+        allow(dead_code)
+    )]
+    pub(crate) const fn without_f32_via_q8_0(mut self) -> Self {
+        self.f32_via_q8_0 = [false; DType::COUNT];
         self
     }
 
@@ -547,6 +573,23 @@ impl Kernels {
     /// [`Kernels::matmul_q8`] on the plain rows.
     pub fn matmul_q8_rows8(&self, dtype: DType) -> Option<MatmulQ8Fn> {
         self.q8_rows8[dtype as usize]
+    }
+
+    /// Whether this table's f32-activation product runs `dtype` matrices faster once widened
+    /// to Q8_0 by [`quant::q8_0::widen_to_q8_0`] (exact: the same values; with the factored
+    /// order of both bodies, the same bits). A decoder built with repacking and f32
+    /// activations widens them at load ([`crate::model::DecoderOptions::repack_weights`]).
+    /// Today the AVX2 and AVX-VNNI tables, for Q5_0 and IQ4_NL, whose f32 bodies spend most
+    /// of their time decoding: a 576 × 1536 GEMV from L2 took 0.064 ns per weight (Q5_0) and
+    /// 0.055 (IQ4_NL) against Q8_0's 0.034 on an AMD EPYC Zen 5 (`KT_ACTS=f32 kernels_timing`),
+    /// for 34 bytes per 32 weights instead of 22 and 18.
+    pub fn f32_via_q8_0(&self, dtype: DType) -> bool {
+        self.f32_via_q8_0[dtype as usize]
+    }
+
+    /// Whether [`Kernels::f32_via_q8_0`] holds for any dtype.
+    pub(crate) fn widens_any_for_f32(&self) -> bool {
+        self.f32_via_q8_0.contains(&true)
     }
 
     /// Quantizes a row to Q8_0 blocks with this table's kernel; see

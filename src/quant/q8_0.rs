@@ -92,6 +92,78 @@ pub fn quantize_row_q8_0(x: &[f32], out: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// Copies whole blocks of a 32-element type whose values are `d · n` for a small integer `n`
+/// (Q4_0: `q - 8`, Q5_0: `q - 16`, IQ4_NL: [`super::iq4_nl::KVALUES`]`[q]`; Q8_0 itself)
+/// into Q8_0 blocks holding the same values exactly: the f16 `d` copied, `n` stored as i8.
+/// Every element dequantizes to the same f32 as in `src` (ggml's `block_q4_0`, `block_q5_0`,
+/// `block_iq4_nl` layouts), so any product of the copy equals the original's up to the
+/// summation order of the kernel that runs it. The f32-activation kernels of some tiers run
+/// Q8_0 faster than these types ([`crate::kernels::Kernels::f32_via_q8_0`]).
+///
+/// # Errors
+///
+/// [`crate::Code::Unimplemented`] for any other `dtype`; [`crate::Code::InvalidArgument`]
+/// if `src` is not whole blocks of `dtype` or `out` is not 34 bytes per block of it.
+pub fn widen_to_q8_0(dtype: DType, src: &[u8], out: &mut [u8]) -> Result<()> {
+    use super::{iq4_nl, q4_0, q5_0};
+    let bb = match dtype {
+        DType::Q4_0 => q4_0::BYTES,
+        DType::Q5_0 => q5_0::BYTES,
+        DType::IQ4_NL => iq4_nl::BYTES,
+        DType::Q8_0 => BYTES,
+        _ => {
+            return Err(crate::error::Error::unimplemented(format_args!(
+                "widening {dtype:?} to Q8_0: only Q4_0, Q5_0, IQ4_NL and Q8_0 hold d · (i8)"
+            )))
+        }
+    };
+    let nb = src.len() / bb;
+    if src.len() % bb != 0 || out.len() != nb * BYTES {
+        return Err(crate::error::Error::invalid_argument(format_args!(
+            "widening {dtype:?} to Q8_0: {} source bytes (blocks of {bb}) and {} output bytes \
+             (expected {} for {nb} blocks)",
+            src.len(),
+            out.len(),
+            nb.saturating_mul(BYTES)
+        )));
+    }
+    use super::iq4_nl::BlockIq4Nl;
+    use super::q4_0::BlockQ4_0;
+    use super::q5_0::BlockQ5_0;
+    use super::BlockLayout;
+    // Every one of these layouts has its f16 `d` first and its quants after it.
+    const _: () = assert!(
+        BlockQ4_0::D_OFFSET == 0
+            && BlockQ5_0::D_OFFSET == 0
+            && BlockIq4Nl::D_OFFSET == 0
+            && BlockQ8_0::D_OFFSET == 0
+    );
+    let nibbles = |qs: &[u8], q: &mut [u8], map: &dyn Fn(u8) -> i8| {
+        for (j, &b) in qs[..QK / 2].iter().enumerate() {
+            q[j] = map(b & 0x0F) as u8;
+            q[j + QK / 2] = map(b >> 4) as u8;
+        }
+    };
+    for (blk, o) in src.chunks_exact(bb).zip(out.chunks_exact_mut(BYTES)) {
+        o[..2].copy_from_slice(&blk[..2]);
+        let q = &mut o[BlockQ8_0::QS_OFFSET..];
+        match dtype {
+            DType::Q4_0 => nibbles(&blk[BlockQ4_0::QS_OFFSET..], q, &|n| n as i8 - 8),
+            DType::IQ4_NL => {
+                nibbles(&blk[BlockIq4Nl::QS_OFFSET..], q, &|n| iq4_nl::KVALUES[n as usize])
+            }
+            DType::Q5_0 => {
+                let (qh, qs) = (&blk[BlockQ5_0::QH_OFFSET..], &blk[BlockQ5_0::QS_OFFSET..]);
+                for (o, v) in q.iter_mut().zip(q5_0::q5_values(qh, qs)) {
+                    *o = (v as i8 - 16) as u8;
+                }
+            }
+            _ => q.copy_from_slice(&blk[BlockQ8_0::QS_OFFSET..]),
+        }
+    }
+    Ok(())
+}
+
 /// Dot of a Q8_0 row with f32 `x` (dequantized on the fly).
 ///
 /// # Panics
@@ -138,4 +210,59 @@ pub(crate) fn store_q8_0_scales(d: &[f32], out: &mut [u8], first_block: usize) -
         super::put_f16(blk, s, DType::Q8_0, first_block + i, "scale")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+
+    /// Random bytes with a sane f16 scale at the start of each block.
+    fn blocks(n: usize, bytes: usize, seed: u64) -> alloc::vec::Vec<u8> {
+        let mut s = seed;
+        let mut out = alloc::vec![0u8; n * bytes];
+        for (i, b) in out.iter_mut().enumerate() {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            *b = if i % bytes == 1 { 0x2C | (s >> 60) as u8 & 1 } else { (s >> 33) as u8 };
+        }
+        out
+    }
+
+    #[test]
+    fn widening_keeps_every_value() {
+        type Deq = fn(&[u8], &mut [f32]);
+        let types: [(DType, usize, Deq); 4] = [
+            (DType::Q4_0, super::super::q4_0::BYTES, super::super::q4_0::dequantize_block_q4_0),
+            (DType::Q5_0, super::super::q5_0::BYTES, super::super::q5_0::dequantize_block_q5_0),
+            (
+                DType::IQ4_NL,
+                super::super::iq4_nl::BYTES,
+                super::super::iq4_nl::dequantize_block_iq4_nl,
+            ),
+            (DType::Q8_0, BYTES, dequantize_block_q8_0),
+        ];
+        for (dt, bb, deq) in types {
+            let src = blocks(7, bb, dt as u64 + 1);
+            let mut out = alloc::vec![0u8; 7 * BYTES];
+            widen_to_q8_0(dt, &src, &mut out).unwrap();
+            let (mut a, mut b) = ([0f32; QK], [0f32; QK]);
+            for (s, o) in src.chunks_exact(bb).zip(out.chunks_exact(BYTES)) {
+                deq(s, &mut a);
+                dequantize_block_q8_0(o, &mut b);
+                assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits), "{dt:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn widening_rejects_other_types_and_sizes() {
+        let mut out = [0u8; 2 * BYTES];
+        let e = widen_to_q8_0(DType::Q4_1, &[0u8; 40], &mut out).unwrap_err();
+        assert_eq!(e.code(), crate::Code::Unimplemented);
+        let e = widen_to_q8_0(DType::Q5_0, &[0u8; 23], &mut out).unwrap_err();
+        assert_eq!(e.code(), crate::Code::InvalidArgument);
+        let e = widen_to_q8_0(DType::Q5_0, &[0u8; 22], &mut out).unwrap_err();
+        assert_eq!(e.code(), crate::Code::InvalidArgument);
+        assert!(e.to_string().contains("expected 34"), "{e}");
+    }
 }

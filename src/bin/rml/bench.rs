@@ -37,7 +37,7 @@ const PROBE_BYTES: usize = 512 << 20;
 pub struct Shape {
     /// Activations for quantized weights.
     pub act: Activations,
-    /// Repack Q5_0 matrices at load ([`DecoderOptions::repack_weights`]).
+    /// Repack matrices at load for the active kernels ([`DecoderOptions::repack_weights`]).
     pub repack: bool,
     /// Prompt tokens of the timed prefill.
     pub prompt: usize,

@@ -129,9 +129,10 @@ struct ModelArg {
     /// Activations for quantized weights.
     #[arg(long, value_enum, default_value_t = Act::Int8)]
     activations: Act,
-    /// Use the matrices as stored instead of repacking them at load for the int8 kernels (Q5_0
-    /// pairs on AVX-512, row-interleaved Q4_0/Q4_1/Q5_0/Q8_0/Q4_K on AVX2; same results;
-    /// repacking costs a copy and runs those products faster).
+    /// Use the matrices as stored instead of repacking them at load for the kernels (int8: Q5_0
+    /// pairs on AVX-512, row-interleaved Q4_0/Q4_1/Q5_0/Q8_0/Q4_K on AVX2; f32: Q5_0 and
+    /// IQ4_NL widened to Q8_0 on AVX2; same results; repacking costs a copy and runs those
+    /// products faster).
     #[arg(long)]
     no_repack: bool,
 }
@@ -279,9 +280,10 @@ struct GenerateArgs {
     /// Activations for quantized weights.
     #[arg(long, value_enum, default_value_t = Act::Int8)]
     activations: Act,
-    /// Use the matrices as stored instead of repacking them at load for the int8 kernels (Q5_0
-    /// pairs on AVX-512, row-interleaved Q4_0/Q4_1/Q5_0/Q8_0/Q4_K on AVX2; same results;
-    /// repacking costs a copy and runs those products faster).
+    /// Use the matrices as stored instead of repacking them at load for the kernels (int8: Q5_0
+    /// pairs on AVX-512, row-interleaved Q4_0/Q4_1/Q5_0/Q8_0/Q4_K on AVX2; f32: Q5_0 and
+    /// IQ4_NL widened to Q8_0 on AVX2; same results; repacking costs a copy and runs those
+    /// products faster).
     #[arg(long)]
     no_repack: bool,
     /// Element type of the KV cache.

@@ -270,6 +270,8 @@ pub(crate) mod x86 {
     pub(crate) const fn avx2(t: Kernels) -> Kernels {
         t.with_f32(DType::IQ4_NL, super::avx2_f32::matmul_iq4_nl)
             .with_q8(DType::IQ4_NL, super::avx2_q8::matmul_iq4_nl_q8)
+            // f32 activations: the Q8_0 body on a widened copy is faster ([`Kernels::f32_via_q8_0`]).
+            .with_f32_via_q8_0(DType::IQ4_NL)
     }
 
     /// `t` with IQ4_NL's AVX-VNNI entries.

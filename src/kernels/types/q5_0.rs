@@ -308,6 +308,8 @@ pub(crate) mod x86 {
         t.with_f32(DType::Q5_0, super::avx2_f32::matmul_q5_0)
             .with_q8(DType::Q5_0, super::avx2_q8::matmul_q5_0_q8)
             .with_q8_rows8(DType::Q5_0, super::avx2_rows::avx2_q5_0_rows8)
+            // f32 activations: the Q8_0 body on a widened copy is faster ([`Kernels::f32_via_q8_0`]).
+            .with_f32_via_q8_0(DType::Q5_0)
     }
 
     /// `t` with Q5_0's AVX-VNNI entries.

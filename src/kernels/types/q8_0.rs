@@ -79,6 +79,8 @@ mod avx2_f32 {
 
     impl F32Decode<BlockQ8_0> for Avx2F32 {
         const FACTORED: bool = true;
+        const GROUP_SCALES: bool = true;
+        const PARTIAL_BY_UNIT: bool = true;
 
         #[inline(always)]
         unsafe fn values(row: *const u8, b: usize) -> [__m256; 4] {
@@ -97,6 +99,15 @@ mod avx2_f32 {
             const { assert!(BlockQ8_0::D_OFFSET + 4 <= BlockQ8_0::BYTES) };
             // SAFETY: block `b` is in bounds (caller contract), 4 bytes from its `d`.
             unsafe { block_scales::<false>(row.add(b * BlockQ8_0::BYTES + BlockQ8_0::D_OFFSET)) }
+        }
+
+        #[inline(always)]
+        unsafe fn scales(row: *const u8, g: usize, n: usize, out: &mut Scales) {
+            const { assert!(BlockQ8_0::D_OFFSET + 2 <= BlockQ8_0::BYTES) };
+            // SAFETY: units `8 g .. 8 g + n` are in bounds (caller contract).
+            unsafe {
+                block_group_scales::<false>(row, BlockQ8_0::BYTES, BlockQ8_0::D_OFFSET, g, n, out)
+            }
         }
     }
 

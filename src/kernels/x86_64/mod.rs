@@ -55,6 +55,7 @@ pub(crate) const AVX_VNNI: Kernels = types::avx_vnni(AVX2.for_isa(Isa::AvxVnni))
 pub(crate) const AVX512: Kernels = types::avx512(
     AVX2.for_isa(Isa::Avx512)
         .without_q8_rows8()
+        .without_f32_via_q8_0()
         .with_attention(attention::flash_avx512)
         .with_glu(swiglu_avx512, geglu_tanh_avx512)
         .with_bias_gelu_erf(bias_gelu_erf_avx512)

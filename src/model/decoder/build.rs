@@ -13,7 +13,7 @@ use crate::mem::place::Place;
 use crate::mem::{AlignedBlock, Arena};
 use crate::model::config::{LayerKind, ModelConfig};
 use crate::model::plan::MemoryPlan;
-use crate::model::weights::{plan_weights, LayerWeights, Weights};
+use crate::model::weights::{plan_weights, LayerWeights, Repack, Weights};
 use crate::ops::{self, Activations};
 use crate::quant::ActFormat;
 use crate::tensor::cast_slice_mut;
@@ -294,16 +294,30 @@ impl<'a> DecoderLM<'a> {
         plan(config, options, Some(src), 1)
     }
 
-    /// Whether loading repacks matrices ([`DecoderOptions::repack_weights`]): asked, int8
-    /// activations, and a SIMD int8 body for a repacked layout in the active kernels (Q5_0x2,
-    /// or a row-interleaved layout, [`crate::kernels::rows8`]).
-    pub(super) fn repacks(options: &DecoderOptions) -> bool {
-        options.repack_weights
-            && matches!(options.activations, Activations::Int8 | Activations::Int8Plain)
-            && crate::kernels::active().is_ok_and(|k| {
-                k.has_simd_q8(crate::DType::Q5_0x2)
-                    || crate::kernels::rows8::TYPES.iter().any(|&d| k.matmul_q8_rows8(d).is_some())
-            })
+    /// What loading does to the matrices ([`DecoderOptions::repack_weights`]): when asked,
+    /// with int8 activations [`Repack::Int8`] where the active kernels have a SIMD int8 body
+    /// for a repacked layout (Q5_0x2, or a row-interleaved layout,
+    /// [`crate::kernels::rows8`]); with f32 activations [`Repack::F32`] where they run some
+    /// dtype's f32 product faster widened to Q8_0
+    /// ([`crate::kernels::Kernels::f32_via_q8_0`]). [`Repack::Off`] otherwise (and for the
+    /// mixed mode, whose matrices run in both).
+    pub(super) fn repacks(options: &DecoderOptions) -> Repack {
+        let Ok(k) = crate::kernels::active() else { return Repack::Off };
+        if !options.repack_weights {
+            return Repack::Off;
+        }
+        match options.activations {
+            Activations::Int8 | Activations::Int8Plain
+                if k.has_simd_q8(crate::DType::Q5_0x2)
+                    || crate::kernels::rows8::TYPES
+                        .iter()
+                        .any(|&d| k.matmul_q8_rows8(d).is_some()) =>
+            {
+                Repack::Int8
+            }
+            Activations::F32 if k.widens_any_for_f32() => Repack::F32,
+            _ => Repack::Off,
+        }
     }
 
     /// Places the decoder's own buffers (sized by [`own_buffers`], in the plan's order)

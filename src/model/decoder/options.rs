@@ -42,8 +42,13 @@ pub struct DecoderOptions {
     /// longer read); gives the same logits, bit for bit, and faster products on those
     /// matrices (SmolLM2 Q4_K_M's Q5_0 fallbacks on AVX-512, figures in
     /// `docs/perf/notes-ops-decoder.md`; every matrix of those types on AVX2, Gemma 3 270M's
-    /// tied Q8_0 head included). `true` by default with the `std` feature, `false` without
-    /// (weights in flash or a fixed region stay in place).
+    /// tied Q8_0 head included). With [`Activations::F32`], the matrices of the types the
+    /// active kernels' f32 products run faster as Q8_0 are widened to it instead
+    /// ([`crate::kernels::Kernels::f32_via_q8_0`]: Q5_0 and IQ4_NL on AVX2 and AVX-VNNI;
+    /// the same values, and with the factored order of both bodies the same logits; 34 bytes
+    /// per 32 weights instead of 22 or 18). [`Activations::Mixed`] repacks nothing. `true`
+    /// by default with the `std` feature, `false` without (weights in flash or a fixed region
+    /// stay in place).
     pub repack_weights: bool,
     /// The most prompt tokens run through the layers at once (bounds the scratch arena).
     pub prefill_chunk: usize,

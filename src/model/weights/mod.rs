@@ -11,7 +11,8 @@
 //! copies its matrices (layers, output head) into the layout the active int8
 //! kernels read fastest: Q5_0 into [`crate::tensor::DType::Q5_0x2`] on AVX-512, Q4_0 / Q4_1 /
 //! Q5_0 / Q8_0 / Q4_K into the row-interleaved layout of [`crate::kernels::rows8`] on AVX2;
-//! [`Weights::load`] itself never repacks.
+//! with f32 activations it widens Q5_0 and IQ4_NL to Q8_0 on AVX2
+//! ([`crate::kernels::Kernels::f32_via_q8_0`]). [`Weights::load`] itself never repacks.
 //! Norm vectors and biases are small and always widened to f32; norm weights get the family's
 //! offset (Gemma's `1 + w`) added at load, so the forward pass multiplies by them as they are.
 //!
@@ -44,6 +45,7 @@ mod tensors;
 
 pub(crate) use plan::plan_weights;
 use tensors::linear;
+pub(crate) use tensors::Repack;
 pub use tensors::{Linear, TensorName, Vector, WeightFormat};
 
 /// One decoder layer's weights. Which optional tensors are present is the family's
@@ -150,17 +152,18 @@ impl<'a> Weights<'a> {
         src: &dyn TensorSource<'a>,
         format: WeightFormat,
     ) -> Result<Self> {
-        Self::load_placed(config, src, format, false, &mut Place::heap())
+        Self::load_placed(config, src, format, Repack::Off, &mut Place::heap())
     }
 
     /// [`Weights::load`] with every buffer it makes (norms, converted matrices) taken from
     /// `place`, in the order [`plan_weights`] counts them; with `repack`, every matrix the
-    /// active kernels have a faster int8 layout for is repacked ([`tensors::conversion`]).
+    /// active kernels have a faster layout for, for those activations, is repacked
+    /// ([`tensors::conversion`]).
     pub(crate) fn load_placed<'s: 'a>(
         config: &ModelConfig,
         src: &dyn TensorSource<'s>,
         format: WeightFormat,
-        repack: bool,
+        repack: Repack,
         place: &mut Place<'a>,
     ) -> Result<Self> {
         config.validate()?;
@@ -175,7 +178,7 @@ impl<'a> Weights<'a> {
         // large as all the layers together on small models (Gemma 3 270M: 262144 x 640),
         // and its rows are looked up through `ops::dequantize_row`, which reads every
         // layout. An untied one is only looked up: it stays as stored.
-        let tied = repack && c.tie_word_embeddings;
+        let tied = if c.tie_word_embeddings { repack } else { Repack::Off };
         let embedding = linear(src, names.embedding, c.vocab_size, h, format, tied, place)?;
         let mut layers = Vec::new();
         layers

@@ -7,7 +7,7 @@ use crate::model::arch::{ModelFormat, Part};
 use crate::model::config::ModelConfig;
 use crate::tensor::DType;
 
-use super::tensors::{check_shape, conversion};
+use super::tensors::{check_shape, conversion, Repack};
 use super::{detect_container, layer_vectors, output_view, rope_freqs_view, WeightFormat};
 
 /// The buffers [`super::Weights::load_placed`] makes, in its order: norm vectors (f32 copies) and
@@ -36,7 +36,7 @@ pub(crate) struct WeightBuffers {
 pub(crate) fn plan_weights<'a>(
     config: &ModelConfig,
     format: WeightFormat,
-    repack: bool,
+    repack: Repack,
     src: Option<&dyn TensorSource<'a>>,
     mut each: impl FnMut(usize, usize) -> Result<()>,
 ) -> Result<WeightBuffers> {
@@ -55,7 +55,7 @@ pub(crate) fn plan_weights<'a>(
     );
     let mut out = WeightBuffers::default();
     // Bytes loading makes for one matrix (0 when it is used in place).
-    let matrix = |name: &str, rows: usize, k: usize, repack: bool| -> Result<usize> {
+    let matrix = |name: &str, rows: usize, k: usize, repack: Repack| -> Result<usize> {
         let conv = match src {
             Some(s) => {
                 let view = s.tensor(name)?;
@@ -64,7 +64,7 @@ pub(crate) fn plan_weights<'a>(
             }
             None => conversion(DType::F32, core::ptr::null(), rows, k, format, repack)?,
         };
-        Ok(conv.map_or(0, |(_, bytes, _)| bytes))
+        Ok(conv.map_or(0, |c| c.bytes))
     };
     // `n` buffers of `bytes` each.
     let mut add_n = |field: &mut usize, bytes: usize, n: usize| -> Result<()> {
@@ -77,7 +77,12 @@ pub(crate) fn plan_weights<'a>(
     };
     add_n(
         &mut out.converted,
-        matrix(names.embedding, c.vocab_size, h, repack && c.tie_word_embeddings)?,
+        matrix(
+            names.embedding,
+            c.vocab_size,
+            h,
+            if c.tie_word_embeddings { repack } else { Repack::Off },
+        )?,
         1,
     )?;
     let norm = h.checked_mul(4).ok_or_else(overflow)?;

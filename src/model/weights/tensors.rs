@@ -208,15 +208,52 @@ pub(super) fn check_shape(name: &str, view: &TensorView<'_>, want: &[usize]) -> 
     Ok(())
 }
 
-/// What loading does with a `rows × k` matrix stored as `dtype` (its bytes at `data`):
-/// `Some((dtype, bytes, rows8))` when it is converted or copied into a new buffer of that
-/// size (`rows8`: copied into the row-interleaved layout, [`crate::kernels::rows8`]), `None`
-/// when it is used in place. With `repack`, the active kernels' fastest int8 layout: a Q5_0
-/// matrix whose rows are whole pairs of blocks (`k % 64 == 0`) is copied into
-/// [`DType::Q5_0x2`] (the same bytes, repacked) where they have a SIMD body for it; a matrix
-/// of a dtype they have a row-interleaved kernel for
-/// ([`crate::kernels::Kernels::matmul_q8_rows8`]), with rows a multiple of 8, is copied
-/// into that layout. [`super::Weights::load`] and the memory plan both ask this.
+/// What loading may do to a matrix beyond using it as stored, for the activations a decoder
+/// runs ([`crate::model::DecoderOptions::repack_weights`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Repack {
+    /// Use the matrices as stored (converted only as the [`WeightFormat`] says).
+    Off,
+    /// Copy them into the layouts the active int8 kernels read fastest.
+    Int8,
+    /// Widen those the active f32-activation kernels run faster as Q8_0
+    /// ([`crate::kernels::Kernels::f32_via_q8_0`]).
+    F32,
+}
+
+/// How loading makes a matrix's new buffer ([`conversion`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum How {
+    /// f32 / f16 / bf16 quantized to Q8_0 ([`WeightFormat::Q8_0`]); with `rows8`, then
+    /// interleaved.
+    Quantize { rows8: bool },
+    /// The bytes copied as they are (a misaligned f32 matrix).
+    Copy,
+    /// Q5_0 repacked into [`DType::Q5_0x2`] pairs.
+    Pairs,
+    /// Copied into the row-interleaved layout ([`crate::kernels::rows8`]).
+    Rows8,
+    /// Widened to Q8_0, the same values ([`crate::quant::q8_0::widen_to_q8_0`]).
+    Widen,
+}
+
+/// A matrix's new buffer: its dtype, size in bytes and how it is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Conversion {
+    pub(crate) dtype: DType,
+    pub(crate) bytes: usize,
+    pub(crate) how: How,
+}
+
+/// What loading does with a `rows × k` matrix stored as `dtype` (its bytes at `data`): a
+/// [`Conversion`] when it is converted or copied into a new buffer, `None` when it is used
+/// in place. With [`Repack::Int8`], the active kernels' fastest int8 layout: a Q5_0 matrix
+/// whose rows are whole pairs of blocks (`k % 64 == 0`) is copied into [`DType::Q5_0x2`]
+/// (the same bytes, repacked) where they have a SIMD body for it; a matrix of a dtype they
+/// have a row-interleaved kernel for ([`crate::kernels::Kernels::matmul_q8_rows8`]), with
+/// rows a multiple of 8, is copied into that layout. With [`Repack::F32`], a matrix of a
+/// dtype whose f32 product they run faster as Q8_0 is widened to it. [`super::Weights::load`]
+/// and the memory plan both ask this.
 ///
 /// # Errors
 ///
@@ -227,37 +264,35 @@ pub(crate) fn conversion(
     rows: usize,
     k: usize,
     format: WeightFormat,
-    repack: bool,
-) -> Result<Option<(DType, usize, bool)>> {
+    repack: Repack,
+) -> Result<Option<Conversion>> {
     let overflow = || Error::resource_exhausted(format_args!("{rows} x {k} matrix overflows"));
-    let kern = if repack { crate::kernels::active().ok() } else { None };
-    let pairs = kern.is_some_and(|k| k.has_simd_q8(DType::Q5_0x2));
+    let kern = if repack == Repack::Off { None } else { crate::kernels::active().ok() };
+    let int8 = repack == Repack::Int8;
+    let pairs = int8 && kern.is_some_and(|k| k.has_simd_q8(DType::Q5_0x2));
     let rows8 = |dt: DType| {
-        kern.is_some_and(|k| k.matmul_q8_rows8(dt).is_some())
+        int8 && kern.is_some_and(|k| k.matmul_q8_rows8(dt).is_some())
             && rows % crate::kernels::rows8::ROWS == 0
     };
-    Ok(match (dtype, format) {
+    let widen = |dt: DType| repack == Repack::F32 && kern.is_some_and(|k| k.f32_via_q8_0(dt));
+    let sized = |dtype: DType, how: How| -> Result<Option<Conversion>> {
+        let bytes = dtype.row_bytes(k)?.checked_mul(rows).ok_or_else(overflow)?;
+        Ok(Some(Conversion { dtype, bytes, how }))
+    };
+    match (dtype, format) {
         (DType::F32 | DType::F16 | DType::BF16, WeightFormat::Q8_0)
             if k % DType::Q8_0.block_size() == 0 =>
         {
-            let row = DType::Q8_0.row_bytes(k)?;
-            Some((DType::Q8_0, row.checked_mul(rows).ok_or_else(overflow)?, rows8(DType::Q8_0)))
+            sized(DType::Q8_0, How::Quantize { rows8: rows8(DType::Q8_0) })
         }
-        (DType::F32, _) if data as usize % 4 != 0 => Some((
-            DType::F32,
-            rows.checked_mul(k).and_then(|n| n.checked_mul(4)).ok_or_else(overflow)?,
-            false,
-        )),
+        (DType::F32, _) if data as usize % 4 != 0 => sized(DType::F32, How::Copy),
         (DType::Q5_0, _) if pairs && k % DType::Q5_0x2.block_size() == 0 => {
-            let row = DType::Q5_0x2.row_bytes(k)?;
-            Some((DType::Q5_0x2, row.checked_mul(rows).ok_or_else(overflow)?, false))
+            sized(DType::Q5_0x2, How::Pairs)
         }
-        (dt, _) if rows8(dt) => {
-            let row = dt.row_bytes(k)?;
-            Some((dt, row.checked_mul(rows).ok_or_else(overflow)?, true))
-        }
-        _ => None,
-    })
+        (dt, _) if rows8(dt) => sized(dt, How::Rows8),
+        (dt, _) if widen(dt) => sized(DType::Q8_0, How::Widen),
+        _ => Ok(None),
+    }
 }
 
 /// Loads the matrix `name`, `rows × k`, converting or copying it as [`conversion`] says
@@ -268,65 +303,66 @@ pub(super) fn linear<'s: 'a, 'a>(
     rows: usize,
     k: usize,
     format: WeightFormat,
-    repack: bool,
+    repack: Repack,
     place: &mut Place<'a>,
 ) -> Result<Linear<'a>> {
     let view = src.tensor(name)?;
     check_shape(name, &view, &[rows, k])?;
     let ctx = |e: Error| e.context(format_args!("tensor {name:?}"));
-    let (dtype, bytes, rows8) =
-        match conversion(view.dtype, view.data.as_ptr(), rows, k, format, repack).map_err(ctx)? {
-            Some((DType::Q8_0, total, rows8)) if view.dtype != DType::Q8_0 => {
-                let mut block = place.block(total, name)?;
-                // Block by block (32 values on the stack): no temporary heap buffer.
-                const QK: usize = crate::quant::QK;
-                let elem = view.dtype.block_bytes();
-                let one = crate::tensor::Shape::new(&[QK])?;
-                let mut vals = [0f32; QK];
-                let q8 = DType::Q8_0.block_bytes();
-                for (b, out) in block.as_mut_slice().chunks_exact_mut(q8).enumerate() {
-                    let src = TensorView {
-                        dtype: view.dtype,
-                        shape: one,
-                        data: &view.data[b * QK * elem..(b + 1) * QK * elem],
-                    };
-                    src.dequantize_into(&mut vals).map_err(ctx)?;
-                    quantize_row_q8_0(&vals, out).map_err(ctx)?;
-                }
-                if rows8 {
-                    // Interleave the converted rows one group at a time (a group's bytes on
-                    // the heap only: 8 rows).
-                    let rb = DType::Q8_0.row_bytes(k).map_err(ctx)?;
-                    let mut tmp = alloc::vec::Vec::new();
-                    tmp.try_reserve_exact(8 * rb)
-                        .map_err(|_| Error::resource_exhausted("row group"))
-                        .map_err(ctx)?;
-                    tmp.resize(8 * rb, 0);
-                    for g in block.as_mut_slice().chunks_exact_mut(8 * rb) {
-                        tmp.copy_from_slice(g);
-                        crate::kernels::rows8::pack(DType::Q8_0, 8, k, &tmp, g).map_err(ctx)?;
-                    }
-                }
-                (DType::Q8_0, Bytes::Owned(block), rows8)
-            }
-            Some((DType::Q5_0x2, total, _)) => {
-                let mut block = place.block(total, name)?;
-                crate::quant::q5_0x2::repack(view.data, block.as_mut_slice()).map_err(ctx)?;
-                (DType::Q5_0x2, Bytes::Owned(block), false)
-            }
-            Some((dt, total, true)) => {
-                let mut block = place.block(total, name)?;
-                crate::kernels::rows8::pack(dt, rows, k, view.data, block.as_mut_slice())
-                    .map_err(ctx)?;
-                (dt, Bytes::Owned(block), true)
-            }
-            Some((dt, total, false)) => {
-                let mut block = place.block(total, name)?;
-                block.as_mut_slice().copy_from_slice(view.data);
-                (dt, Bytes::Owned(block), false)
-            }
-            None => (view.dtype, Bytes::Borrowed(view.data), false),
+    let conv = conversion(view.dtype, view.data.as_ptr(), rows, k, format, repack).map_err(ctx)?;
+    let Some(Conversion { dtype, bytes: total, how }) = conv else {
+        let lin = Linear {
+            name: TensorName::new(name),
+            dtype: view.dtype,
+            rows,
+            k,
+            bytes: Bytes::Borrowed(view.data),
+            rows8: false,
         };
+        lin.matrix().map_err(ctx)?;
+        return Ok(lin);
+    };
+    let mut block = place.block(total, name)?;
+    let out = block.as_mut_slice();
+    match how {
+        How::Quantize { rows8 } => {
+            // Block by block (32 values on the stack): no temporary heap buffer.
+            const QK: usize = crate::quant::QK;
+            let elem = view.dtype.block_bytes();
+            let one = crate::tensor::Shape::new(&[QK])?;
+            let mut vals = [0f32; QK];
+            let q8 = DType::Q8_0.block_bytes();
+            for (b, out) in out.chunks_exact_mut(q8).enumerate() {
+                let src = TensorView {
+                    dtype: view.dtype,
+                    shape: one,
+                    data: &view.data[b * QK * elem..(b + 1) * QK * elem],
+                };
+                src.dequantize_into(&mut vals).map_err(ctx)?;
+                quantize_row_q8_0(&vals, out).map_err(ctx)?;
+            }
+            if rows8 {
+                // Interleave the converted rows one group at a time (a group's bytes on
+                // the heap only: 8 rows).
+                let rb = DType::Q8_0.row_bytes(k).map_err(ctx)?;
+                let mut tmp = alloc::vec::Vec::new();
+                tmp.try_reserve_exact(8 * rb)
+                    .map_err(|_| Error::resource_exhausted("row group"))
+                    .map_err(ctx)?;
+                tmp.resize(8 * rb, 0);
+                for g in out.chunks_exact_mut(8 * rb) {
+                    tmp.copy_from_slice(g);
+                    crate::kernels::rows8::pack(DType::Q8_0, 8, k, &tmp, g).map_err(ctx)?;
+                }
+            }
+        }
+        How::Copy => out.copy_from_slice(view.data),
+        How::Pairs => crate::quant::q5_0x2::repack(view.data, out).map_err(ctx)?,
+        How::Rows8 => crate::kernels::rows8::pack(dtype, rows, k, view.data, out).map_err(ctx)?,
+        How::Widen => crate::quant::q8_0::widen_to_q8_0(view.dtype, view.data, out).map_err(ctx)?,
+    }
+    let rows8 = matches!(how, How::Rows8 | How::Quantize { rows8: true });
+    let bytes = Bytes::Owned(block);
     let lin = Linear { name: TensorName::new(name), dtype, rows, k, bytes, rows8 };
     lin.matrix().map_err(ctx)?;
     Ok(lin)
