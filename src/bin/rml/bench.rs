@@ -182,7 +182,15 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
     let repacked = dec
         .weights()
         .matrices()
-        .filter(|m| m.dtype() == rml::DType::Q5_0x2 || m.is_rows8())
+        // Q5_0 pairs, row-interleaved copies, or (f32 activations, weights as stored) matrices
+        // widened to Q8_0.
+        .filter(|m| {
+            m.dtype() == rml::DType::Q5_0x2
+                || m.is_rows8()
+                || (opts.weight_format == rml::model::WeightFormat::AsStored
+                    && m.dtype() == rml::DType::Q8_0
+                    && !m.is_borrowed())
+        })
         .count();
     use std::io::Write;
     let mut out = crate::out::stdout();
