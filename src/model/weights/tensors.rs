@@ -310,20 +310,21 @@ pub(super) fn linear<'s: 'a, 'a>(
     check_shape(name, &view, &[rows, k])?;
     let ctx = |e: Error| e.context(format_args!("tensor {name:?}"));
     let conv = conversion(view.dtype, view.data.as_ptr(), rows, k, format, repack).map_err(ctx)?;
-    let Some(Conversion { dtype, bytes: total, how }) = conv else {
-        let lin = Linear {
-            name: TensorName::new(name),
-            dtype: view.dtype,
-            rows,
-            k,
-            bytes: Bytes::Borrowed(view.data),
-            rows8: false,
-        };
-        lin.matrix().map_err(ctx)?;
-        return Ok(lin);
+    let (dtype, bytes, rows8) = match conv {
+        None => (view.dtype, Bytes::Borrowed(view.data), false),
+        Some(Conversion { dtype, bytes, how }) => {
+            let mut block = place.block(bytes, name)?;
+            make(how, &view, rows, k, block.as_mut_slice()).map_err(ctx)?;
+            (dtype, Bytes::Owned(block), matches!(how, How::Rows8 | How::Quantize { rows8: true }))
+        }
     };
-    let mut block = place.block(total, name)?;
-    let out = block.as_mut_slice();
+    let lin = Linear { name: TensorName::new(name), dtype, rows, k, bytes, rows8 };
+    lin.matrix().map_err(ctx)?;
+    Ok(lin)
+}
+
+/// Fills `out` with the `view` matrix (`rows × k`) made as `how` says ([`conversion`]).
+fn make(how: How, view: &TensorView<'_>, rows: usize, k: usize, out: &mut [u8]) -> Result<()> {
     match how {
         How::Quantize { rows8 } => {
             // Block by block (32 values on the stack): no temporary heap buffer.
@@ -338,32 +339,27 @@ pub(super) fn linear<'s: 'a, 'a>(
                     shape: one,
                     data: &view.data[b * QK * elem..(b + 1) * QK * elem],
                 };
-                src.dequantize_into(&mut vals).map_err(ctx)?;
-                quantize_row_q8_0(&vals, out).map_err(ctx)?;
+                src.dequantize_into(&mut vals)?;
+                quantize_row_q8_0(&vals, out)?;
             }
             if rows8 {
                 // Interleave the converted rows one group at a time (a group's bytes on
                 // the heap only: 8 rows).
-                let rb = DType::Q8_0.row_bytes(k).map_err(ctx)?;
+                let rb = DType::Q8_0.row_bytes(k)?;
                 let mut tmp = alloc::vec::Vec::new();
                 tmp.try_reserve_exact(8 * rb)
-                    .map_err(|_| Error::resource_exhausted("row group"))
-                    .map_err(ctx)?;
+                    .map_err(|_| Error::resource_exhausted("row group"))?;
                 tmp.resize(8 * rb, 0);
                 for g in out.chunks_exact_mut(8 * rb) {
                     tmp.copy_from_slice(g);
-                    crate::kernels::rows8::pack(DType::Q8_0, 8, k, &tmp, g).map_err(ctx)?;
+                    crate::kernels::rows8::pack(DType::Q8_0, 8, k, &tmp, g)?;
                 }
             }
         }
         How::Copy => out.copy_from_slice(view.data),
-        How::Pairs => crate::quant::q5_0x2::repack(view.data, out).map_err(ctx)?,
-        How::Rows8 => crate::kernels::rows8::pack(dtype, rows, k, view.data, out).map_err(ctx)?,
-        How::Widen => crate::quant::q8_0::widen_to_q8_0(view.dtype, view.data, out).map_err(ctx)?,
+        How::Pairs => crate::quant::q5_0x2::repack(view.data, out)?,
+        How::Rows8 => crate::kernels::rows8::pack(view.dtype, rows, k, view.data, out)?,
+        How::Widen => crate::quant::q8_0::widen_to_q8_0(view.dtype, view.data, out)?,
     }
-    let rows8 = matches!(how, How::Rows8 | How::Quantize { rows8: true });
-    let bytes = Bytes::Owned(block);
-    let lin = Linear { name: TensorName::new(name), dtype, rows, k, bytes, rows8 };
-    lin.matrix().map_err(ctx)?;
-    Ok(lin)
+    Ok(())
 }
