@@ -431,6 +431,15 @@ fn repacked_q5_0_gives_the_same_logits() {
                     assert_eq!(lb.is_rows8(), rows8, "{path} {act:?}: {}", la.name());
                     assert_eq!(lb.is_borrowed(), !rows8, "{path} {act:?}: {} copied", la.name());
                 }
+                // The matrix says it was repacked exactly when one of the three happened; the
+                // decoder built without repacking has none.
+                assert_eq!(
+                    lb.is_repacked(),
+                    want || widened || rows8,
+                    "{path} {act:?}: {}",
+                    la.name()
+                );
+                assert!(!la.is_repacked(), "{path}: {} repacked with repacking off", la.name());
             }
             if simd && act != Activations::F32 && !path.contains("IQ4_NL") {
                 assert!(repacked >= 8, "{path}: only {repacked} matrices repacked");

@@ -55,6 +55,8 @@ pub struct Shape {
     pub attention: AttentionPath,
     /// Matmul schedule of the pool.
     pub schedule: Schedule,
+    /// The most prompt tokens per pass through the layers ([`DecoderOptions::prefill_chunk`]).
+    pub prefill_chunk: usize,
 }
 
 /// Best-of-`repeats` read bandwidth in bytes per second with `pool`: every thread sums its
@@ -168,7 +170,7 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
     let opts = DecoderOptions {
         context_len: Some(need),
         activations: act,
-        prefill_chunk: 64,
+        prefill_chunk: shape.prefill_chunk,
         kv_dtype: shape.kv_dtype,
         attention: shape.attention,
         repack_weights: shape.repack,
@@ -179,19 +181,7 @@ pub fn run(path: &Path, shape: &Shape) -> Result<()> {
     let vocab = c.vocab_size as u32;
     let tokens: Vec<u32> = (0..prompt.max(start) as u32).map(|i| (i * 7919 + 13) % vocab).collect();
     let per_token = dec.weights().bytes_per_token() as f64;
-    let repacked = dec
-        .weights()
-        .matrices()
-        // Q5_0 pairs, row-interleaved copies, or (f32 activations, weights as stored) matrices
-        // widened to Q8_0.
-        .filter(|m| {
-            m.dtype() == rml::DType::Q5_0x2
-                || m.is_rows8()
-                || (opts.weight_format == rml::model::WeightFormat::AsStored
-                    && m.dtype() == rml::DType::Q8_0
-                    && !m.is_borrowed())
-        })
-        .count();
+    let repacked = dec.weights().matrices().filter(|m| m.is_repacked()).count();
     use std::io::Write;
     let mut out = crate::out::stdout();
     let big = probe(PROBE_BYTES);

@@ -102,6 +102,8 @@ pub struct Linear<'a> {
     bytes: Bytes<'a>,
     /// The bytes are in the row-interleaved layout ([`crate::kernels::rows8`]).
     rows8: bool,
+    /// Loading changed the layout for the active kernels ([`Linear::is_repacked`]).
+    repacked: bool,
 }
 
 impl Linear<'_> {
@@ -153,6 +155,15 @@ impl Linear<'_> {
     /// `true` if the bytes are the file's own (not a copy).
     pub fn is_borrowed(&self) -> bool {
         matches!(self.bytes, Bytes::Borrowed(_))
+    }
+
+    /// `true` if loading put the matrix in a layout the active kernels run faster
+    /// (`DecoderOptions::repack_weights`): Q5_0 as [`DType::Q5_0x2`] pairs, the
+    /// row-interleaved layout ([`Linear::is_rows8`]), or Q5_0 / IQ4_NL widened to Q8_0 (the
+    /// same values) for f32 activations. `false` for a matrix used as stored, copied, or
+    /// quantized to Q8_0 by [`WeightFormat::Q8_0`] and not interleaved.
+    pub fn is_repacked(&self) -> bool {
+        self.repacked
     }
 }
 
@@ -310,15 +321,17 @@ pub(super) fn linear<'s: 'a, 'a>(
     check_shape(name, &view, &[rows, k])?;
     let ctx = |e: Error| e.context(format_args!("tensor {name:?}"));
     let conv = conversion(view.dtype, view.data.as_ptr(), rows, k, format, repack).map_err(ctx)?;
-    let (dtype, bytes, rows8) = match conv {
-        None => (view.dtype, Bytes::Borrowed(view.data), false),
+    let (dtype, bytes, how) = match conv {
+        None => (view.dtype, Bytes::Borrowed(view.data), None),
         Some(Conversion { dtype, bytes, how }) => {
             let mut block = place.block(bytes, name)?;
             make(how, &view, rows, k, block.as_mut_slice()).map_err(ctx)?;
-            (dtype, Bytes::Owned(block), matches!(how, How::Rows8 | How::Quantize { rows8: true }))
+            (dtype, Bytes::Owned(block), Some(how))
         }
     };
-    let lin = Linear { name: TensorName::new(name), dtype, rows, k, bytes, rows8 };
+    let rows8 = matches!(how, Some(How::Rows8 | How::Quantize { rows8: true }));
+    let repacked = rows8 || matches!(how, Some(How::Pairs | How::Widen));
+    let lin = Linear { name: TensorName::new(name), dtype, rows, k, bytes, rows8, repacked };
     lin.matrix().map_err(ctx)?;
     Ok(lin)
 }
