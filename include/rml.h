@@ -332,7 +332,7 @@ typedef struct RmlDecoderOptions {
     size_t context_len;
     /**
      * The most prompt tokens run through the layers at once (bounds the scratch memory);
-     * 0 means 64.
+     * 0 means 128 (`DecoderOptions::prefill_chunk`'s default).
      */
     size_t prefill_chunk;
     /**
@@ -471,7 +471,7 @@ const char *rml_version(void);
 
 /**
  * The default decoder options (all zeros: default threads, `RML_SCHEDULE_DEFAULT`,
- * int8 activations, weights as stored, default context, prefill chunks of 64, f32 KV cache,
+ * int8 activations, weights as stored, default context, prefill chunks of 128, f32 KV cache,
  * matrices repacked where the kernels gain from it).
  */
 struct RmlDecoderOptions rml_decoder_options_default(void);

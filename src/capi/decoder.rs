@@ -138,7 +138,7 @@ pub struct RmlDecoderOptions {
     /// `min(max_position_embeddings, 4096)`. At most `max_position_embeddings`.
     pub context_len: usize,
     /// The most prompt tokens run through the layers at once (bounds the scratch memory);
-    /// 0 means 64.
+    /// 0 means 128 (`DecoderOptions::prefill_chunk`'s default).
     pub prefill_chunk: usize,
     /// One of `RmlKvCache`; 0 (`RML_KV_CACHE_F32`) by default.
     pub kv_cache: u32,
@@ -150,7 +150,7 @@ pub struct RmlDecoderOptions {
 }
 
 /// The default decoder options (all zeros: default threads, `RML_SCHEDULE_DEFAULT`,
-/// int8 activations, weights as stored, default context, prefill chunks of 64, f32 KV cache,
+/// int8 activations, weights as stored, default context, prefill chunks of 128, f32 KV cache,
 /// matrices repacked where the kernels gain from it).
 #[no_mangle]
 pub extern "C" fn rml_decoder_options_default() -> RmlDecoderOptions {
@@ -247,7 +247,7 @@ fn new_state(model: Arc<ModelInner>, o: &RmlDecoderOptions) -> Result<DecoderSta
         context_len: (o.context_len > 0).then_some(o.context_len),
         activations,
         weight_format,
-        prefill_chunk: if o.prefill_chunk == 0 { 64 } else { o.prefill_chunk },
+        prefill_chunk: if o.prefill_chunk == 0 { 128 } else { o.prefill_chunk },
         schedule: Some(schedule),
         kv_dtype,
         repack_weights,

@@ -11,7 +11,7 @@
 //! rml inspect PATH
 //! rml tune [-m PATH] [--no-repack]
 //! rml bench [-m PATH] [--prompt N] [--depth N] [--decode N] [--threads 1,2] [--kv-cache f32|f16]
-//!           [--attention tiled|per-head] [--no-repack]
+//!           [--attention tiled|per-head] [--prefill-chunk N] [--no-repack]
 //! rml convert IN OUT --dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [--format safetensors|gguf]
 //! rml fetch [smollm2|gemma3]
 //! rml embed --model FOLDER|FILE.gguf [TEXT... | -f FILE | stdin] [-t N] [--batch N] [--int8] [--format json|npy]
@@ -167,6 +167,10 @@ struct BenchArgs {
     /// proportional4, adaptive, owned (default: static, as `generate`'s).
     #[arg(long, value_parser = parse_schedule, default_value_t = Schedule::default())]
     schedule: Schedule,
+    /// The most prompt tokens run through the layers at once (`DecoderOptions::prefill_chunk`,
+    /// as `generate` runs them; llama-bench's `-ub`).
+    #[arg(long, default_value_t = 128, value_parser = at_least_one)]
+    prefill_chunk: usize,
 }
 
 /// `--kv-cache`: the KV cache's element type.
@@ -419,6 +423,7 @@ fn main() -> ExitCode {
                     kv_dtype: args.kv_cache.into(),
                     attention: args.attention.into(),
                     schedule: args.schedule,
+                    prefill_chunk: args.prefill_chunk,
                 },
             )
         }),

@@ -50,7 +50,11 @@ pub struct DecoderOptions {
     /// by default with the `std` feature, `false` without (weights in flash or a fixed region
     /// stay in place).
     pub repack_weights: bool,
-    /// The most prompt tokens run through the layers at once (bounds the scratch arena).
+    /// The most prompt tokens run through the layers at once (bounds the scratch arena, which
+    /// grows linearly with it). 128 by default: against 64, a 2,048-token prefill runs 2-4 %
+    /// faster on the AVX2 tier (fewer passes over the weights and fewer dispatches) for
+    /// about 2 MiB more arena on a 135M model and 10 MiB on a 1B one
+    /// (docs/perf/2026-12-07-session8-limits.md). The logits do not depend on it.
     pub prefill_chunk: usize,
     /// Schedule for the matrix products; `None` uses the executor's default.
     pub schedule: Option<Schedule>,
@@ -112,7 +116,7 @@ impl Default for DecoderOptions {
             activations: Activations::Int8,
             weight_format: WeightFormat::AsStored,
             repack_weights: cfg!(feature = "std"),
-            prefill_chunk: 64,
+            prefill_chunk: 128,
             schedule: None,
             kv_dtype: KvDtype::F32,
             attention: AttentionPath::Tiled,
