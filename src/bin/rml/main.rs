@@ -169,7 +169,8 @@ struct BenchArgs {
     schedule: Schedule,
     /// The most prompt tokens run through the layers at once (`DecoderOptions::prefill_chunk`,
     /// as `generate` runs them; llama-bench's `-ub`).
-    #[arg(long, default_value_t = 128, value_parser = at_least_one)]
+    #[arg(long, default_value_t = DecoderOptions::default().prefill_chunk,
+          value_parser = at_least_one)]
     prefill_chunk: usize,
 }
 

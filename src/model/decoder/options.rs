@@ -51,7 +51,7 @@ pub struct DecoderOptions {
     /// stay in place).
     pub repack_weights: bool,
     /// The most prompt tokens run through the layers at once (bounds the scratch arena, which
-    /// grows linearly with it). 128 by default: against 64, a 2,048-token prefill runs 2-4 %
+    /// grows linearly with it). 128 by default: against 64, a 2,048-token prefill runs 2-6 %
     /// faster on the AVX2 tier (fewer passes over the weights and fewer dispatches) for
     /// about 2 MiB more arena on a 135M model and 10 MiB on a 1B one
     /// (docs/perf/2026-12-07-session8-limits.md). The logits do not depend on it.
